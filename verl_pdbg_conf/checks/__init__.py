@@ -1,0 +1,1 @@
+"""Checks: each module takes loaded Documents and returns Findings."""

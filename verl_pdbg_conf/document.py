@@ -1,0 +1,60 @@
+"""A loaded file: its data plus the line and column of every key and value."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .findings import Finding, Severity, format_path
+
+Path = tuple  # of str keys and int list indices
+
+
+@dataclass
+class Document:
+    file: str
+    data: object = None
+    kind: str = "yaml"  # yaml | json
+    values: dict = field(default_factory=dict)  # Path -> (line, col) of the value
+    keys: dict = field(default_factory=dict)  # Path -> (line, col) of the mapping key
+    findings: list[Finding] = field(default_factory=list)  # produced while loading
+    ok: bool = True  # False when the file could not be read or parsed
+
+    def where(self, path: Path, key: bool = False) -> tuple[int, int]:
+        """Position of `path`, or of its nearest ancestor that the file has."""
+        path = tuple(path)
+        while True:
+            table = (self.keys, self.values) if key else (self.values, self.keys)
+            for t in table:
+                if path in t:
+                    return t[path]
+            if not path:
+                return (1, 1)
+            path = path[:-1]
+
+    def has(self, path: Path) -> bool:
+        return tuple(path) in self.values
+
+    def finding(self, rule: str, severity: Severity, message: str, path: Path = (), hint: str = "",
+                key: bool = False, at: Path | None = None) -> Finding:
+        line, col = self.where(path if at is None else at, key=key)
+        return Finding(rule, severity, message, self.file, line, col, format_path(path), hint)
+
+
+def get(data, path: Path, default=None):
+    """data[p0][p1]... or default when any step is missing."""
+    cur = data
+    for p in path:
+        if isinstance(p, int):
+            if not isinstance(cur, list) or not -len(cur) <= p < len(cur):
+                return default
+        elif not isinstance(cur, dict) or p not in cur:
+            return default
+        cur = cur[p]
+    return cur
+
+
+MISSING = object()
+
+
+def lookup(data, dotted: str, default=MISSING):
+    return get(data, tuple(dotted.split(".")), default)

@@ -1,0 +1,107 @@
+"""The stage/role table: the one place that says which stages exist, which role
+profiler gates each, and where verl runs them. Schemas, structured configs, the
+validator and the runtime all read it; tests check the schemas against it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_VERL = "0.9.1"
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    role: str  # the role whose model the stage runs: actor, ref, critic, reward
+    profiler: str  # config path of the role profiler section that names it
+    models: tuple[str, ...]  # worker attribute paths that hold the stage's model
+
+
+_ACTOR_MODELS = ("actor.engine.module", "actor.actor_module", "actor_module_fsdp", "actor.actor_module_fsdp",
+                 "actor_module")
+_REF_MODELS = ("ref.engine.module", "ref_policy.engine.module", "ref.actor_module", "ref_module_fsdp",
+               "ref_policy.actor_module", "ref_module")
+_CRITIC_MODELS = ("critic.engine.module", "engine.module", "critic.critic_module", "critic_module_fsdp",
+                  "critic_module")
+_RM_MODELS = ("reward_model.engine.module", "rm.reward_module", "reward_module", "rm_module_fsdp", "reward_model_module")
+
+_ACTOR = "actor_rollout_ref.actor.profiler"
+_REF = "actor_rollout_ref.ref.profiler"
+_CRITIC = "critic.profiler"
+_RM = "reward_model.profiler"
+
+# The guide's supported stages, in its order.
+STAGES: dict[str, Stage] = {s.name: s for s in (
+    Stage("actor_update", "actor", _ACTOR, _ACTOR_MODELS),
+    Stage("actor_compute_log_prob", "actor", _ACTOR, _ACTOR_MODELS),
+    Stage("ref_compute_log_prob", "ref", _REF, _REF_MODELS),
+    Stage("compute_values", "critic", _CRITIC, _CRITIC_MODELS),
+    Stage("critic_update", "critic", _CRITIC, _CRITIC_MODELS),
+    Stage("compute_rm_score", "reward", _RM, _RM_MODELS),
+)}
+
+# Annotated but never collected: verl skips rollout generation on purpose.
+IGNORED_STAGES = frozenset({"rollout_generate"})
+
+# Role profiler sections that exist in verl's PPO config tree.
+ROLE_PROFILERS = (
+    "actor_rollout_ref.actor.profiler",
+    "actor_rollout_ref.ref.profiler",
+    "actor_rollout_ref.rollout.profiler",
+    "critic.profiler",
+)
+
+# Tools verl's unified profiler accepts in global_profiler.tool.
+TOOLS = ("nsys", "npu", "torch", "torch_memory", "precision_debugger")
+TOOL = "precision_debugger"
+
+
+@dataclass(frozen=True)
+class VerlTarget:
+    """What one verl release does with this tool, read off its code."""
+
+    version: str
+    fired: frozenset[str]  # stages its workers annotate under the documented name
+    aliases: dict[str, str]  # annotation names it uses for documented stages -> stage
+    hybrid_gate: str  # in hybrid mode this profiler gates actor and ref stages
+    role_profilers: tuple[str, ...]
+    continuous_tag_bug: bool  # profile_continuous_steps tags later steps with the first step
+
+
+VERL_TARGETS: dict[str, VerlTarget] = {
+    "0.9.1": VerlTarget(
+        version="0.9.1",
+        fired=frozenset({"actor_update", "actor_compute_log_prob", "ref_compute_log_prob"}),
+        aliases={"train_batch": "critic_update"},
+        hybrid_gate=_ACTOR,
+        role_profilers=ROLE_PROFILERS,
+        continuous_tag_bug=True,
+    ),
+    # The fsdp/megatron workers verl had before 2026-04 annotated every stage.
+    "legacy-workers": VerlTarget(
+        version="legacy-workers",
+        fired=frozenset(STAGES) | IGNORED_STAGES,
+        aliases={},
+        hybrid_gate=_ACTOR,
+        role_profilers=ROLE_PROFILERS + (_RM,),
+        continuous_tag_bug=True,
+    ),
+}
+
+
+def gate_for(stage: str, target: VerlTarget, hybrid: bool) -> str:
+    """The role profiler section whose `enable` decides whether `stage` is collected."""
+    info = STAGES[stage]
+    if hybrid and info.role in ("actor", "ref"):
+        return target.hybrid_gate
+    return info.profiler
+
+
+def stage_for_annotation(name: str, target: VerlTarget | None = None) -> str | None:
+    """Documented stage name for a name verl annotates a worker method with."""
+    if name in STAGES:
+        return name
+    for t in ([target] if target else VERL_TARGETS.values()):
+        if name in t.aliases:
+            return t.aliases[name]
+    return None
