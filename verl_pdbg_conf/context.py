@@ -1,0 +1,28 @@
+"""What a check needs to know beyond the file in front of it."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from .stages import DEFAULT_VERL, VERL_TARGETS, VerlTarget
+
+
+@dataclass
+class Options:
+    verl_version: str = DEFAULT_VERL  # a key of stages.VERL_TARGETS
+    base_dir: str = field(default_factory=os.getcwd)  # where a relative config_path resolves (launch dir)
+    runtime: str = "auto"  # verl | pdbg | auto: which runtime profiler runs in the workers
+
+    @property
+    def target(self) -> VerlTarget:
+        return VERL_TARGETS[self.verl_version]
+
+
+@dataclass
+class MsprobeContext:
+    """How a config.json will be used: under verl, one msprobe session per stage."""
+
+    strict: bool = False
+    referenced_from: str | None = None  # the conf file whose config_path named it
+    config_path_key: str | None = None  # dotted path of that config_path in the conf
