@@ -19,25 +19,30 @@ class Document:
     findings: list[Finding] = field(default_factory=list)  # produced while loading
     ok: bool = True  # False when the file could not be read or parsed
 
-    def where(self, path: Path, key: bool = False) -> tuple[int, int]:
-        """Position of `path`, or of its nearest ancestor that the file has."""
+    def origin(self, path: Path, key: bool = False) -> tuple[str, int, int]:
+        """File, line and column of `path`, or of its nearest ancestor that has one.
+        A composed config keeps (line, col, file) triples: values come from several sources."""
         path = tuple(path)
         while True:
             table = (self.keys, self.values) if key else (self.values, self.keys)
             for t in table:
                 if path in t:
-                    return t[path]
+                    pos = t[path]
+                    return (pos[2] if len(pos) > 2 else self.file), pos[0], pos[1]
             if not path:
-                return (1, 1)
+                return self.file, 1, 1
             path = path[:-1]
+
+    def where(self, path: Path, key: bool = False) -> tuple[int, int]:
+        return self.origin(path, key)[1:]
 
     def has(self, path: Path) -> bool:
         return tuple(path) in self.values
 
     def finding(self, rule: str, severity: Severity, message: str, path: Path = (), hint: str = "",
                 key: bool = False, at: Path | None = None) -> Finding:
-        line, col = self.where(path if at is None else at, key=key)
-        return Finding(rule, severity, message, self.file, line, col, format_path(path), hint)
+        file, line, col = self.origin(path if at is None else at, key=key)
+        return Finding(rule, severity, message, file, line, col, format_path(path), hint)
 
 
 def get(data, path: Path, default=None):
