@@ -63,3 +63,19 @@ MISSING = object()
 
 def lookup(data, dotted: str, default=MISSING):
     return get(data, tuple(dotted.split(".")), default)
+
+
+class Unknown(str):
+    """A value that cannot be known before the run (an unresolved interpolation, a shell
+    variable in a launch script). Checks do not judge it."""
+
+    reason: str = ""
+
+    def __new__(cls, raw: str, reason: str = ""):
+        obj = super().__new__(cls, raw)
+        obj.reason = reason
+        return obj
+
+
+def is_unknown(value) -> bool:
+    return isinstance(value, Unknown)

@@ -1,0 +1,97 @@
+"""`verl-pdbg-validate`: parse arguments, call the core, render, pick the exit code.
+Exit 0: no error findings; 1: error findings (or warnings with --warnings-as-errors);
+2: the tool could not do what was asked (bad arguments, a named file missing)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .stages import DEFAULT_VERL, VERL_TARGETS
+
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+FORMATS = ("text", "json", "github", "sarif")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="verl-pdbg-validate",
+        description="Check a verl precision_debugger (msprobe) setup before launch: verl conf YAML files, "
+                    "msprobe config.json files, or verl's composed config (--verl ... -- OVERRIDES).",
+        epilog="Exit status: 0 no errors, 1 errors found, 2 usage error or missing input file.")
+    p.add_argument("files", nargs="*", help="verl conf .yaml files, msprobe .json files")
+    p.add_argument("-f", "--format", choices=FORMATS, default=None,
+                   help="output format (default: github under GitHub Actions, else text)")
+    p.add_argument("-W", "--warnings-as-errors", action="store_true", help="exit 1 on warnings too (for CI)")
+    p.add_argument("--verl", action="store_true",
+                   help="compose verl's installed ppo_trainer config with FILES and the Hydra overrides after `--`, "
+                        "then validate the composed, resolved config")
+    p.add_argument("--config-name", default="ppo_trainer", help="verl config to compose with --verl")
+    p.add_argument("--verl-version", choices=sorted(VERL_TARGETS), default=DEFAULT_VERL,
+                   help=f"judge by this verl's behaviour (default {DEFAULT_VERL})")
+    p.add_argument("--runtime", choices=("auto", "verl", "pdbg"), default="auto",
+                   help="runtime profiler in the workers: verl's own, this package's, or detect from the config")
+    p.add_argument("--base-dir", default=None,
+                   help="directory a relative config_path resolves against (default: the current directory, "
+                        "like the launch directory of a verl run)")
+    p.add_argument("--list-rules", action="store_true", help="print the rule ids and exit")
+    return p
+
+
+def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1:]
+    return argv, []
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    own, overrides = split_overrides(argv)
+    parser = build_parser()
+    try:
+        args = parser.parse_args(own)
+    except SystemExit as e:
+        return EXIT_USAGE if e.code not in (0, None) else EXIT_OK
+    if args.list_rules:
+        from .rules import RULES
+
+        sys.stdout.write("".join(f"{k:22} {v}\n" for k, v in RULES.items()))
+        return EXIT_OK
+    if overrides and not args.verl:
+        parser.print_usage(sys.stderr)
+        sys.stderr.write("verl-pdbg-validate: error: overrides after `--` need --verl\n")
+        return EXIT_USAGE
+    if not args.files and not args.verl:
+        parser.print_usage(sys.stderr)
+        sys.stderr.write("verl-pdbg-validate: error: give at least one file, or --verl\n")
+        return EXIT_USAGE
+    missing = [f for f in args.files if not os.path.lexists(f)]
+    if missing:
+        for f in missing:
+            sys.stderr.write(f"verl-pdbg-validate: error: {f}: no such file\n")
+        return EXIT_USAGE
+
+    from .context import Options
+    from .validate import validate_composed, validate_files
+
+    options = Options(verl_version=args.verl_version, runtime=args.runtime,
+                      base_dir=os.path.abspath(args.base_dir) if args.base_dir else os.getcwd())
+    if args.verl:
+        report = validate_composed(args.files, overrides, options, config_name=args.config_name)
+    else:
+        report = validate_files(args.files, options)
+
+    from .reporters import REPORTERS
+
+    fmt = args.format or ("github" if os.environ.get("GITHUB_ACTIONS") == "true" else "text")
+    sys.stdout.write(REPORTERS[fmt](report))
+    sys.stdout.flush()
+    if report.errors or (args.warnings_as_errors and report.warnings):
+        return EXIT_FINDINGS
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""Resolve OmegaConf interpolations (`${oc.select:...}`, `${oc.env:...}`, `${a.b}`) in a
+loaded config the way verl's TaskRunner will, value by value, so one that cannot be
+resolved here becomes an Unknown instead of failing the whole file."""
+
+from __future__ import annotations
+
+from .document import Document, Unknown
+
+
+def _paths_with_interpolation(data, path=()):
+    if isinstance(data, dict):
+        for k, v in data.items():
+            yield from _paths_with_interpolation(v, path + (k,))
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            yield from _paths_with_interpolation(v, path + (i,))
+    elif isinstance(data, str) and "${" in data:
+        yield path
+
+
+def resolve(doc: Document) -> None:
+    """Resolve in place. Cheap when the file has no `${`: omegaconf is not imported."""
+    paths = list(_paths_with_interpolation(doc.data))
+    if not paths or not isinstance(doc.data, dict):
+        return
+    from omegaconf import OmegaConf
+
+    try:
+        cfg = OmegaConf.create(_plain(doc.data))
+    except Exception as e:  # keys OmegaConf refuses (ints mixed with str, ...)
+        for p in paths:
+            _set(doc.data, p, Unknown(_get(doc.data, p), f"not an OmegaConf config: {e}"))
+        return
+    resolved = {}
+    for p in paths:
+        try:
+            node = cfg
+            for part in p[:-1]:
+                node = node[part]
+            value = node[p[-1]]
+            if OmegaConf.is_config(value):
+                value = OmegaConf.to_container(value, resolve=True)
+            resolved[p] = value
+        except Exception as e:  # any resolver failure: unset env var, missing key, bad grammar
+            resolved[p] = Unknown(_get(doc.data, p), str(e).splitlines()[0] if str(e) else type(e).__name__)
+    for p, v in resolved.items():
+        _set(doc.data, p, v)
+
+
+def _plain(data):
+    if isinstance(data, dict):
+        return {str(k): _plain(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_plain(v) for v in data]
+    if isinstance(data, (str, int, float, bool)) or data is None:
+        return data
+    return str(data)  # dates and other YAML scalars OmegaConf cannot hold
+
+
+def _get(data, path):
+    for p in path:
+        data = data[p]
+    return data
+
+
+def _set(data, path, value):
+    for p in path[:-1]:
+        data = data[p]
+    data[path[-1]] = value

@@ -1,0 +1,15 @@
+"""Reporters turn a Report into text. Each is a function (report) -> str, found by name."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ..findings import Report
+from . import github, json_, sarif, text
+
+REPORTERS: dict[str, Callable[[Report], str]] = {
+    "text": text.render,
+    "json": json_.render,
+    "github": github.render,
+    "sarif": sarif.render,
+}

@@ -1,0 +1,18 @@
+"""One JSON object: diagnostics plus a summary."""
+
+from __future__ import annotations
+
+import json
+
+from ..findings import Report
+
+
+def as_dict(report: Report) -> dict:
+    return {
+        "diagnostics": [f.to_dict() for f in report.sorted()],
+        "summary": {"errors": report.errors, "warnings": report.warnings, "files": len(report.files)},
+    }
+
+
+def render(report: Report) -> str:
+    return json.dumps(as_dict(report), indent=2, ensure_ascii=False) + "\n"

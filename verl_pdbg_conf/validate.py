@@ -1,0 +1,127 @@
+"""The validator's core: files in, a Report of findings out. No printing, no exit codes."""
+
+from __future__ import annotations
+
+import os
+
+from .context import MsprobeContext, Options
+from .document import Document, is_unknown
+from .findings import Finding, Report, Severity, format_path
+from .loaders import load_json, load_yaml, read_text
+
+E = Severity.ERROR
+
+
+def validate_files(files: list[str], options: Options | None = None) -> Report:
+    options = options or Options()
+    report = Report()
+    seen_json: dict = {}
+    for f in files:
+        report.extend(validate_file(f, options, seen_json))
+    return report
+
+
+def validate_file(file: str, options: Options | None = None, _seen_json: dict | None = None) -> Report:
+    options = options or Options()
+    if file.lower().endswith(".json"):
+        doc = load_json(file)
+        report = Report(files=[file])
+        report.findings += doc.findings
+        if doc.ok:
+            report.findings += _msprobe(doc, MsprobeContext())
+        return report
+    return validate_document(load_yaml(file), options, _seen_json)
+
+
+def validate_document(doc: Document, options: Options | None = None, _seen_json: dict | None = None) -> Report:
+    """All rules for a verl config Document (a user's conf, a composed config)."""
+    from . import interpolation
+    from .checks.verl_profiler import check_verl_config
+
+    options = options or Options()
+    report = Report(files=[doc.file])
+    report.findings += doc.findings
+    if not doc.ok:
+        return report
+    interpolation.resolve(doc)
+    findings, tc = check_verl_config(doc, options)
+    report.findings += findings
+    if tc is not None and isinstance(tc.config_path, str) and tc.config_path and not is_unknown(tc.config_path):
+        report.extend(_config_json(doc, tc, options, _seen_json if _seen_json is not None else {}))
+    return report
+
+
+def _config_json(doc: Document, tc, options: Options, seen: dict) -> Report:
+    """Load and check the msprobe config.json that config_path names."""
+    report = Report()
+    path = tc.config_path
+    resolved = path if os.path.isabs(path) else os.path.join(options.base_dir, path)
+    at = tc.config_path_at
+    shown = path if resolved == path else f"{path} (resolved against {options.base_dir})"
+    text, errs = read_text(resolved, "config.json")
+    if text is None:
+        why = errs[0].message.replace("config.json ", "")
+        report.findings.append(doc.finding(
+            "config-path-invalid", E, f"config_path {shown}: {why}; msprobe cannot load its config",
+            at, hint="point config_path at an existing msprobe config.json (a relative path resolves against "
+                     "the directory the job is launched from)"))
+        return report
+    if not resolved.lower().endswith(".json"):
+        report.findings.append(doc.finding(
+            "config-path-invalid", E, f"config_path {shown} does not end in .json: msprobe refuses it",
+            at, hint="rename the file to end in .json"))
+    key = (os.path.realpath(resolved), tc.strict)
+    if key in seen:
+        return report
+    seen[key] = True
+    jdoc = load_json(resolved, text)
+    report.files.append(resolved)
+    report.findings += jdoc.findings
+    if not jdoc.ok:
+        first = jdoc.findings[0] if jdoc.findings else None
+        report.findings.append(doc.finding(
+            "config-path-invalid", E, f"config_path {shown} is not valid JSON"
+            + (f" ({first.file}:{first.line}:{first.column})" if first else "") + "; msprobe fails to load it",
+            at, hint="fix the JSON file"))
+        return report
+    report.findings += _msprobe(jdoc, MsprobeContext(strict=tc.strict, referenced_from=doc.file,
+                                                      config_path_key=format_path(at)))
+    return report
+
+
+def _msprobe(doc: Document, ctx: MsprobeContext) -> list[Finding]:
+    from .checks.msprobe import check_msprobe
+
+    return check_msprobe(doc, ctx)
+
+
+def check_tool_config(tool_config: dict, *, save_path: str | None, strict: bool | None = None,
+                      base_dir: str | None = None, enabled: bool = True) -> list[Finding]:
+    """The runtime's hand-off: every rule that applies to one role's precision_debugger settings,
+    as the runtime profiler sees them. The same rules as the CLI, run on a synthetic config."""
+    pd = dict(tool_config or {})
+    if strict is not None:
+        pd["strict"] = strict
+    data = {
+        "global_profiler": {"tool": "precision_debugger", "steps": [1], "save_path": save_path,
+                            "global_tool_config": {"precision_debugger": pd}},
+    }
+    doc = Document("<tool_config>", data)
+    opts = Options(base_dir=base_dir or os.getcwd(), runtime="pdbg", verl_version="legacy-workers")
+    report = validate_document(doc, opts)
+    ignore = {"role-disabled", "role-unused", "steps-none"}
+    return [f for f in report.sorted() if f.rule not in ignore]
+
+
+def validate_composed(files: list[str], overrides: list[str], options: Options | None = None,
+                      config_name: str = "ppo_trainer") -> Report:
+    """Compose verl's own config with the user's files and Hydra overrides, then validate it."""
+    from .compose import compose_verl
+
+    options = options or Options()
+    result = compose_verl(list(files), list(overrides), config_name=config_name)
+    report = Report(files=list(files))
+    report.findings += result.findings
+    if result.document is not None:
+        report.extend(validate_document(result.document, options))
+    return report
