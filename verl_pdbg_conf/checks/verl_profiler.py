@@ -314,7 +314,8 @@ def _config_path_shape(doc, tc):
             hint="+global_profiler.global_tool_config.precision_debugger.config_path=/path/to/config.json")]
     if not isinstance(v, str):
         return [doc.finding("config-path-type", E, f"config_path must be a string, got {v!r}: verl asserts "
-                            "`config_path must be str`", tc.config_path_at)]
+                            "`config_path must be str`", tc.config_path_at,
+                            hint="config_path: /path/to/config.json (one path, not a list or mapping)")]
     return []
 
 
@@ -439,7 +440,8 @@ def _save_path(doc, tc):
                                hint="set global_profiler.save_path"))
         return out
     if not isinstance(sp, str):
-        out.append(doc.finding("save-path", E, f"save_path must be a string, got {sp!r}", tc.save_path_at))
+        out.append(doc.finding("save-path", E, f"save_path must be a string, got {sp!r}", tc.save_path_at,
+                               hint="save_path: outputs/profile"))
         return out
     if not re.match(DUMP_PATH_CHARS, sp):
         bad = sorted({c for c in sp if not re.match(DUMP_PATH_CHARS, c)})
