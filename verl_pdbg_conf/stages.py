@@ -17,13 +17,16 @@ class Stage:
     models: tuple[str, ...]  # worker attribute paths that hold the stage's model
 
 
-_ACTOR_MODELS = ("actor.engine.module", "actor.actor_module", "actor_module_fsdp", "actor.actor_module_fsdp",
+# verl 0.9.1's candidates first (same order), then layouts it misses: a TrainingWorker
+# (the critic's worker in 0.9.1) holds its model at `engine.module`.
+_ACTOR_MODELS = ("actor.engine.module", "actor.actor_module", "actor.actor_module_fsdp", "actor_module_fsdp",
                  "actor_module")
-_REF_MODELS = ("ref.engine.module", "ref_policy.engine.module", "ref.actor_module", "ref_module_fsdp",
-               "ref_policy.actor_module", "ref_module")
-_CRITIC_MODELS = ("critic.engine.module", "engine.module", "critic.critic_module", "critic_module_fsdp",
-                  "critic_module")
-_RM_MODELS = ("reward_model.engine.module", "rm.reward_module", "reward_module", "rm_module_fsdp", "reward_model_module")
+_REF_MODELS = ("ref.engine.module", "ref.actor_module", "ref_policy.actor_module", "ref_module_fsdp", "ref_module",
+               "ref_policy.ref_module", "ref_policy.engine.module")
+_CRITIC_MODELS = ("critic.engine.module", "critic.critic_module", "critic_module_fsdp", "critic_module",
+                  "engine.module")
+_RM_MODELS = ("reward_model.engine.module", "reward_model_module_fsdp", "reward_model_module",
+              "rm.reward_model_module")
 
 _ACTOR = "actor_rollout_ref.actor.profiler"
 _REF = "actor_rollout_ref.ref.profiler"
