@@ -31,7 +31,7 @@ class Document:
                     return (pos[2] if len(pos) > 2 else self.file), pos[0], pos[1]
             if not path:
                 return self.file, 1, 1
-            path = path[:-1]
+            path, key = path[:-1], True  # a missing key: point at the section that lacks it
 
     def where(self, path: Path, key: bool = False) -> tuple[int, int]:
         return self.origin(path, key)[1:]
