@@ -133,7 +133,7 @@ def check_verl_config(doc: Document, options: Options) -> tuple[list[Finding], T
     roles, role_findings = _roles(doc, data, options, tc)
     out += role_findings
     out += _config_path_shape(doc, tc)
-    stage_findings, selected = _stages(doc, tc, options, runtime)
+    stage_findings, selected = _stages(doc, tc, options, runtime, roles_in_use(data))
     out += stage_findings
     out += _gating(doc, data, options, tc, selected, roles, runtime)
     out += _save_path(doc, tc)
@@ -146,6 +146,28 @@ def _runtime(data, options: Options) -> str:
         return options.runtime
     hook = get(data, ("ray_kwargs", "ray_init", "runtime_env", "worker_process_setup_hook"))
     return "pdbg" if hook == RUNTIME_HOOK else "verl"
+
+
+def roles_in_use(data) -> dict[str, bool | None]:
+    """Which optional roles the trainer builds (verl's need_critic / need_reference_policy);
+    None where the file does not say and a CLI override may still decide."""
+    critic = get(data, ("critic", "enable"))
+    adv = get(data, ("algorithm", "adv_estimator"))
+    if isinstance(critic, bool):
+        use_critic = critic
+    elif isinstance(adv, str) and not is_unknown(adv):
+        use_critic = adv == "gae"
+    else:
+        use_critic = None
+    kl_loss = get(data, ("actor_rollout_ref", "actor", "use_kl_loss"))
+    kl_reward = get(data, ("algorithm", "use_kl_in_reward"))
+    if kl_loss is True or kl_reward is True:
+        use_ref = True
+    elif isinstance(kl_loss, bool) and isinstance(kl_reward, bool):
+        use_ref = False
+    else:
+        use_ref = None
+    return {"critic": use_critic, "ref": use_ref}
 
 
 def _unknown_keys(doc, mapping, at, known, rule, severity, why):
@@ -319,13 +341,15 @@ def _config_path_shape(doc, tc):
     return []
 
 
-def _stages(doc, tc, options, runtime):
+def _stages(doc, tc, options, runtime, in_use):
     """Stage list checks; returns findings and the stages that will be collected."""
     out = []
     at = tc.stages_at
     target = options.target
     stages = tc.stages
     collectable = set(target.fired) | (set(target.aliases.values()) if runtime == "pdbg" else set())
+    unused = {s for s, info in STAGES.items() if in_use.get(info.role) is False}
+    collectable -= unused
     if is_unknown(stages):
         return out, set(STAGES)
     if stages is None:
@@ -361,6 +385,13 @@ def _stages(doc, tc, options, runtime):
             crash = " With strict: True the workers raise ValueError at start." if tc.strict else ""
             out.append(doc.finding("stage-unknown", E, f"unknown stage '{s}': it is never collected.{crash}", p,
                                    hint=f"one of {', '.join(STAGES)}{did_you_mean(s, known)}"))
+        elif s in unused:
+            role = STAGES[s].role
+            why = ("no reference policy runs: actor_rollout_ref.actor.use_kl_loss and algorithm.use_kl_in_reward "
+                   "are both False" if role == "ref" else
+                   "no critic runs: critic.enable is False, or unset with algorithm.adv_estimator other than gae")
+            out.append(doc.finding("stage-not-run", W, f"stage '{s}' is never collected: {why}", p,
+                                   hint="remove it, or enable the role it needs"))
         elif s not in collectable:
             why = (f"verl {target.version}'s workers never run a stage named '{s}'")
             alias = next((a for a, st in target.aliases.items() if st == s), None)
@@ -409,6 +440,11 @@ def _gating(doc, data, options, tc, selected, roles, runtime):
             continue
         gates = [s for g, ss in needed.items() if g == name for s in ss]
         if name == "critic.profiler":
+            if roles_in_use(data)["critic"] is False:
+                out.append(doc.finding("role-unused", W, "critic.profiler.enable is True but no critic runs "
+                                       "in this configuration", split(name) + ("enable",),
+                                       hint="leave it disabled"))
+                continue
             if runtime == "verl":
                 sev = E if tc.strict else W
                 msg = ("the critic's update runs as 'train_batch', which verl 0.9.1's precision_debugger does "
