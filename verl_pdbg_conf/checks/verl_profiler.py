@@ -89,23 +89,27 @@ def check_verl_config(doc: Document, options: Options) -> tuple[list[Finding], T
     tool = gp.get("tool")
     pd_present = has_pd_settings(data)
     if is_unknown(tool):
-        pass
+        if not pd_present:
+            return out, None
     elif tool is None:
         if pd_present:
             out.append(doc.finding(
                 "tool-missing", E, "precision_debugger is configured but global_profiler.tool is not set: "
                 "no profiler runs and nothing is collected", GP + ("tool",), key=True,
                 hint="set global_profiler.tool: precision_debugger"))
-            return out, None
-        if not gp:
+            # go on: report every other mistake in the same pass
+        elif not gp:
             out.append(doc.finding("no-profiler-config", I, "no global_profiler section: nothing to check", ()))
-        return out, None
+            return out, None
+        else:
+            return out, None
     elif not isinstance(tool, str) or tool not in TOOLS:
+        close = did_you_mean(str(tool), TOOLS)
         out.append(doc.finding(
             "tool-unknown", E, f"global_profiler.tool {tool!r} is not a verl profiler tool; verl falls back to a "
-            "no-op profiler and collects nothing", GP + ("tool",),
-            hint=f"one of {', '.join(TOOLS)}{did_you_mean(str(tool), TOOLS)}"))
-        return out, None
+            "no-op profiler and collects nothing", GP + ("tool",), hint=f"one of {', '.join(TOOLS)}{close}"))
+        if not (pd_present or f"'{TOOL}'" in close):  # meant precision_debugger: check the rest too
+            return out, None
     elif tool != TOOL:
         if pd_present:
             out.append(doc.finding(
