@@ -18,9 +18,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="verl-pdbg-validate",
         description="Check a verl precision_debugger (msprobe) setup before launch: verl conf YAML files, "
-                    "msprobe config.json files, or verl's composed config (--verl ... -- OVERRIDES).",
+                    "msprobe config.json files, launch scripts (*.sh: their `python3 -m verl.trainer.main_ppo` "
+                    "overrides), or verl's composed config (--verl ... -- OVERRIDES).",
         epilog="Exit status: 0 no errors, 1 errors found, 2 usage error or missing input file.")
-    p.add_argument("files", nargs="*", help="verl conf .yaml files, msprobe .json files")
+    p.add_argument("files", nargs="*", help="verl conf .yaml files, msprobe .json files, launch scripts (.sh)")
     p.add_argument("-f", "--format", choices=FORMATS, default=None,
                    help="output format (default: github under GitHub Actions, else text)")
     p.add_argument("-W", "--warnings-as-errors", action="store_true", help="exit 1 on warnings too (for CI)")
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.verl:
         report = validate_composed(args.files, overrides, options, config_name=args.config_name)
     else:
-        report = validate_files(args.files, options)
+        report = _validate_inputs(args.files, options, validate_files)
 
     from .reporters import REPORTERS
 
@@ -91,6 +92,23 @@ def main(argv: list[str] | None = None) -> int:
     if report.errors or (args.warnings_as_errors and report.warnings):
         return EXIT_FINDINGS
     return EXIT_OK
+
+
+def _validate_inputs(files: list[str], options, validate_files):
+    """Conf and config.json files through the validator in one call; launch scripts each through
+    their own composition. Order of the findings is the reporters' (file, line, column)."""
+    from .findings import Report
+    from .launch_script import is_launch_script
+
+    scripts = [f for f in files if is_launch_script(f)]
+    report = validate_files([f for f in files if f not in scripts], options) if len(scripts) < len(files) \
+        else Report()
+    if scripts:
+        from .launch_script import validate_script
+
+        for f in scripts:
+            report.extend(validate_script(f, options))
+    return report
 
 
 if __name__ == "__main__":
