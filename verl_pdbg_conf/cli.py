@@ -37,6 +37,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="directory a relative config_path resolves against (default: the current directory, "
                         "like the launch directory of a verl run)")
     p.add_argument("--list-rules", action="store_true", help="print the rule ids and exit")
+    t = p.add_argument_group("before and after the run")
+    t.add_argument("--plan", action="store_true",
+                   help="for a valid configuration, print what the run will write: step_N/stage directories, "
+                        "dumped ranks, and an ESTIMATE of disk use and profiled-step time")
+    t.add_argument("--params", metavar="N|MODEL_DIR", default=None,
+                   help="model size for --plan's estimate: 7e9, 7B, 500M, or a Hugging Face model directory "
+                        "(default: actor_rollout_ref.model.path when it is a local directory, or a size in its name)")
+    t.add_argument("--inspect", metavar="SAVE_PATH", default=None,
+                   help="check a finished run's output directory against the configuration in FILES (optional): "
+                        "missing, empty or grown dump.json, directories left by other runs")
+    t.add_argument("--compare", nargs=2, metavar=("TARGET", "GOLDEN"), default=None,
+                   help="print the `msprobe compare` command for two dumps: step_N/stage under --inspect's "
+                        "SAVE_PATH, a stage directory or a dump.json (the same stage in two runs or two steps)")
     return p
 
 
@@ -64,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_usage(sys.stderr)
         sys.stderr.write("verl-pdbg-validate: error: overrides after `--` need --verl\n")
         return EXIT_USAGE
-    if not args.files and not args.verl:
+    if not args.files and not args.verl and not (args.inspect or args.compare):
         parser.print_usage(sys.stderr)
         sys.stderr.write("verl-pdbg-validate: error: give at least one file, or --verl\n")
         return EXIT_USAGE
@@ -81,12 +94,20 @@ def main(argv: list[str] | None = None) -> int:
                       base_dir=os.path.abspath(args.base_dir) if args.base_dir else os.getcwd())
     if args.verl:
         report = validate_composed(args.files, overrides, options, config_name=args.config_name)
-    else:
+    elif args.files:
         report = _validate_inputs(args.files, options, validate_files)
+    else:
+        from .findings import Report
+
+        report = Report()
 
     from .reporters import REPORTERS
 
     fmt = args.format or ("github" if os.environ.get("GITHUB_ACTIONS") == "true" else "text")
+    if args.plan or args.inspect or args.compare:
+        from .run_tools import run_tool
+
+        return run_tool(args, overrides, options, report, fmt)
     sys.stdout.write(REPORTERS[fmt](report))
     sys.stdout.flush()
     if report.errors or (args.warnings_as_errors and report.warnings):

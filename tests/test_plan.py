@@ -1,0 +1,187 @@
+"""`--plan`: the step_N/stage directories a run writes, the ranks msprobe dumps, and the estimate
+from the guide's measured figures (labelled as such)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from verl_pdbg_conf.cli import main
+from verl_pdbg_conf.context import Options
+from verl_pdbg_conf.estimate import BASIS_PARAMS, params_from_hf_config, parse_params
+from verl_pdbg_conf.loaders import load_yaml
+from verl_pdbg_conf.plan import NotPlannable, as_dict, build_plan, parse_ids, render_text
+
+EX = Path(__file__).parent / "examples"
+QWEN2_7B = {"hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28, "vocab_size": 152064,
+            "num_attention_heads": 28, "num_key_value_heads": 4, "tie_word_embeddings": False}
+L1 = {"task": "statistics", "rank": [], "step": [], "level": "L1", "statistics": {"scope": [], "list": []}}
+ACTOR_REF = ["actor_compute_log_prob", "ref_compute_log_prob", "actor_update"]
+
+
+def conf(tmp_path, extra: str = "", stages=ACTOR_REF, steps="[1, 2]", cfg=None, name="conf.yaml") -> Path:
+    (tmp_path / "config.json").write_text(json.dumps(cfg or L1))
+    text = ("global_profiler:\n  tool: precision_debugger\n"
+            f"  steps: {steps}\n  save_path: outputs/profile\n"
+            "  global_tool_config:\n    precision_debugger:\n      config_path: config.json\n"
+            + (f"      stages: [{', '.join(stages)}]\n" if stages is not None else "")
+            + "actor_rollout_ref:\n  actor:\n    use_kl_loss: True\n    profiler:\n      enable: True\n" + extra)
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def plan_of(path: Path, params=None, **opts):
+    return build_plan(load_yaml(str(path)), Options(base_dir=str(path.parent), **opts), params=params)
+
+
+def test_directories_ranks_and_the_guide_figures(tmp_path):
+    plan = plan_of(conf(tmp_path))
+    assert plan.steps == [1, 2]
+    assert plan.stages == ACTOR_REF  # run order: old log prob, ref, update
+    assert plan.dirs == [f"step_{n}/{s}" for n in (1, 2) for s in ACTOR_REF]
+    assert set(plan.gates.values()) == {"actor_rollout_ref.actor.profiler"}  # hybrid: the actor gates ref too
+    assert plan.ranks is None and plan.level == "L1"
+    est = plan.estimate
+    lo, hi = est.total_mb
+    assert 0.9 * 21 <= lo <= hi <= 1.1 * 21  # guide: L1, these stages, steps 1 and 2: 21 MB
+    assert est.ranks is None  # per rank: the world size is not in the file
+    assert 9 <= est.inflation_at_basis[0] <= est.inflation_at_basis[1] <= 11  # guide: 9x-10x
+    text = render_text(plan)
+    assert "ESTIMATE" in text and "Qwen2-0.5B" in text and "all ranks (config.json rank: [])" in text
+
+
+def test_l0_figures(tmp_path):
+    plan = plan_of(conf(tmp_path, cfg=dict(L1, level="L0")))
+    lo, hi = plan.estimate.total_mb
+    assert 0.9 * 8.8 <= lo <= hi <= 1.1 * 8.8  # guide: L0, these stages, steps 1 and 2: 8.8 MB
+
+
+def test_rank_list_world_size_and_per_stage_basis(tmp_path):
+    extra = "trainer:\n  nnodes: 1\n  n_gpus_per_node: 8\n"
+    plan = plan_of(conf(tmp_path, extra, cfg=dict(L1, rank=[0, "2-3", 9])))
+    assert plan.ranks == [0, 2, 3, 9] and plan.world_size == 8
+    assert any("beyond the world size" in n for n in plan.notes)
+    assert plan.estimate.ranks == 3
+    assert {s.basis for s in plan.estimate.stages} == {"measured"}
+
+
+def test_all_ranks_with_world_size(tmp_path):
+    plan = plan_of(conf(tmp_path, "trainer:\n  nnodes: 2\n  n_gpus_per_node: 4\n"))
+    assert plan.ranks is None and plan.estimate.ranks == 8
+    assert "0..7" in render_text(plan)
+
+
+def test_parse_ids():
+    assert parse_ids([]) is None and parse_ids(None) is None
+    assert parse_ids([1, "3", "5-7", True, "x"]) == [1, 3, 5, 6, 7]
+
+
+def test_scaling_by_parameter_count(tmp_path):
+    base = plan_of(conf(tmp_path))
+    big = plan_of(conf(tmp_path), params=parse_params("7e9"))
+    ratio = 7e9 / BASIS_PARAMS
+    assert big.estimate.total_mb[0] == pytest.approx(base.estimate.total_mb[0] * ratio)
+    assert big.estimate.extra_s_per_step[1] == pytest.approx(base.estimate.extra_s_per_step[1] * ratio)
+    assert big.estimate.inflation_at_basis == base.estimate.inflation_at_basis
+
+
+def test_parameter_count_from_an_hf_config(tmp_path):
+    assert BASIS_PARAMS == pytest.approx(494e6, rel=0.01)  # Qwen2-0.5B
+    assert params_from_hf_config(QWEN2_7B) == pytest.approx(7.62e9, rel=0.01)
+    model = tmp_path / "models" / "Qwen2-7B-Instruct"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text(json.dumps(QWEN2_7B))
+    p = parse_params(str(model))
+    assert p.count == pytest.approx(7.62e9, rel=0.01) and "config.json" in p.source
+    for text, n in (("7B", 7e9), ("0.5b", 5e8), ("500M", 5e8), ("7000000000", 7e9)):
+        assert parse_params(text).count == n
+    assert parse_params("not-a-size") is None
+
+
+def test_model_path_in_the_config_is_used(tmp_path):
+    model = tmp_path / "qwen"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(QWEN2_7B))
+    plan = plan_of(conf(tmp_path, "  model:\n    path: qwen\n"))
+    # `model` sits under actor_rollout_ref (the conf's last top-level key)
+    assert plan.estimate.params.count == pytest.approx(7.62e9, rel=0.01)
+    assert "actor_rollout_ref.model.path" in plan.estimate.params.source
+
+
+def test_model_size_from_a_hub_name(tmp_path):
+    plan = plan_of(conf(tmp_path, "  model:\n    path: Qwen/Qwen2.5-7B-Instruct\n"))
+    assert plan.estimate.params.count == 7e9 and "name" in plan.estimate.params.source
+
+
+def test_critic_warmup_skips_the_actor_update(tmp_path):
+    plan = plan_of(conf(tmp_path, "trainer:\n  critic_warmup: 2\n"))
+    assert "step_1/actor_update" not in plan.dirs and "step_2/actor_update" in plan.dirs
+    assert plan.skipped and "critic_warmup" in plan.skipped[0][1]
+
+
+def test_continuous_steps_land_in_the_first_steps_directory(tmp_path):
+    p = conf(tmp_path, steps="[1, 2, 3, 5]")
+    p.write_text(p.read_text().replace("  save_path:", "  profile_continuous_steps: True\n  save_path:"))
+    plan = plan_of(p, runtime="verl")
+    assert sorted({d.split("/")[0] for d in plan.dirs}) == ["step_1", "step_5"]
+    assert plan_of(p, runtime="pdbg").dirs[-1] == "step_5/actor_update"
+    assert len({d.split("/")[0] for d in plan_of(p, runtime="pdbg").dirs}) == 4
+
+
+def test_pdbg_runtime_collects_the_critic(tmp_path):
+    extra = ("critic:\n  enable: True\n  profiler:\n    enable: True\n"
+             "algorithm:\n  adv_estimator: gae\n")
+    stages = ACTOR_REF + ["compute_values", "critic_update"]
+    verl = plan_of(conf(tmp_path, extra, stages=stages), runtime="verl")
+    pdbg = plan_of(conf(tmp_path, extra, stages=stages), runtime="pdbg")
+    assert "critic_update" not in verl.stages and "critic_update" in verl.not_collected
+    assert pdbg.stages == ["actor_compute_log_prob", "ref_compute_log_prob", "critic_update", "actor_update"]
+    assert pdbg.gates["critic_update"] == "critic.profiler"
+    assert "like actor_update (not measured)" in {s.basis for s in pdbg.estimate.stages}
+
+
+def test_not_plannable_without_the_tool(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("global_profiler:\n  tool: nsys\n  steps: [1]\n")
+    with pytest.raises(NotPlannable):
+        plan_of(p)
+
+
+def test_unknown_levels_and_tensor_task_are_said(tmp_path):
+    assert not plan_of(conf(tmp_path, cfg=dict(L1, level="debug"))).estimate.available
+    tensor = plan_of(conf(tmp_path, cfg=dict(L1, task="tensor")))
+    assert any("tensor" in n for n in tensor.estimate.notes)
+
+
+# ------------------------------------------------------------------ the command
+
+def test_cli_plan_text_json_and_errors(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+    p = conf(tmp_path)
+    assert main(["--plan", str(p), "--params", "7B"]) == 0
+    out = capsys.readouterr().out
+    assert "step_2/actor_update/" in out and "ESTIMATE (not a measurement)" in out and "7.00B" in out
+    assert main(["--plan", "-f", "json", str(p)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (plan,) = doc["plans"]
+    assert plan["ranks"] == "all" and plan["estimate"]["label"] == "estimate"
+    assert plan["directories"][0] == "outputs/profile/step_1/actor_compute_log_prob"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(p.read_text().replace("actor_update]", "actor_updat]"))
+    assert main(["--plan", str(bad)]) == 1
+    assert "ESTIMATE" not in capsys.readouterr().out
+    assert main(["--plan", str(p), "--params", "lots"]) == 2
+
+
+def test_cli_plan_of_a_launch_script(capsys, monkeypatch):
+    monkeypatch.chdir(EX / "scripts")
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+    assert main(["--plan", "positive/run_qwen2-0.5b_grpo_pdbg.sh"]) == 0
+    out = capsys.readouterr().out
+    assert "plan for positive/run_qwen2-0.5b_grpo_pdbg.sh:19" in out
+    assert "0..7 (trainer.nnodes x trainer.n_gpus_per_node = 8)" in out
+    assert "Qwen/Qwen2-0.5B-Instruct" in out  # model size from the name in the script

@@ -1,0 +1,218 @@
+"""Estimates of disk use and profiled-step time from the guide's measured figures.
+
+Basis: the guide's "Overhead and disk usage" section, a real PPO run on Ascend with Qwen2-0.5B,
+profiled steps [1, 2], rank 0. Figures for stages the guide did not measure on disk
+(compute_values, critic_update, compute_rm_score) are taken from the actor stage that does the
+same work (a forward pass, or a forward and backward pass) and marked as such. Everything is
+scaled linearly by parameter count, which the guide does not measure: these are estimates,
+labelled with their basis wherever they are shown."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+
+BASIS_MODEL = "Qwen2-0.5B"
+BASIS_RUN = "the guide's measured PPO run on Ascend: Qwen2-0.5B, profiled steps [1, 2], rank 0"
+# Qwen2-0.5B's config.json, to count its parameters with the same formula as the user's model.
+QWEN2_0_5B = {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24, "vocab_size": 151936,
+              "num_attention_heads": 14, "num_key_value_heads": 2, "tie_word_embeddings": True}
+
+# MB per profiled step, rank 0 (guide: Disk usage table): (low, high).
+DISK_MB = {
+    "L1": {"actor_update": (5.1, 5.2), "actor_compute_log_prob": (2.6, 2.6), "ref_compute_log_prob": (2.6, 2.6)},
+    "L0": {"actor_update": (2.5, 2.5), "actor_compute_log_prob": (1.1, 1.1), "ref_compute_log_prob": (0.86, 0.87)},
+}
+# Stages the guide did not measure on disk, and the measured stage that does the same work.
+ANALOGY = {"compute_values": "actor_compute_log_prob", "critic_update": "actor_update",
+           "compute_rm_score": "actor_compute_log_prob"}
+
+# Time overhead table: seconds per step.
+BASELINE_S = 17.0  # "about 16-18 s/step in steady state"
+PROFILED_S = {"L0": (48.78, 66.81), "L1": (161.80, 177.35)}
+MEASURED_STAGES = {
+    "L0": ("actor_compute_log_prob", "ref_compute_log_prob", "compute_values", "critic_update", "actor_update"),
+    "L1": ("actor_compute_log_prob", "ref_compute_log_prob", "actor_update"),
+}
+
+
+@dataclass
+class Params:
+    count: float | None  # None: unknown, figures stay at the basis model's size
+    source: str  # how it was found
+
+
+@dataclass
+class StageEstimate:
+    stage: str
+    mb_per_step: tuple[float, float]  # per rank, scaled
+    basis: str  # "measured" or "like <stage> (not measured)"
+
+
+@dataclass
+class Estimate:
+    level: str
+    task: str
+    params: Params
+    scale: float  # params / basis params
+    stages: list[StageEstimate] = field(default_factory=list)
+    steps: int = 0
+    ranks: int | None = None  # None: per rank (the number of ranks is not known)
+    total_mb: tuple[float, float] | None = None
+    inflation_at_basis: tuple[float, float] | None = None  # profiled step / baseline step, basis model
+    extra_s_per_step: tuple[float, float] | None = None  # extra seconds per profiled step, scaled
+    notes: list[str] = field(default_factory=list)
+    basis: str = BASIS_RUN
+    available: bool = True  # False: no measured figures for this level/task
+
+
+def params_from_hf_config(cfg: dict) -> float | None:
+    """Parameter count of a decoder-only transformer from its HF config.json: embeddings,
+    attention (grouped-query aware), gated MLP (or MoE experts), untied LM head."""
+    cfg = dict(cfg.get("text_config") or {}, **{k: v for k, v in cfg.items() if k != "text_config"}) \
+        if isinstance(cfg.get("text_config"), dict) and "hidden_size" not in cfg else cfg
+    try:
+        h = int(cfg["hidden_size"])
+        n_layers = int(cfg["num_hidden_layers"])
+        inter = int(cfg["intermediate_size"])
+        vocab = int(cfg["vocab_size"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    heads = cfg.get("num_attention_heads")
+    if isinstance(heads, int) and heads > 0:
+        head_dim = int(cfg.get("head_dim") or h // heads)
+        kv = int(cfg.get("num_key_value_heads") or heads)
+        attn = h * heads * head_dim * 2 + 2 * h * kv * head_dim
+    else:
+        attn = 4 * h * h
+    experts = cfg.get("num_experts") or cfg.get("num_local_experts") or cfg.get("n_routed_experts")
+    if isinstance(experts, int) and experts > 1:
+        mlp = 3 * h * int(cfg.get("moe_intermediate_size") or inter) * experts
+    else:
+        mlp = 3 * h * inter
+    embed = vocab * h
+    head = 0 if cfg.get("tie_word_embeddings", False) else vocab * h
+    return float(n_layers * (attn + mlp) + embed + head)
+
+
+BASIS_PARAMS = params_from_hf_config(QWEN2_0_5B)
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?(?:e\d+)?)\s*([kmbt]?)\s*$", re.I)
+_NAME_SIZE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*([bm])(?![a-z])", re.I)
+_UNIT = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
+
+
+def parse_params(value: str) -> Params | None:
+    """`7e9`, `7B`, `0.5b`, `500M`, or a model directory / its config.json."""
+    m = _SIZE.match(value or "")
+    if m:
+        return Params(float(m.group(1)) * _UNIT[m.group(2).lower()], f"--params {value}")
+    return params_from_path(value, f"--params {value}")
+
+
+def params_from_path(path: str, source: str) -> Params | None:
+    """Parameters of an HF model directory (or its config.json file) when it exists here."""
+    cfg_file = path if path.endswith(".json") else os.path.join(path, "config.json")
+    try:
+        with open(cfg_file, encoding="utf-8") as fh:
+            cfg = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    n = params_from_hf_config(cfg) if isinstance(cfg, dict) else None
+    if n is None:
+        return None
+    return Params(n, f"{source}: {cfg_file} (num_hidden_layers, hidden_size, intermediate_size, vocab_size)")
+
+
+def params_from_name(name: str) -> Params | None:
+    """`Qwen/Qwen2.5-7B-Instruct` -> 7e9, from the size written in the model's name."""
+    m = _NAME_SIZE.search(os.path.basename(str(name).rstrip("/")))
+    if not m:
+        return None
+    return Params(float(m.group(1)) * _UNIT[m.group(2).lower()], f"the size in the model name {name!r}")
+
+
+def _stage_mb(level: str, stage: str) -> tuple[tuple[float, float], str]:
+    table = DISK_MB[level]
+    if stage in table:
+        return table[stage], "measured"
+    like = ANALOGY.get(stage, "actor_compute_log_prob")
+    return table[like], f"like {like} (not measured)"
+
+
+def _levels(level: str) -> list[str] | None:
+    if level in DISK_MB:
+        return [level]
+    if level == "mix":
+        return ["L0", "L1"]
+    return None
+
+
+def estimate(level: str, task: str, stages: list[str], steps: int, ranks: int | None,
+             params: Params | None) -> Estimate:
+    params = params or Params(None, f"not given: figures are for {BASIS_MODEL}")
+    scale = params.count / BASIS_PARAMS if params.count else 1.0
+    est = Estimate(level, task, params, scale, steps=steps, ranks=ranks)
+    levels = _levels(level)
+    if levels is None:
+        est.available = False
+        est.notes.append(f"level {level}: the guide has no measured figures for it"
+                         + (" (L2 dumps kernels on Ascend NPUs only)" if level == "L2" else ""))
+        return est
+    if task == "tensor":
+        est.notes.append("task tensor also writes every tensor's data (dump_tensor_data/*.pt): the disk figures "
+                         "below count only dump.json-sized statistics and are far too low for it")
+    elif task not in ("statistics",):
+        est.notes.append(f"task {task}: the guide's figures are for statistics-style dumps; treat them as rough")
+    for s in stages:
+        lo = hi = 0.0
+        basis = "measured"
+        for lv in levels:
+            (a, b), how = _stage_mb(lv, s)
+            lo, hi = lo + a, hi + b
+            if how != "measured":
+                basis = how
+        est.stages.append(StageEstimate(s, (lo * scale, hi * scale), basis))
+    per_step = (sum(x.mb_per_step[0] for x in est.stages), sum(x.mb_per_step[1] for x in est.stages))
+    mult = steps * (ranks or 1)
+    est.total_mb = (per_step[0] * mult, per_step[1] * mult)
+    # time: the measured extra seconds of a profiled step, shared among the measured stages by their
+    # dump volume, for the selected stages; inflation = (baseline + extra) / baseline
+    extra_lo = extra_hi = 0.0
+    for lv in levels:
+        weight = {s: sum(_stage_mb(lv, s)[0]) for s in set(MEASURED_STAGES[lv]) | set(stages)}
+        share = sum(weight[s] for s in stages) / sum(weight[s] for s in MEASURED_STAGES[lv])
+        extra_lo += (PROFILED_S[lv][0] - BASELINE_S) * share
+        extra_hi += (PROFILED_S[lv][1] - BASELINE_S) * share
+    est.inflation_at_basis = (1 + extra_lo / BASELINE_S, 1 + extra_hi / BASELINE_S)
+    est.extra_s_per_step = (extra_lo * scale, extra_hi * scale)
+    if scale > 1.5:
+        est.notes.append("the guide reports tens-X slowdowns of profiled steps as common for larger models or "
+                         "more stages; the slowdown is not scaled here, only the extra seconds")
+    return est
+
+
+def as_dict(est: Estimate) -> dict:
+    return {
+        "label": "estimate",
+        "basis": est.basis,
+        "level": est.level,
+        "task": est.task,
+        "parameters": est.params.count,
+        "parameters_source": est.params.source,
+        "scale": round(est.scale, 3),
+        "available": est.available,
+        "stages": [{"stage": s.stage, "mb_per_step_per_rank": [round(v, 2) for v in s.mb_per_step],
+                    "basis": s.basis} for s in est.stages],
+        "profiled_steps": est.steps,
+        "ranks": est.ranks,
+        "total_mb": [round(v, 1) for v in est.total_mb] if est.total_mb else None,
+        "total_is_per_rank": est.ranks is None,
+        "profiled_step_slowdown_at_basis": [round(v, 1) for v in est.inflation_at_basis]
+        if est.inflation_at_basis else None,
+        "extra_seconds_per_profiled_step": [round(v) for v in est.extra_s_per_step] if est.extra_s_per_step else None,
+        "notes": est.notes,
+    }
