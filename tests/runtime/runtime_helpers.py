@@ -1,0 +1,49 @@
+"""Run scenarios.py in subprocesses (msprobe patches torch for the life of a process)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+CONFIGS = os.path.join(HERE, "configs")
+SCRIPT = os.path.join(HERE, "scenarios.py")
+
+
+def config(name: str) -> str:
+    return os.path.join(CONFIGS, name + ".json")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Scenario:
+    """One scenario process; `result()` waits for it and returns what it wrote."""
+
+    def __init__(self, tmp: str, name: str, *args: str, tag: str = ""):
+        self.result_path = os.path.join(tmp, f"{name}{tag}.result.json")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p),
+                   PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen([sys.executable, SCRIPT, name, self.result_path, *args], cwd=tmp, env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def result(self, timeout: float = 240) -> dict:
+        try:
+            out, _ = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, _ = self.proc.communicate()
+            pytest.fail(f"scenario timed out; output tail:\n{out[-4000:]}")
+        if self.proc.returncode != 0 or not os.path.exists(self.result_path):
+            pytest.fail(f"scenario failed (exit {self.proc.returncode}); output tail:\n{out[-6000:]}")
+        with open(self.result_path) as f:
+            return json.load(f)

@@ -1,0 +1,118 @@
+"""strict / non-strict with faults injected into real msprobe.
+
+Strict: what the guide says raises, raises, at construction where it can be known then.
+Non-strict: one warning per cause (not per call), the stage runs and returns its result
+unchanged, no exception from msprobe reaches the caller."""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime_helpers import Scenario, config
+
+pytestmark = pytest.mark.slow
+
+CALLS = 3
+
+
+@pytest.fixture(scope="module")
+def cases(module_tmp):
+    rec = Scenario(module_tmp, "matrix", config("l1_statistics"), module_tmp + "/out").result()
+    return rec["cases"], rec["plain"]
+
+
+def _dumps(case):
+    return sorted(case["tree"]["records"])
+
+
+def test_baseline(cases):
+    c, plain = cases
+    for name in ("baseline", "baseline-strict"):
+        assert c[name]["construct"] is None and c[name]["call"] is None
+        assert c[name]["results"] == [plain] * CALLS and c[name]["warnings"] == []
+        assert _dumps(c[name]) == [f"step_{s}/actor_update/step0/rank0/dump.json" for s in (1, 2, 3)]
+
+
+# cause -> (strict: where it raises and what, text of the single non-strict warning)
+FAULTS = {
+    "msprobe-missing": ("construct", "ImportError", "msprobe is not importable"),
+    "config-path-missing": ("construct", "ValueError", "config_path"),
+    "config-path-nonexistent": ("construct", "ValueError", "nope.json"),
+    "unknown-stage": ("construct", "ValueError", "actor_updte"),
+    "model-not-resolved": ("call", "ValueError", "PrecisionDebugger model not resolved for stage 'actor_update'"),
+    "start-raises": ("call", "RuntimeError", "msprobe failed to start for stage 'actor_update'"),
+    "stop-raises": ("call", "RuntimeError", "msprobe failed to stop for stage 'actor_update'"),
+}
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_strict_raises(cases, fault):
+    c, _ = cases
+    where, exc, _ = FAULTS[fault]
+    case = c[fault + "-strict"]
+    assert case[where] == exc
+    if where == "construct":
+        assert case["ran"] == 0 and case["call"] is None
+    assert case["warnings"] == []
+
+
+def test_strict_raises_before_or_after_the_stage(cases):
+    c, _ = cases
+    assert c["model-not-resolved-strict"]["ran"] == 0  # raised before running the stage
+    assert c["start-raises-strict"]["ran"] == 0 and "injected" in c["start-raises-strict"]["call_msg"]
+    assert c["stop-raises-strict"]["ran"] == 1  # the stage ran; msprobe's own error surfaced after it
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_non_strict_warns_once_and_runs(cases, fault):
+    c, plain = cases
+    case = c[fault]
+    assert case["construct"] is None and case["call"] is None
+    assert case["ran"] == CALLS
+    expected = [["ran", i] for i in range(1, CALLS + 1)] if fault == "model-not-resolved" else [plain] * CALLS
+    assert case["results"] == expected
+    assert len(case["warnings"]) == 1, case["warnings"]
+    assert FAULTS[fault][2] in case["warnings"][0]
+
+
+def test_non_strict_what_is_collected(cases):
+    c, _ = cases
+    for fault in ("msprobe-missing", "config-path-missing", "config-path-nonexistent", "model-not-resolved",
+                  "start-raises"):
+        assert _dumps(c[fault]) == []
+    # a misspelled stage drops only itself
+    assert _dumps(c["unknown-stage"]) == [f"step_{s}/actor_update/step0/rank0/dump.json" for s in (1, 2, 3)]
+
+
+@pytest.mark.parametrize("after", ["after-start-raises", "after-stop-raises", "after-stage-raises"])
+def test_msprobe_recovers_without_growth(cases, after):
+    c, plain = cases
+    case = c[after]
+    assert case["results"] == [plain] * CALLS and case["warnings"] == []
+    assert set(case["tree"]["records"].values()) == set(c["baseline"]["tree"]["records"].values())
+
+
+def test_stage_exception_passes_through(cases):
+    c, _ = cases
+    for name in ("stage-raises", "stage-raises-strict"):
+        assert c[name] == {"call": "KeyError", "active": False, "warnings": []}
+
+
+def test_earlier_dump_is_never_overwritten(cases):
+    c, _ = cases
+    case = c["earlier-run"]
+    assert case["kept"] == '{"earlier": true}'
+    assert sorted(case["tree"]["records"]) == sorted(f"step_1/actor_update{s}/step0/rank0/dump.json"
+                                                      for s in ("", ".1", ".2"))
+    assert case["tree"]["records"]["step_1/actor_update.1/step0/rank0/dump.json"] > 0
+    assert len(case["warnings"]) == 2
+    assert case["warnings"][0].endswith("writes to " + case["warnings"][0].split("writes to ")[1])
+    assert "actor_update.1 instead" in case["warnings"][0] and "actor_update.2 instead" in case["warnings"][1]
+
+
+def test_stage_api_for_other_loops(cases):
+    c, plain = cases
+    case = c["loop"]
+    assert case["results"] == [plain] * 6 and case["warnings"] == []
+    assert sorted(case["tree"]["records"]) == [f"step_{s}/{stage}/step0/rank0/dump.json" for s in (1, 3)
+                                               for stage in ("actor_compute_log_prob", "ref_compute_log_prob")]

@@ -1,0 +1,159 @@
+"""install(): put this profiler in place of verl's own precision-debugger backend.
+
+Runs as Ray's `worker_process_setup_hook` ("verl_pdbg_conf.runtime.install") in every worker
+process of a verl run, so it must be cheap, idempotent and harmless without verl. Importing
+verl costs seconds, so nothing is imported here: a patch is applied at once to a verl module
+already loaded, and otherwise right after the module's first import (a meta-path hook).
+
+Two patches:
+- `verl.utils.profiler.precision_debugger_profile.PrecisionDebuggerProfiler`: DistProfiler
+  imports it lazily when it is constructed, so every DistProfiler built afterwards uses ours.
+- `verl.trainer.ppo.v1.trainer_base.PPOTrainer._start_profiling` (the trainer runs in a Ray
+  actor, so the hook reaches it too): with `profile_continuous_steps: True` verl calls
+  start_profile only on the first step of a window, and 0.9.1's batches carry no global step,
+  so a worker cannot know the later steps' numbers. For precision_debugger only, the patched
+  trainer sends start_profile(profile_step=N) on every step of the window; the worker-side
+  effect of that call is only the new step tag."""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import logging
+import sys
+import threading
+
+log = logging.getLogger("verl_pdbg_conf.runtime")
+
+PROFILER_MODULE = "verl.utils.profiler.precision_debugger_profile"
+TRAINER_MODULE = "verl.trainer.ppo.v1.trainer_base"
+_MARK = "__verl_pdbg_conf_original__"
+_LOCK = threading.RLock()
+
+
+def _patch_profiler(module) -> None:
+    from .profiler import PrecisionDebuggerProfiler
+
+    current = getattr(module, "PrecisionDebuggerProfiler", None)
+    if current is PrecisionDebuggerProfiler:
+        return
+    setattr(module, _MARK, current)
+    module.PrecisionDebuggerProfiler = PrecisionDebuggerProfiler
+
+
+def _unpatch_profiler(module) -> None:
+    if hasattr(module, _MARK):
+        module.PrecisionDebuggerProfiler = getattr(module, _MARK)
+        delattr(module, _MARK)
+
+
+def _retag_continuous_window(trainer) -> None:
+    """Inside a continuous window, tell each distinct worker group the new step."""
+    gp = trainer.config.global_profiler
+    if gp.get("tool") != "precision_debugger" or not gp.get("profile_continuous_steps"):
+        return
+    if not (getattr(trainer, "prev_step_profile", False) and getattr(trainer, "curr_step_profile", False)):
+        return  # not inside a window: verl's own call already carried the step
+    groups = [(trainer.actor_rollout_wg, {"role": "train"})]
+    if getattr(trainer, "use_reference_policy", False):
+        groups.append((getattr(trainer, "ref_policy_wg", None), {}))
+    if getattr(trainer, "use_critic", False):
+        groups.append((getattr(trainer, "critic_wg", None), {}))
+    seen = set()
+    for wg, extra in groups:  # hybrid engines alias one group under several roles: call it once
+        if wg is None or id(wg) in seen:
+            continue
+        seen.add(id(wg))
+        wg.start_profile(profile_step=trainer.global_steps, **extra)
+
+
+def _patch_trainer(module) -> None:
+    cls = getattr(module, "PPOTrainer", None)
+    original = getattr(cls, "_start_profiling", None)
+    if original is None or hasattr(original, _MARK):
+        return
+
+    def _start_profiling(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        _retag_continuous_window(self)
+        return result
+
+    setattr(_start_profiling, _MARK, original)
+    _start_profiling.__doc__ = original.__doc__
+    cls._start_profiling = _start_profiling
+
+
+def _unpatch_trainer(module) -> None:
+    cls = getattr(module, "PPOTrainer", None)
+    patched = getattr(cls, "_start_profiling", None)
+    if hasattr(patched, _MARK):
+        cls._start_profiling = getattr(patched, _MARK)
+
+
+_PATCHES = {PROFILER_MODULE: (_patch_profiler, _unpatch_profiler), TRAINER_MODULE: (_patch_trainer, _unpatch_trainer)}
+
+
+def _apply(name: str, module) -> None:
+    try:
+        _PATCHES[name][0](module)
+    except Exception as e:  # a verl that moved things: leave it alone, never break its import
+        log.warning("precision_debugger: could not patch %s (%r); verl's own code stays in place", name, e)
+
+
+class _Loader(importlib.abc.Loader):
+    """The module's own loader, followed by the patch."""
+
+    def __init__(self, loader, name: str):
+        self._loader, self._name = loader, name
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        _apply(self._name, module)
+
+    def __getattr__(self, attr):  # get_source, get_filename, ... for tracebacks and inspect
+        return getattr(self._loader, attr)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Finds only the patched verl modules, through the normal path finder, and wraps their loader."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in _PATCHES:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return None
+        spec.loader = _Loader(spec.loader, fullname)
+        return spec
+
+
+_FINDER = _Finder()
+
+
+def install() -> None:
+    """Use this package's profiler for `tool: precision_debugger` in this process. Idempotent;
+    does nothing harmful (and imports nothing) where verl is not installed."""
+    with _LOCK:
+        if not any(isinstance(f, _Finder) for f in sys.meta_path):
+            sys.meta_path.insert(0, _FINDER)
+        for name in _PATCHES:
+            module = sys.modules.get(name)
+            if module is not None:
+                _apply(name, module)
+
+
+def uninstall() -> None:
+    """Undo install(): verl's own classes are back, and modules imported later stay unpatched."""
+    with _LOCK:
+        sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _Finder)]
+        for name, (_, undo) in _PATCHES.items():
+            module = sys.modules.get(name)
+            if module is not None:
+                undo(module)
+
+
+def installed() -> bool:
+    return any(isinstance(f, _Finder) for f in sys.meta_path)
