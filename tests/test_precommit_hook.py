@@ -1,0 +1,151 @@
+"""The pre-commit hook, run the way pre-commit runs it: the entry and args from the real
+.pre-commit-hooks.yaml, from the repository root, with many file names in one process, over the
+positive and negative example folders (positive: exit 0, negative: exit 1). Then, when
+pre-commit can build the hook's environment here, through `pre-commit try-repo` itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+EX = REPO / "tests" / "examples"
+HOOKS = yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text())
+(HOOK,) = [h for h in HOOKS if h["id"] == "verl-pdbg-validate"]
+
+# Example folders, with the `args:` a user's .pre-commit-config.yaml would give the hook for them
+# (relative config_path values resolve against --base-dir).
+FOLDERS = {
+    "verl": (["--base-dir", "tests/examples/verl"], "*.yaml"),
+    "scripts": (["--base-dir", "tests/examples/scripts"], "*.sh"),
+}
+
+
+def hook_argv(user_args: list[str]) -> list[str]:
+    """pre-commit runs `entry + args + filenames`. For `language: python` the entry is the
+    package's console script; it is run here from this working tree (the installed script may
+    be an older copy), as `python -m verl_pdbg_conf`, which calls the same function."""
+    entry = shlex.split(HOOK["entry"])
+    assert entry == ["verl-pdbg-validate"]
+    pyproject = (REPO / "pyproject.toml").read_text()
+    assert re.search(r'^verl-pdbg-validate = "verl_pdbg_conf\.cli:main"$', pyproject, re.M)
+    return [sys.executable, "-m", "verl_pdbg_conf", *HOOK.get("args", []), *user_args]
+
+
+def run_hook(files: list[Path], user_args: list[str]) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "GITHUB_ACTIONS"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    names = [str(f.relative_to(REPO)) for f in files]  # pre-commit passes repo-relative names
+    return subprocess.run(hook_argv(user_args) + names, cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+def examples(kind: str, side: str) -> list[Path]:
+    files = sorted((EX / kind / side).glob(FOLDERS[kind][1]))
+    assert len(files) >= 3
+    return files
+
+
+def test_hook_definition():
+    assert HOOK["language"] == "python"
+    assert HOOK["require_serial"] is False and HOOK.get("pass_filenames", True) is True
+    assert set(HOOK["types_or"]) == {"yaml", "json", "shell"}
+
+
+@pytest.mark.parametrize("path,taken", [
+    ("conf/profiler/precision_debugger_l1.yaml", True),
+    ("configs/ppo_precision_debugger.yaml", True),
+    ("exp/qwen_pdbg.yml", True),
+    ("exp/profile.yaml", True),
+    ("msprobe_config.json", True),
+    ("configs/dump_config.json", True),
+    ("precision/precision_debugger.json", True),
+    ("examples/grpo_trainer/run_qwen2-7b.sh", True),
+    ("scripts/train.bash", True),
+    (".github/workflows/ci.yaml", False),
+    ("package.json", False),
+    ("conf/ppo_trainer.yaml", False),
+    ("data/statistics.json", False),
+])
+def test_default_files_pattern(path, taken):
+    assert bool(re.search(HOOK["files"], path)) is taken  # pre-commit matches with re.search
+
+
+@pytest.mark.parametrize("kind", sorted(FOLDERS))
+def test_positive_folder_passes_in_one_process(kind):
+    proc = run_hook(examples(kind, "positive"), FOLDERS[kind][0])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("kind", sorted(FOLDERS))
+def test_negative_folder_fails_and_every_file_is_read(kind):
+    files = examples(kind, "negative")
+    proc = run_hook(files, FOLDERS[kind][0])
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    proc = run_hook(files, FOLDERS[kind][0] + ["--format", "json"])
+    assert proc.returncode == 1
+    doc = json.loads(proc.stdout)
+    seen = {Path(d["file"]).name for d in doc["diagnostics"]}
+    if kind == "scripts":  # every negative launch script is an error on its own
+        errors = {Path(d["file"]).name for d in doc["diagnostics"] if d["severity"] == "error"}
+        assert errors >= {f.name for f in files}
+    else:  # each conf names its expected finding, in itself or in the file it points at
+        for f in files:
+            expect = re.findall(r"^# expect: \S+ \S+ \d+(?: (\S+))?$", f.read_text(), re.M)
+            assert {e or f.name for e in expect} & seen, f.name
+
+
+def test_usage_error_is_exit_2():
+    proc = run_hook([EX / "verl" / "positive" / "guide_minimal.yaml"], ["--no-such-flag"])
+    assert proc.returncode == 2
+
+
+# ------------------------------------------------------------------ pre-commit itself
+
+@pytest.mark.slow
+def test_pre_commit_try_repo(tmp_path):
+    """pre-commit builds the hook's own virtualenv from this repository (it needs a package index
+    for the dependencies) and runs it on a throwaway repository's files."""
+    pre_commit = shutil.which("pre-commit")
+    if pre_commit is None:
+        pytest.skip("pre-commit is not installed (pip install pre-commit)")
+    if subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True).returncode != 0:
+        pytest.skip("the repository has no commit for try-repo to use")
+    work = tmp_path / "work"
+    shutil.copytree(EX / "verl" / "configs", work / "configs")  # config_path values resolve from the root
+    good = [work / "positive" / "profiler" / f.name for f in examples("verl", "positive")[:3]]
+    bad = [work / "negative" / "profiler" / n for n in ("stage-unknown__typo.yaml", "steps-none__null.yaml")]
+    for dst, src in zip(good + bad, examples("verl", "positive")[:3]
+                        + [EX / "verl" / "negative" / d.name for d in bad]):
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(src, dst)
+    git = ["git", "-c", "user.email=t@example.com", "-c", "user.name=t"]
+    subprocess.run(git + ["init", "-q"], cwd=work, check=True)
+    subprocess.run(git + ["add", "-A"], cwd=work, check=True)
+    subprocess.run(git + ["commit", "-qm", "examples"], cwd=work, check=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_ACTIONS", "PYTHONPATH")}
+    env["PRE_COMMIT_HOME"] = str(tmp_path / "cache")
+
+    def try_repo(files):
+        return subprocess.run([pre_commit, "try-repo", str(REPO), HOOK["id"], "--files",
+                               *[str(f.relative_to(work)) for f in files]],
+                              cwd=work, env=env, capture_output=True, text=True, timeout=1200)
+
+    both = try_repo(good + bad)
+    out = both.stdout + both.stderr
+    if "An unexpected error has occurred" in out or "An error has occurred" in out:
+        pytest.skip("pre-commit could not build the hook environment here:\n" + out[-1500:])
+    assert both.returncode == 1, out
+    for f in bad:
+        assert f"{f.relative_to(work)}:" in out
+    assert not [ln for ln in out.splitlines() if any(f"{g.relative_to(work)}:" in ln and " error " in ln
+                                                     for g in good)]
