@@ -119,6 +119,9 @@ def _validate_inputs(files: list[str], options, validate_files):
     """Conf and config.json files through the validator in one call; launch scripts each through
     their own composition. Order of the findings is the reporters' (file, line, column)."""
     from .findings import Report
+
+    if all(f.lower().endswith((".yaml", ".yml", ".json")) for f in files):
+        return validate_files(files, options)  # no launch script: its reader is not even imported
     from .launch_script import is_launch_script
 
     scripts = [f for f in files if is_launch_script(f)]
