@@ -188,3 +188,14 @@ def test_script_without_invocation_is_a_note(tmp_path):
     p.write_text("#!/bin/bash\npython3 examples/data_preprocess/gsm8k.py --local_dir ~/data/gsm8k\n")
     (f,) = validate_script(str(p)).sorted()
     assert f.severity is Severity.INFO and f.rule == "no-profiler-config"
+
+
+def test_cli_launch_script_mode(capsys, monkeypatch):
+    from verl_pdbg_conf.cli import main
+
+    monkeypatch.chdir(EX)
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+    assert main(["negative/stage_typo.sh", "positive/run_deepseek7b_no_profiler.sh"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("negative/stage_typo.sh:15:5: error stage-unknown ")
+    assert main(["--verl", "negative/stage_typo.sh"]) == 2

@@ -87,6 +87,13 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.write(f"verl-pdbg-validate: error: {f}: no such file\n")
         return EXIT_USAGE
 
+    if args.verl and not all(f.lower().endswith((".yaml", ".yml")) for f in args.files):
+        from .launch_script import is_launch_script
+
+        if any(is_launch_script(f) for f in args.files):
+            sys.stderr.write("verl-pdbg-validate: error: a launch script is composed on its own: give it without "
+                             "--verl\n")
+            return EXIT_USAGE
     from .context import Options
     from .validate import validate_composed, validate_files
 
