@@ -1,0 +1,653 @@
+"""Compose verl's installed PPO config with the user's YAML files and Hydra overrides, the way
+`python3 -m verl.trainer.main_ppo [--config-name ...] OVERRIDES` composes it, and hand back a
+Document: the composed, resolved config as plain containers, with the file, line and column
+that set every value.
+
+- verl's config directory is located with importlib.util.find_spec (verl is not imported: it
+  imports torch and Ray); hydra is imported only inside `compose_verl`.
+- The user's files act as the primary config a user writes on top of verl's:
+  `defaults: [ppo_trainer, _self_]` plus the files' content (later files win). Overrides are
+  applied as on the command line: `+group=option` appends after the files, `key=value` wins
+  over everything.
+- This package's config groups are on the search path (its Hydra SearchPathPlugin, discovered
+  when the package is installed, or registered here when it is not).
+- An override that does not compose becomes a finding (rule `override`) at the override, with
+  Hydra's reason and a hint with the form that works; the rest is composed without it.
+- Interpolations are resolved on the whole composed tree (a role's `${oc.select:global_profiler...}`
+  needs the root); one that cannot be resolved before the run becomes a warning (rule
+  `interpolation`) and keeps its raw string.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import os
+import re
+from dataclasses import dataclass, field
+
+from .document import Document
+from .findings import Finding, Severity, format_path
+from .loaders import load_yaml
+
+CLI = "<cli>"
+PRIMARY = "verl_pdbg_conf_user_config"  # ConfigStore name of the primary config built from the files
+_GRAMMAR = "https://hydra.cc/docs/advanced/override_grammar/basic/"
+
+
+@dataclass(frozen=True)
+class Override:
+    """One Hydra override and where the user wrote it (by default: the command line, line = its
+    1-based position in the override list, column 1)."""
+
+    text: str
+    file: str = CLI
+    line: int | None = None  # None: filled in with the 1-based position in the list
+    column: int = 1
+
+
+@dataclass
+class ComposeResult:
+    document: Document | None  # None when nothing composes (verl missing, a broken base config)
+    findings: list[Finding] = field(default_factory=list)  # loading, composition, interpolation
+    overrides: list[Override] = field(default_factory=list)  # as given, with positions filled in
+    applied: list[Override] = field(default_factory=list)  # those that composed
+    config_dir: str | None = None  # verl's trainer/config directory
+
+    @property
+    def ok(self) -> bool:
+        return self.document is not None
+
+
+def verl_config_dir() -> str | None:
+    """verl's trainer/config directory, found without importing verl."""
+    try:
+        spec = importlib.util.find_spec("verl")
+    except (ImportError, ValueError):
+        return None
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        d = os.path.join(root, "trainer", "config")
+        if os.path.isdir(d):
+            return os.path.abspath(d)
+    return None
+
+
+def _positioned(overrides) -> list[Override]:
+    out = []
+    for i, o in enumerate(overrides, 1):
+        if isinstance(o, Override):
+            out.append(o if o.line is not None else Override(o.text, o.file, i, o.column))
+        else:
+            out.append(Override(str(o), CLI, i, 1))
+    return out
+
+
+def _at(o: Override, rule: str, severity: Severity, message: str, hint: str = "", path: str = "") -> Finding:
+    return Finding(rule, severity, message, o.file, o.line or 1, o.column, path, hint)
+
+
+# ---------------------------------------------------------------- files
+
+def _plain(data):
+    if isinstance(data, dict):
+        return {str(k): _plain(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_plain(v) for v in data]
+    if isinstance(data, (str, int, float, bool)) or data is None:
+        return data
+    return str(data)
+
+
+def _load_files(files: list[str], config_name: str):
+    """Merge the files (later wins, lists replaced) -> data, positions, extra defaults, findings."""
+    findings: list[Finding] = []
+    merged: dict = {}
+    pos: dict = {}  # path -> (line, col, file)
+    extra_defaults: list = []
+    for f in files:
+        doc = load_yaml(f)
+        findings += doc.findings
+        if not doc.ok:
+            continue
+        if doc.data is None:
+            continue
+        if not isinstance(doc.data, dict):
+            line, col = doc.where(())
+            findings.append(Finding("value-type", Severity.ERROR,
+                                    "a verl config file must be a mapping at the top", f, line, col,
+                                    hint="write the config as `key: value` lines"))
+            continue
+        data = _plain(doc.data)
+        for entry in data.pop("defaults", None) or []:
+            name = entry if isinstance(entry, str) else None
+            if name in (config_name, "_self_"):
+                continue
+            extra_defaults.append(entry)
+        table = {}
+        for p, lc in list(doc.values.items()) + list(doc.keys.items()):
+            if p and p[0] == "defaults":
+                continue
+            table.setdefault(p, (lc[0], lc[1], f))
+        _merge(merged, data, (), pos, table)
+    return merged, pos, extra_defaults, findings
+
+
+def _merge(dst: dict, src: dict, path: tuple, pos: dict, table: dict) -> None:
+    for k, v in src.items():
+        p = path + (k,)
+        if isinstance(v, dict) and isinstance(dst.get(k), dict):
+            if p in table:
+                pos[p] = table[p]
+            _merge(dst[k], v, p, pos, table)
+            continue
+        for q in [q for q in pos if q[:len(p)] == p]:  # replaced: forget what was below
+            del pos[q]
+        dst[k] = v
+        for q, lc in table.items():
+            if q[:len(p)] == p:
+                pos[q] = lc
+
+
+# ---------------------------------------------------------------- hydra plumbing
+
+def _ensure_search_path_plugin() -> None:
+    """Make this package's config groups visible: its SearchPathPlugin is discovered when the
+    package is installed; from a bare source tree, register the plugin class here."""
+    from hydra.core.plugins import Plugins
+    from hydra.plugins.search_path_plugin import SearchPathPlugin
+
+    plugins = Plugins.instance()
+    if any(getattr(p, "VERL_PDBG_CONF", False) for p in plugins.discover(SearchPathPlugin)):
+        return
+    mod = None
+    try:
+        import hydra_plugins.verl_pdbg_conf_searchpath.verl_pdbg_conf_searchpath as mod  # noqa: F811
+    except ImportError:
+        here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "hydra_plugins",
+                            "verl_pdbg_conf_searchpath", "verl_pdbg_conf_searchpath.py")
+        if os.path.isfile(here):
+            spec = importlib.util.spec_from_file_location("_verl_pdbg_conf_searchpath", here)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+    if mod is not None:
+        plugins.register(mod.VerlPdbgConfSearchPathPlugin)
+
+
+class _hydra_session:
+    """initialize_config_dir that also works inside a running Hydra app: the app's GlobalHydra
+    (and version base) are set aside and put back."""
+
+    def __init__(self, config_dir: str):
+        self.config_dir = config_dir
+
+    def __enter__(self):
+        from hydra import initialize_config_dir
+        from hydra.core.global_hydra import GlobalHydra
+        from hydra.core.singleton import Singleton
+
+        from hydra.version import VersionBase
+
+        self._saved = Singleton._instances.pop(GlobalHydra, None)
+        self._base = VersionBase.instance().version_base
+        self._init = initialize_config_dir(self.config_dir, version_base=None)
+        self._init.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        from hydra.core.global_hydra import GlobalHydra
+        from hydra.core.singleton import Singleton
+
+        self._init.__exit__(*exc)
+        Singleton._instances.pop(GlobalHydra, None)
+        if self._saved is not None:
+            Singleton._instances[GlobalHydra] = self._saved
+        from hydra.version import VersionBase
+
+        VersionBase.instance().version_base = self._base  # as it was, without Hydra's warnings
+        return False
+
+
+# ---------------------------------------------------------------- errors -> findings
+
+_KEY_MSG = (
+    re.compile(r"Could not override '([^']+)'"),
+    re.compile(r"An item is already at '([^']+)'"),
+    re.compile(r"Could not delete from config\. '([^']+)' does not exist"),
+)
+_MISSING_MSG = re.compile(r"Could not find '([^']+)'")
+_IN_MSG = re.compile(r"^In '([^']+)':")
+
+
+def _culprit(e: Exception, candidates: list) -> int | None:
+    """Index (in candidates: (Override, hydra Override) pairs) of the override Hydra names."""
+    msg = str(e)
+    for rx in _KEY_MSG:
+        m = rx.search(msg)
+        if m:
+            for i, (_, h) in enumerate(candidates):
+                if h.key_or_group == m.group(1) or h.get_key_element() == m.group(1):
+                    return i
+    m = _MISSING_MSG.search(msg)
+    if m:
+        group, _, opt = m.group(1).rpartition("/")
+        for i, (_, h) in enumerate(candidates):
+            if h.key_or_group == group and str(h.value()) == opt:
+                return i
+        m2 = _IN_MSG.search(msg)  # a default inside a selected option is missing: blame the selection
+        if m2:
+            group, _, opt = m2.group(1).rpartition("/")
+            for i, (_, h) in enumerate(candidates):
+                if h.key_or_group == group and str(h.value()) == opt:
+                    return i
+    for i, (o, h) in enumerate(candidates):
+        if f"'{h.key_or_group}'" in msg:
+            return i
+    return None
+
+
+def _reason(e: Exception) -> str:
+    """Hydra's reason, without its search-path dump and with the OmegaConf cause's first line."""
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    text = lines[0] if lines else type(e).__name__
+    cause = e.__cause__
+    if cause is not None and str(cause).strip():
+        first = str(cause).strip().splitlines()[0]
+        if first not in text:
+            text += f" ({first})"
+    return text
+
+
+def _did_you_mean(word: str, choices) -> str | None:
+    choices = [str(c) for c in choices]
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    if not close:
+        lower = {c.lower(): c for c in choices}
+        close = [lower[word.lower()]] if word.lower() in lower else []
+    return close[0] if close else None
+
+
+def _node_keys(cfg, dotted: str):
+    """Keys of the mapping at `dotted` in cfg (unresolved), or None."""
+    from omegaconf import DictConfig, OmegaConf
+
+    node = cfg if not dotted else OmegaConf.select(cfg, dotted, throw_on_resolution_failure=False)
+    if isinstance(node, DictConfig):
+        return [str(k) for k in node.keys()]
+    return None
+
+
+def _override_finding(o: Override, h, e: Exception, base_cfg_fn, config_name: str = "ppo_trainer",
+                      earlier: list | None = None) -> Finding:
+    """Finding for an override that does not compose, with the form that works as hint."""
+    from hydra.errors import MissingConfigException
+
+    text = o.text
+    reason = _reason(e)
+    msg = f"override `{text}` does not compose: {reason}"
+    hint = ""
+    raw = str(e)
+    value_text = text.split("=", 1)[1] if "=" in text else ""
+    key = h.key_or_group if h is not None else ""
+    if "An item is already at" in raw:
+        bare = text.lstrip("+")
+        hint = (f"`{key}` already exists in verl's config: set it with `{bare}` "
+                f"(or `++{bare}` to add or override)")
+    elif "No match in the defaults list" in raw:
+        hint = f"`{key}` is not in {config_name}'s defaults list: append the option with `+{text.lstrip('+')}`"
+    elif ("Multiple values for" in raw or "appears more than once" in raw) and h is not None and any(
+            eh.key_or_group == key for _, eh in (earlier or [])):
+        first = next(eo for eo, eh in earlier if eh.key_or_group == key)
+        hint = (f"`{key}` is already selected by override {first.line} (`{first.text}`): select it once, "
+                f"or replace that choice with `{key}={h.value()}`")
+    elif isinstance(e, MissingConfigException) and h is not None and getattr(e, "options", None) \
+            and _MISSING_MSG.search(raw) and h.key_or_group == _MISSING_MSG.search(raw).group(1).rpartition("/")[0]:
+        opts = [x for x in e.options]
+        best = _did_you_mean(str(h.value()), opts)
+        if best:
+            hint = f"did you mean `{text.replace('=' + str(h.value()), '=' + best, 1)}`?"
+        else:
+            hint = f"options in '{key}': {', '.join(opts)}"
+    elif _KEY_MSG[0].search(raw) or _KEY_MSG[2].search(raw):
+        cause = e.__cause__
+        missing = getattr(cause, "key", None)
+        full = getattr(cause, "full_key", None) or key
+        parts = key.split(".")
+        if missing is None:  # delete of a key that does not exist: the last part is the missing one
+            missing = parts[-1]
+            full = key
+        missing = str(missing)
+        full_parts = str(full).split(".")
+        parent = ".".join(full_parts[:-1])
+        keys = _node_keys(base_cfg_fn(), parent)
+        if keys is not None:
+            best = _did_you_mean(missing, keys)
+            where = parent or "the top level"
+            if best:
+                fixed = parts[:]
+                idx = len(full_parts) - 1
+                if idx < len(fixed) and fixed[idx] == missing:
+                    fixed[idx] = best
+                fixed_key = ".".join(fixed)
+                prefix = text[:len(text) - len(text.lstrip("+~"))]
+                suggestion = prefix + fixed_key + (f"={value_text}" if "=" in text else "")
+                hint = f"did you mean `{suggestion}`? ('{missing}' is not a key of {where})"
+            else:
+                shown = ", ".join(sorted(keys)[:12]) + (", ..." if len(keys) > 12 else "")
+                hint = (f"'{missing}' is not a key of {where} in verl's config (keys there: {shown})"
+                        + ("" if text.startswith(("+", "~")) else
+                           f"; `+{text}` would add it, but verl ignores keys it does not know"))
+    elif h is None:
+        hint = f"fix the override syntax, quoting values with brackets or commas for the shell: key='[1,2]' ({_GRAMMAR})"
+    return _at(o, "override", Severity.ERROR, msg, hint, key)
+
+
+# ---------------------------------------------------------------- resolution
+
+def _to_plain(cfg, findings_out: list, origin_fn) -> object:
+    """The whole tree as plain containers, every interpolation resolved against the root;
+    an unresolvable one keeps its raw string and yields an `interpolation` warning."""
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    def conv(node, path):
+        if isinstance(node, DictConfig):
+            if node._is_none():
+                return None
+            out = {}
+            for k in node.keys():
+                out[k] = child(node, k, path + (k,))
+            return out
+        if isinstance(node, ListConfig):
+            if node._is_none():
+                return None
+            return [child(node, i, path + (i,)) for i in range(len(node))]
+        return node
+
+    def child(parent, k, path):
+        n = parent._get_node(k)
+        if n is None:
+            return None
+        if n._is_missing() and not n._is_interpolation():
+            return "???"
+        if n._is_interpolation():
+            raw = n._value()
+            try:
+                v = parent[k]
+                if OmegaConf.is_config(v):
+                    v = OmegaConf.to_container(v, resolve=True)
+                return v
+            except Exception as e:  # unset env var, missing key, unknown resolver
+                reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                file, line, col = origin_fn(path)
+                findings_out.append(Finding(
+                    "interpolation", Severity.WARNING,
+                    f"{raw} cannot be resolved before the run: {reason}", file, line, col, format_path(path),
+                    hint="verl resolves it in its TaskRunner (a Ray actor): make sure it resolves there, or write "
+                         "the value itself"))
+                return str(raw)
+        if isinstance(n, (DictConfig, ListConfig)):
+            return conv(n, path)
+        return parent[k]
+
+    return conv(cfg, ())
+
+
+# ---------------------------------------------------------------- positions
+
+_PURE_REF = re.compile(r"^\$\{(?:oc\.select:)?([A-Za-z_][\w\-]*(?:\.[\w\-]+)*)(?:,[^{}]*)?\}$")
+
+
+def _walk(data, path=()):
+    yield path, data
+    if isinstance(data, dict):
+        for k, v in data.items():
+            yield from _walk(v, path + (k,))
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            yield from _walk(v, path + (i,))
+
+
+def _get(data, path):
+    for p in path:
+        if isinstance(data, dict) and p in data:
+            data = data[p]
+        elif isinstance(data, list) and isinstance(p, int) and 0 <= p < len(data):
+            data = data[p]
+        else:
+            return _ABSENT
+    return data
+
+
+_ABSENT = object()
+_BASE_CACHE: dict = {}  # (config dir, config name, files' data) -> composed DictConfig without overrides
+
+
+def _key_path(key: str) -> tuple:
+    return tuple(key.split(".")) if key else ()
+
+
+def _positions(raw_final, raw_base, key_overrides, group_overrides, file_pos, default_file):
+    """Path -> (line, col, file) for every node of the composed tree.
+
+    key_overrides: [(Override, key path)] applied, in order; group_overrides: [Override];
+    raw_base: the unresolved composition without overrides (None when no group override);
+    file_pos: positions from the user's files."""
+    default = (1, 1, default_file)
+    direct: dict = {}
+    for path, value in _walk(raw_final):
+        spath = tuple(str(p) for p in path)
+        hit = None
+        for o, kp in key_overrides:
+            if kp and spath[:len(kp)] == kp:
+                hit = o
+        if hit is not None:
+            direct[path] = (hit.line or 1, hit.column, hit.file)
+            continue
+        if group_overrides and raw_base is not None:
+            before = _get(raw_base, path)
+            changed = before is _ABSENT or (not isinstance(value, (dict, list)) and before != value) \
+                or (isinstance(value, list) and before != value)
+            if changed:
+                g = group_overrides[-1]
+                direct[path] = (g.line or 1, g.column, g.file)
+                continue
+        if path in file_pos:
+            direct[path] = file_pos[path]
+    out = {}
+
+    def origin(path, seen=()):
+        if path in direct:
+            return direct[path]
+        value = _get(raw_final, path)
+        if isinstance(value, str) and path not in seen:
+            m = _PURE_REF.match(value.strip())
+            if m:
+                target = _split_dotted(m.group(1))
+                if _get(raw_final, target) is not _ABSENT and target != path:
+                    o = origin(target, seen + (path,))
+                    if o is not default:
+                        return o
+        return default
+
+    for path, _ in _walk(raw_final):
+        out[path] = origin(path)
+    return out
+
+
+def _split_dotted(dotted: str) -> tuple:
+    out = []
+    for part in dotted.split("."):
+        out.append(int(part) if part.isdigit() else part)
+    return tuple(out)
+
+
+# ---------------------------------------------------------------- the entry point
+
+def compose_verl(files: list[str], overrides: list, config_name: str = "ppo_trainer",
+                 config_dir: str | None = None) -> ComposeResult:
+    """Compose verl's `config_name` (from its installed trainer/config, or `config_dir`) with the
+    YAML `files` merged on top (later files win) and the Hydra `overrides` (Override objects or
+    strings; a string's position is its 1-based index in the list, file `<cli>`).
+
+    Returns the composed, resolved config as a Document whose positions say which override, file
+    line or verl default (`<verl:ppo_trainer>`) set each value, and the findings: files that do not
+    load, overrides that do not compose (rule `override`), interpolations that cannot be resolved
+    before the run (rule `interpolation`)."""
+    overrides = _positioned(overrides)
+    result = ComposeResult(None, [], overrides, [], None)
+    default_file = f"<verl:{config_name}>"
+    config_dir = config_dir or verl_config_dir()
+    result.config_dir = config_dir
+    if config_dir is None:
+        result.findings.append(Finding(
+            "file-not-found", Severity.ERROR, "verl is not installed: its config tree (verl/trainer/config) "
+            "cannot be found, so nothing can be composed", default_file, 1, 1,
+            hint="pip install verl==0.9.1 in this environment"))
+        return result
+
+    data, file_pos, extra_defaults, load_findings = _load_files(list(files), config_name)
+    result.findings += load_findings
+
+    from hydra import compose
+    from hydra.core.config_store import ConfigStore
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    from .structured import register_configs
+
+    _ensure_search_path_plugin()
+    register_configs()
+
+    parser = OverridesParser.create()
+    pairs = []  # (Override, hydra Override)
+    for o in overrides:
+        try:
+            parsed = parser.parse_overrides([o.text])
+        except Exception as e:
+            result.findings.append(_override_finding(o, None, e, lambda: None))
+            continue
+        pairs.append((o, parsed[0]))
+
+    primary = config_name
+    if files:
+        node = {"defaults": [config_name, *extra_defaults, "_self_"], **data}
+        try:
+            ConfigStore.instance().store(name=PRIMARY, node=OmegaConf.create(node), provider="verl-pdbg-conf")
+            primary = PRIMARY
+        except Exception as e:
+            result.findings.append(Finding("parse-error", Severity.ERROR,
+                                           f"the files cannot be merged into one config: {_reason(e)}",
+                                           files[0], 1, 1))
+
+    with _hydra_session(config_dir):
+        base_key = (config_dir, config_name, repr(data) if files else None, repr(extra_defaults))
+
+        def base_cfg():
+            """The composition without overrides (cached: composing verl's tree costs about a second)."""
+            if base_key not in _BASE_CACHE:
+                try:
+                    _BASE_CACHE[base_key] = compose(primary, overrides=[])
+                except Exception:
+                    _BASE_CACHE[base_key] = None
+                while len(_BASE_CACHE) > 8:
+                    _BASE_CACHE.pop(next(iter(_BASE_CACHE)))
+            return _BASE_CACHE[base_key]
+
+        remaining = list(pairs)
+        cfg = None
+        while True:
+            try:
+                cfg = compose(primary, overrides=[o.text for o, _ in remaining])
+                break
+            except Exception as e:
+                if not remaining:
+                    where = files[0] if files else default_file
+                    result.findings.append(Finding(
+                        "override", Severity.ERROR, f"{primary} does not compose: {_reason(e)}", where, 1, 1,
+                        hint="fix the files given with --verl" if files else "check the verl installation"))
+                    break
+                i = _culprit(e, remaining)
+                if i is None:
+                    i, e = _bisect(compose, primary, remaining, e)
+                o, h = remaining.pop(i)
+                result.findings.append(_override_finding(o, h, e, base_cfg, config_name, remaining[:i]))
+        if cfg is None:
+            return result
+        result.applied = [o for o, _ in remaining]
+        key_overrides, group_overrides = [], []
+        for o, h in remaining:
+            if h.key_or_group == "hydra" or h.key_or_group.startswith("hydra.") or h.is_delete():
+                continue
+            if _is_group_override(h):
+                group_overrides.append(o)
+            else:
+                key_overrides.append((o, _key_path(h.key_or_group)))
+        raw_base = None
+        if group_overrides:
+            b = base_cfg()
+            raw_base = OmegaConf.to_container(b, resolve=False) if b is not None else None
+
+    raw_final = OmegaConf.to_container(cfg, resolve=False)
+    positions = _positions(raw_final, raw_base, key_overrides, group_overrides, file_pos, default_file)
+
+    def origin(path):
+        p = positions.get(tuple(path), (1, 1, default_file))
+        return p[2], p[0], p[1]
+
+    interp: list[Finding] = []
+    plain = _to_plain(cfg, interp, origin)
+    result.findings += _root_failures(interp)
+    doc = Document(default_file, plain, kind="yaml")
+    for path, _ in _walk(plain):
+        p = positions.get(path)
+        if p is None:  # a path only the resolved value has (an interpolation to a mapping)
+            q = path
+            while q and q not in positions:
+                q = q[:-1]
+            p = positions.get(q, (1, 1, default_file))
+        doc.values[path] = p
+        if path:
+            doc.keys[path] = p
+    result.document = doc
+    return result
+
+
+def _root_failures(findings: list[Finding]) -> list[Finding]:
+    """One warning per cause: a role's `${oc.select:global_profiler...}` that fails because the
+    global value fails is not reported again."""
+    by_reason: dict = {}
+    for f in findings:
+        by_reason.setdefault(f.message.split(" cannot be resolved before the run: ", 1)[-1], []).append(f)
+    out = []
+    for group in by_reason.values():
+        roots = [f for f in group if not f.message.startswith("${oc.select:")]
+        out += roots or group[:1]
+    return out
+
+
+def _is_group_override(h) -> bool:
+    """A config-group selection (`+profiler=x`, `critic=megatron_critic`) rather than a value."""
+    key = h.key_or_group
+    if "/" in key or h.package is not None:
+        return True
+    if "." in key:
+        return False
+    from hydra.core.global_hydra import GlobalHydra
+
+    try:
+        return key in GlobalHydra.instance().config_loader().list_groups("")
+    except Exception:  # pragma: no cover - hydra internals
+        return False
+
+
+def _bisect(compose, primary, remaining, first_error):
+    """The first override whose addition breaks composition (when Hydra's message names none)."""
+    lo, hi = 0, len(remaining)  # prefix of length hi fails; find smallest failing prefix
+    err = first_error
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        try:
+            compose(primary, overrides=[o.text for o, _ in remaining[:mid]])
+            lo = mid
+        except Exception as e:
+            hi, err = mid, e
+    return hi - 1, err
