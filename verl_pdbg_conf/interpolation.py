@@ -4,7 +4,7 @@ resolved here becomes an Unknown instead of failing the whole file."""
 
 from __future__ import annotations
 
-from .document import Document, Unknown
+from .document import Document, Unknown, is_unknown
 
 
 def _paths_with_interpolation(data, path=()):
@@ -14,7 +14,7 @@ def _paths_with_interpolation(data, path=()):
     elif isinstance(data, list):
         for i, v in enumerate(data):
             yield from _paths_with_interpolation(v, path + (i,))
-    elif isinstance(data, str) and "${" in data:
+    elif isinstance(data, str) and "${" in data and not is_unknown(data):
         yield path
 
 
@@ -52,7 +52,11 @@ def _plain(data):
         return {str(k): _plain(v) for k, v in data.items()}
     if isinstance(data, list):
         return [_plain(v) for v in data]
-    if isinstance(data, (str, int, float, bool)) or data is None:
+    if is_unknown(data):
+        return "???"  # OmegaConf's missing value: a reference to it fails, so it stays unknown
+    if isinstance(data, str):
+        return str(data)
+    if isinstance(data, (int, float, bool)) or data is None:
         return data
     return str(data)  # dates and other YAML scalars OmegaConf cannot hold
 

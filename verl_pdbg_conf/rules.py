@@ -50,4 +50,11 @@ RULES: dict[str, str] = {
     "value-type": "a value of the wrong type for verl's config",
     "no-profiler-config": "the file has nothing this tool checks",
     "override": "a Hydra override that does not compose",
+    "launch-script": "a launch script whose main_ppo invocation cannot be read as the shell would",
+    # --inspect: a finished run's output against its configuration
+    "dump-missing": "an expected step/stage/rank directory or dump.json is missing",
+    "dump-empty": "a dump.json that is empty or holds no records",
+    "dump-growth": "a dump.json that also holds earlier stages' records (runtime status not reset)",
+    "dump-stray": "a directory under save_path that this configuration does not write",
+    "dump-layout": "output that is not in the {save_path}/step_N/stage/stepM/rankR layout",
 }
