@@ -24,11 +24,8 @@ def validate_files(files: list[str], options: Options | None = None) -> Report:
 def validate_file(file: str, options: Options | None = None, _seen_json: dict | None = None) -> Report:
     options = options or Options()
     if file.lower().endswith(".json"):
-        doc = load_json(file)
         report = Report(files=[file])
-        report.findings += doc.findings
-        if doc.ok:
-            report.findings += _msprobe(doc, MsprobeContext())
+        report.findings += _msprobe(load_json(file), MsprobeContext())  # loading findings included
         return report
     return validate_document(load_yaml(file), options, _seen_json)
 
@@ -76,8 +73,8 @@ def _config_json(doc: Document, tc, options: Options, seen: dict) -> Report:
     seen[key] = True
     jdoc = load_json(resolved, text)
     report.files.append(resolved)
-    report.findings += jdoc.findings
     if not jdoc.ok:
+        report.findings += jdoc.findings
         first = jdoc.findings[0] if jdoc.findings else None
         report.findings.append(doc.finding(
             "config-path-invalid", E, f"config_path {shown} is not valid JSON"
