@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 
 from .context import MsprobeContext, Options
 from .document import Document, is_unknown
 from .findings import Finding, Report, Severity, format_path
 from .loaders import load_json, load_yaml, read_text
+from .verl_tree import DUMP_PATH_CHARS
 
 E = Severity.ERROR
 
@@ -67,7 +69,13 @@ def _config_json(doc: Document, tc, options: Options, seen: dict) -> Report:
         report.findings.append(doc.finding(
             "config-path-invalid", E, f"config_path {shown} does not end in .json: msprobe refuses it",
             at, hint="rename the file to end in .json"))
-    key = (os.path.realpath(resolved), tc.strict)
+    real = os.path.realpath(resolved)
+    if not re.match(DUMP_PATH_CHARS, real):
+        report.findings.append(doc.finding(
+            "config-path-invalid", E, f"config_path {shown} resolves to {real!r}, which has characters msprobe "
+            "refuses in a file path: PrecisionDebugger fails to open it", at,
+            hint="move or link the file to a path of letters, digits and _ . : / - only"))
+    key = (real, tc.strict)
     if key in seen:
         return report
     seen[key] = True
