@@ -3,7 +3,9 @@ precision_debugger, judged by what verl's code does with them (notes/verl.md).""
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 
 from ..context import Options
@@ -140,7 +142,7 @@ def check_verl_config(doc: Document, options: Options) -> tuple[list[Finding], T
     stage_findings, selected = _stages(doc, tc, options, runtime, roles_in_use(data))
     out += stage_findings
     out += _gating(doc, data, options, tc, selected, roles, runtime)
-    out += _save_path(doc, tc)
+    out += _save_path(doc, tc, options)
     return out, tc
 
 
@@ -255,7 +257,10 @@ def _int_hint(s) -> str:
     if isinstance(s, float) and s.is_integer():
         return f": {int(s)}"
     if isinstance(s, str) and s.strip().isdigit():
-        return f": {int(s)} (unquoted)"
+        try:  # '²'.isdigit() is True but int('²') fails; so does a 5000-digit number
+            return f": {int(s)} (unquoted)"
+        except ValueError:
+            return ""
     return ""
 
 
@@ -469,11 +474,97 @@ def _gating(doc, data, options, tc, selected, roles, runtime):
     return out
 
 
-def _save_path(doc, tc):
+def _save_path(doc, tc, options: Options | None = None):
     out = []
     sp = tc.save_path
     if is_unknown(sp):
         return out
+    if sp is None or sp == "":
+        out.append(doc.finding("save-path", W, f"save_path is empty: verl's precision_debugger writes under "
+                               f"'{DEFAULT_SAVE_PATH}' instead", tc.save_path_at, key=True,
+                               hint="set global_profiler.save_path"))
+        return out
+    if not isinstance(sp, str):
+        out.append(doc.finding("save-path", E, f"save_path must be a string, got {_short(sp)}", tc.save_path_at,
+                               hint="save_path: outputs/profile"))
+        return out
+    if not re.match(DUMP_PATH_CHARS, sp):
+        bad = sorted(c for c in set(sp) if not re.match(DUMP_PATH_CHARS, c))
+        out.append(doc.finding(
+            "save-path", E, f"save_path {_short(sp)} has characters msprobe refuses in a dump path "
+            f"({''.join(bad[:20])!r}): the first start() fails and nothing is collected", tc.save_path_at,
+            hint="use only letters, digits and _ . : / -"))
+        return out
+    base = options.base_dir if options is not None else os.getcwd()
+    try:
+        out += _save_path_on_disk(doc, tc, sp, base)
+    except (OSError, ValueError):  # a path the OS cannot even look at: makedirs fails the same way
+        pass
+    return out
+
+
+def _short(v, n: int = 120) -> str:
+    text = repr(v) if not isinstance(v, int) or v.bit_length() < 1000 else f"an integer of {v.bit_length()} bits"
+    return text if len(text) <= n else text[:n] + f"... ({len(text)} characters)"
+
+
+def _save_path_on_disk(doc, tc, sp: str, base: str) -> list[Finding]:
+    """What this machine's file system says about save_path: msprobe checks the *real*
+    absolute path of every dump directory against its character pattern, and verl runs
+    os.makedirs(<save_path>/step_<N>/<stage>) in each worker. A relative save_path resolves
+    against each worker's working directory; the launch directory (base_dir) stands in for it."""
+    out = []
+    resolved = sp if os.path.isabs(sp) else os.path.join(base, sp)
+    shown = _short(sp) if resolved == sp else f"{_short(sp)} (resolved against {base})"
+    if len(resolved) > 4096 or any(len(part.encode("utf-8", "surrogateescape")) > 255 for part in resolved.split("/")):
+        return [doc.finding(
+            "save-path", E, f"save_path {shown} is too long: msprobe refuses dump paths over 4096 characters "
+            "and the file system names over 255 bytes", tc.save_path_at, hint="use a shorter save_path")]
+    real = os.path.realpath(resolved)
+    if not re.match(DUMP_PATH_CHARS, real):
+        bad = sorted(c for c in set(real) if not re.match(DUMP_PATH_CHARS, c))
+        why = ("the launch directory" if resolved != sp and not re.match(DUMP_PATH_CHARS, base)
+               else "a symbolic link on the way")
+        out.append(doc.finding(
+            "save-path", W, f"save_path {shown} resolves to {_short(real)}, which has characters msprobe refuses "
+            f"({''.join(bad[:20])!r}, from {why}): msprobe checks the real absolute path, so the first start() "
+            "fails and nothing is collected", tc.save_path_at,
+            hint="use an absolute save_path of letters, digits and _ . : / -, or launch from a directory whose "
+                 "path has only those characters"))
+    cur = real
+    while True:  # the deepest part of the path that exists
+        try:
+            st = os.stat(cur)
+            break
+        except (FileNotFoundError, NotADirectoryError):
+            parent = os.path.dirname(cur)
+            if parent == cur:
+                return out
+            cur = parent
+        except OSError as e:  # a symlink loop, a parent this user cannot search
+            out.append(doc.finding(
+                "save-path", E, f"save_path {shown} cannot be used: {cur}: {e.strerror or e}; verl's os.makedirs "
+                "fails and nothing is collected", tc.save_path_at, hint="use a directory this user can create"))
+            return out
+    if not stat.S_ISDIR(st.st_mode):
+        what = "file" if stat.S_ISREG(st.st_mode) else "special file"
+        msg = (f"save_path {shown} names an existing {what}, not a directory" if cur == real
+               else f"save_path {shown} cannot be created: {cur} is a {what}")
+        out.append(doc.finding(
+            "save-path", E, f"{msg}: verl cannot create step_<N>/<stage> directories under it and nothing is "
+            "collected", tc.save_path_at, hint="point save_path at a directory, or at a path that does not exist yet"))
+    elif not os.access(cur, os.W_OK | os.X_OK):
+        if cur == real:
+            out.append(doc.finding(
+                "save-path", E, f"save_path {shown} is a directory this user cannot write: verl cannot create "
+                "step_<N>/ under it and nothing is collected", tc.save_path_at,
+                hint="make it writable for the user that runs the job, or choose another save_path"))
+        else:
+            out.append(doc.finding(
+                "save-path", W, f"save_path {shown} does not exist and cannot be created on this machine: "
+                f"{cur} is not writable for this user", tc.save_path_at,
+                hint="create it beforehand, or check the path on the machines that run the job"))
+    return out
     if sp is None or sp == "":
         out.append(doc.finding("save-path", W, f"save_path is empty: verl's precision_debugger writes under "
                                f"'{DEFAULT_SAVE_PATH}' instead", tc.save_path_at, key=True,
