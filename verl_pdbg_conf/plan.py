@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from .context import Options
 from .document import Document, get, is_unknown
-from .stages import STAGES, gate_for
+from .stages import STAGES
 
 # The order verl's trainer runs the stages within a step: reward scoring, old log prob, ref log
 # prob, critic values, critic update, actor update (trainer/ppo/v1/trainer_base.py).
@@ -51,7 +51,7 @@ class NotPlannable(Exception):
 def build_plan(doc: Document, options: Options, params=None, source: str | None = None) -> Plan:
     """The plan for a validated config. `params`: an estimate.Params, or None to look at the
     actor's model path (a local HF directory, or a size in its name)."""
-    from .checks.verl_profiler import _roles, _runtime, _stages, check_verl_config, roles_in_use
+    from .checks.verl_profiler import check_verl_config
 
     _, tc = check_verl_config(doc, options)
     if tc is None:
@@ -64,12 +64,8 @@ def build_plan(doc: Document, options: Options, params=None, source: str | None 
     total = get(data, ("trainer", "total_training_steps"))
     steps = sorted({s for s in steps_raw if isinstance(s, int) and not isinstance(s, bool) and s >= 1
                     and not (isinstance(total, int) and s > total)})
-    runtime = _runtime(data, options)
-    _, selected = _stages(doc, tc, options, runtime, roles_in_use(data))
-    roles, _ = _roles(doc, data, options, tc)
-    hybrid = get(data, ("actor_rollout_ref", "hybrid_engine"), True) is not False
-    gates = {s: gate_for(s, options.target, hybrid) for s in selected}
-    stages = [s for s in RUN_ORDER if s in selected and roles.get(gates[s])]
+    runtime, gates = tc.runtime, tc.gates
+    stages = [s for s in RUN_ORDER if s in tc.collected]
     named = tc.stages if isinstance(tc.stages, list) else []
     not_collected = [s for s in named if isinstance(s, str) and s not in stages]
     save_path = tc.save_path if isinstance(tc.save_path, str) and tc.save_path else "outputs/profile"

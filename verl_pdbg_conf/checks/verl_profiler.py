@@ -32,7 +32,17 @@ class ToolConfig:
     strict: bool = False
     save_path: object = DEFAULT_SAVE_PATH
     save_path_at: tuple = GP + ("save_path",)
-    findings: list[Finding] = field(default_factory=list)
+    # what the run will do, for --plan and --inspect
+    runtime: str = "verl"  # verl | pdbg: the runtime profiler in the workers
+    hybrid: bool = True
+    roles: dict = field(default_factory=dict)  # role profiler path -> enabled
+    selected: set = field(default_factory=set)  # stages selected that the workers run
+    gates: dict = field(default_factory=dict)  # stage -> role profiler path that gates it
+
+    @property
+    def collected(self) -> list[str]:
+        """Stages that will be collected, in the stage table's order."""
+        return [s for s in STAGES if s in self.selected and self.roles.get(self.gates.get(s))]
 
 
 def dotted(path: tuple) -> tuple:
@@ -143,6 +153,9 @@ def check_verl_config(doc: Document, options: Options) -> tuple[list[Finding], T
     out += stage_findings
     out += _gating(doc, data, options, tc, selected, roles, runtime)
     out += _save_path(doc, tc, options)
+    tc.runtime, tc.roles, tc.selected = runtime, roles, selected
+    tc.hybrid = get(data, ("actor_rollout_ref", "hybrid_engine"), True) is not False
+    tc.gates = {st: gate_for(st, options.target, tc.hybrid) for st in selected}
     return out, tc
 
 
