@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 
 from .context import Options
 from .document import Document, get, is_unknown
-from .stages import STAGES
 
 # The order verl's trainer runs the stages within a step: reward scoring, old log prob, ref log
 # prob, critic values, critic update, actor update (trainer/ppo/v1/trainer_base.py).

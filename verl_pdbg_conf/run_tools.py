@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 
-from .findings import Report, Severity
+from .findings import Report
 
 
 def run_tool(args, overrides, options, report: Report, fmt: str) -> int:
