@@ -49,10 +49,10 @@ def test_yaml_python_tag_is_refused_not_executed(tmp_path):
     assert any(f.rule == "yaml-tag" for f in doc.findings)
 
 
-def test_yaml_duplicate_key_is_a_warning_at_the_second(tmp_path):
+def test_yaml_duplicate_key_is_an_error_at_the_second(tmp_path):
     doc = load_yaml(write(tmp_path, "d.yaml", "a: 1\nb: 2\na: 3\n"))
     (f,) = doc.findings
-    assert (f.rule, f.line, f.severity.value, doc.data["a"]) == ("duplicate-key", 3, "warning", 3)
+    assert (f.rule, f.line, f.severity.value, doc.data["a"]) == ("duplicate-key", 3, "error", 3)
 
 
 def test_yaml_merge_keys(tmp_path):

@@ -111,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     from .reporters import REPORTERS
 
     fmt = args.format or ("github" if os.environ.get("GITHUB_ACTIONS") == "true" else "text")
+    if hasattr(sys.stdout, "reconfigure"):  # a file name that is not valid UTF-8 must not crash the report
+        sys.stdout.reconfigure(errors="backslashreplace")
     if args.plan or args.inspect or args.compare:
         from .run_tools import run_tool
 

@@ -101,8 +101,8 @@ def load_yaml(file: str, text: str | None = None) -> Document:
     loader_cls = _conf_loader(yaml)
     try:
         _precheck_events(yaml, loader_cls, text)
-        if "\t" in text:  # Hydra scans with PyYAML, which refuses tabs where libyaml takes them (`key:<TAB>1`)
-            for _ in yaml.scan(text, Loader=yaml.SafeLoader):
+        if len(text) <= _PYYAML_SCAN_MAX and _PYYAML_REFUSES.search(text):
+            for _ in yaml.scan(text, Loader=yaml.SafeLoader):  # Hydra scans with PyYAML: refused there, refused here
                 pass
         loader = loader_cls(text)
         try:
@@ -151,6 +151,11 @@ _OMEGACONF_FLOAT = re.compile(r"""^(?:
     |[-+]?\.(?:inf|Inf|INF)
     |\.(?:nan|NaN|NAN))$""", re.X)
 _LOADER = None
+# Where libyaml accepts what PyYAML's scanner (Hydra's) refuses: a tab after `key:`, an anchor or a
+# comma, and `|#` / `>#` (a comment right after a block scalar indicator). Such a text is scanned
+# with PyYAML too, up to a size: PyYAML scans long lines at about 0.5 MB/s.
+_PYYAML_REFUSES = re.compile(r"\t|[|>][-+0-9]*#")
+_PYYAML_SCAN_MAX = 256 * 1024
 
 
 def _conf_loader(yaml):
@@ -253,10 +258,11 @@ class _YamlBuilder:
             kp = path + (key,)
             if key in explicit:
                 first = self.doc.keys.get(kp, (0, 0))[0]
+                # Hydra loads confs with OmegaConf's YAML loader, which refuses a duplicate key.
                 self.doc.findings.append(self.at(
-                    k_node, "duplicate-key", Severity.WARNING,
-                    f"key '{key}' appears twice (first at line {first}); the last one wins", kp,
-                    hint="remove one of them"))
+                    k_node, "duplicate-key", Severity.ERROR,
+                    f"key '{key}' appears twice (first at line {first}): Hydra refuses to load the file "
+                    "('found duplicate key')", kp, hint="remove one of them"))
             explicit.add(key)
             km = k_node.start_mark
             self.doc.keys[kp] = (km.line + 1, km.column + 1)

@@ -1,6 +1,5 @@
-"""What the fuzz campaign found in files outside the loaders and the verl profiler checks:
-each case is a strict xfail naming the file to fix, so it turns into a failure (XPASS) the day
-it is fixed, and the marker is removed then. (Time limits of interpolation.py are reported, not
+"""What the fuzz campaign found in files outside the loaders and the verl profiler checks,
+kept as regression tests now that each is fixed. (Time limits of interpolation.py are reported, not
 tested here: the cases that show them take many seconds and depend on the machine.)"""
 
 from __future__ import annotations
@@ -28,18 +27,12 @@ def timed(tmp_path, name, text):
     return time.perf_counter() - t, report
 
 
-@pytest.mark.xfail(strict=True, reason="loaders.py/rules: Hydra's OmegaConf loader refuses a duplicate key "
-                   "(ConstructorError 'found duplicate key'), so the job fails to load the conf; the validator "
-                   "calls it a warning where 'the last one wins' (true for msprobe's json.load, not for a verl conf)")
 def test_duplicate_key_in_a_verl_conf_is_an_error(tmp_path):
     _, report = timed(tmp_path, "c.yaml", GP + "  tool: nsys\n")
     dup = [f for f in report.findings if f.rule == "duplicate-key"]
     assert dup and dup[0].severity is Severity.ERROR
 
 
-@pytest.mark.xfail(strict=True, reason="cli.py: with PYTHONIOENCODING=utf-8 (strict), a file name that is not "
-                   "UTF-8 (an argv surrogate escape) makes sys.stdout.write raise UnicodeEncodeError; write with "
-                   "errors='surrogateescape' or 'backslashreplace'")
 def test_cli_renders_a_non_utf8_file_name(tmp_path):
     name = os.fsdecode(b"\xff.yaml")
     (tmp_path / name).write_text("x: 1\n")
