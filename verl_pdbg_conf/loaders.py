@@ -172,6 +172,7 @@ def _conf_loader(yaml):
     return _LOADER
 
 
+_STR = "tag:yaml.org,2002:str"
 _YAML_BREAK = re.compile("\r\n|[\r\n\x85\u2028\u2029]")
 
 
@@ -240,7 +241,7 @@ class _YamlBuilder:
             return [self.build(n, path + (i,), depth + 1, stack) for i, n in enumerate(node.value)]
         self.check_tag(node, "tag:yaml.org,2002:map", path)
         out: dict = {}
-        explicit = set()  # keys written in this mapping; a key it repeats from a merged `<<:` is an override
+        explicit: dict = {}  # key -> tag of the keys written in this mapping (a merged `<<:` key is overridable)
         for k_node, v_node in node.value:
             if k_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`
                 merged = self.build(v_node, path, depth + 1, stack)
@@ -258,12 +259,18 @@ class _YamlBuilder:
             kp = path + (key,)
             if key in explicit:
                 first = self.doc.keys.get(kp, (0, 0))[0]
-                # Hydra loads confs with OmegaConf's YAML loader, which refuses a duplicate key.
-                self.doc.findings.append(self.at(
-                    k_node, "duplicate-key", Severity.ERROR,
-                    f"key '{key}' appears twice (first at line {first}): Hydra refuses to load the file "
-                    "('found duplicate key')", kp, hint="remove one of them"))
-            explicit.add(key)
+                if explicit[key] == k_node.tag == _STR:
+                    # Hydra loads confs with OmegaConf's YAML loader, which refuses a duplicate string key.
+                    self.doc.findings.append(self.at(
+                        k_node, "duplicate-key", Severity.ERROR,
+                        f"key '{key}' appears twice (first at line {first}): Hydra refuses to load the file "
+                        "('found duplicate key')", kp, hint="remove one of them"))
+                else:  # OmegaConf checks string keys only: `1: a` then `1: b` loads, the last one wins
+                    self.doc.findings.append(self.at(
+                        k_node, "duplicate-key", Severity.WARNING,
+                        f"key '{key}' appears twice (first at line {first}); the last one wins", kp,
+                        hint="remove one of them"))
+            explicit[key] = k_node.tag
             km = k_node.start_mark
             self.doc.keys[kp] = (km.line + 1, km.column + 1)
             self.doc.values.pop(kp, None)

@@ -119,6 +119,16 @@ def test_merge_key_override_is_not_a_duplicate(tmp_path):
     assert [f.rule for f in doc.findings] == ["duplicate-key"]
 
 
+def test_duplicate_keys_that_hydra_accepts_are_warnings(tmp_path):
+    """OmegaConf's loader refuses a repeated string key (an error) but checks no other key type:
+    `1: a` then `1: b` loads with the last one winning (a warning, not an error)."""
+    sev = [(f.line, f.severity.value) for f in load_yaml(write(tmp_path, "d.yaml", "a: 1\na: 2\n")).findings]
+    assert sev == [(2, "error")]
+    for text in ("1: a\n1: b\n", "true: a\n'True': b\n", "~: a\n~: b\n"):
+        doc = load_yaml(write(tmp_path, "d.yaml", text))
+        assert [f.severity.value for f in doc.findings if f.rule == "duplicate-key"] in ([], ["warning"]), text
+
+
 def test_plain_scalars_are_typed_like_hydra(tmp_path):
     """Before: `save_path: 2024-01-01` was a date (save-path error 'must be a string') and `1e-5`
     a string; Hydra's OmegaConf loader reads them as the string '2024-01-01' and the float 1e-05."""
@@ -135,6 +145,22 @@ def test_tabs_hydra_refuses_are_parse_errors(text, col, tmp_path):
     (f,) = load_yaml(write(tmp_path, "t.yaml", text)).findings
     assert (f.rule, f.line, f.column) == ("parse-error", 1, col) and "tab" in f.hint
     assert load_yaml(write(tmp_path, "ok.yaml", 'a: "x\ty"\nb: |\n  x\ty\n')).data == {"a": "x\ty", "b": "x\ty\n"}
+
+
+def test_comment_glued_to_a_block_scalar_indicator(tmp_path):
+    """Before: `key: |# note` passed (libyaml reads a comment); PyYAML, and so Hydra, raises
+    'expected chomping or indentation indicators, but found #'."""
+    (f,) = load_yaml(write(tmp_path, "b.yaml", "a: |# note\n  x\n")).findings
+    assert (f.rule, f.line, f.column) == ("parse-error", 1, 5)
+    assert load_yaml(write(tmp_path, "ok.yaml", "a: | # note\n  x\n")).data == {"a": "x\n"}
+
+
+def test_pyyaml_scan_is_bounded_for_long_texts(tmp_path):
+    """PyYAML's scanner reads long lines at about 0.5 MB/s: a 2 MB conf with a tab must not cost
+    seconds (above 256 KB, libyaml's reading stands alone)."""
+    t = time.perf_counter()
+    load_yaml(write(tmp_path, "l.yaml", "x: '" + "a" * 2_000_000 + "'\ny:\t1\n"))
+    assert time.perf_counter() - t < 1
 
 
 # -- positions
