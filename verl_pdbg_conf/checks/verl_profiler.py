@@ -578,19 +578,3 @@ def _save_path_on_disk(doc, tc, sp: str, base: str) -> list[Finding]:
                 f"{cur} is not writable for this user", tc.save_path_at,
                 hint="create it beforehand, or check the path on the machines that run the job"))
     return out
-    if sp is None or sp == "":
-        out.append(doc.finding("save-path", W, f"save_path is empty: verl's precision_debugger writes under "
-                               f"'{DEFAULT_SAVE_PATH}' instead", tc.save_path_at, key=True,
-                               hint="set global_profiler.save_path"))
-        return out
-    if not isinstance(sp, str):
-        out.append(doc.finding("save-path", E, f"save_path must be a string, got {sp!r}", tc.save_path_at,
-                               hint="save_path: outputs/profile"))
-        return out
-    if not re.match(DUMP_PATH_CHARS, sp):
-        bad = sorted({c for c in sp if not re.match(DUMP_PATH_CHARS, c)})
-        out.append(doc.finding(
-            "save-path", E, f"save_path {sp!r} has characters msprobe refuses in a dump path ({''.join(bad)!r}): "
-            "the first start() fails and nothing is collected", tc.save_path_at,
-            hint="use only letters, digits and _ . : / -"))
-    return out
