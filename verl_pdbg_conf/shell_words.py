@@ -274,12 +274,12 @@ class Reader:
         src, n = self.src, self.n
         nxt = src[i + 1] if i + 1 < n else ""
         if nxt == "(":
-            j = _paren_end(src, i + 1)
+            j = _matching_end(src, i + 1, "(", ")")
             what = "arithmetic" if src.startswith("$((", i) else "command substitution"
             unk(src[i:j], f"{what} {src[i:j]} runs at launch time", quoted)
             return j
         if nxt == "{":
-            j = _brace_end(src, i + 1)
+            j = _matching_end(src, i + 1, "{", "}")
             self._param(src[i + 2:j - 1], src[i:j], lit, unk, quoted)
             return j
         if nxt == "'" and not quoted:  # $'...' ANSI-C quoting
@@ -356,8 +356,9 @@ def _backtick_end(src: str, i: int) -> int:
     return min(j + 1, len(src))
 
 
-def _paren_end(src: str, i: int) -> int:
-    """i at '('; index after the matching ')' (quotes respected)."""
+def _matching_end(src: str, i: int, open_: str, close: str) -> int:
+    """i at `open_` (the '(' of `$(` or the '{' of `${`); index after its matching `close`,
+    quotes and backslash escapes respected."""
     depth = 0
     j = i
     while j < len(src):
@@ -369,32 +370,9 @@ def _paren_end(src: str, i: int) -> int:
             k = src.find(c, j + 1)
             j = len(src) if k < 0 else k + 1
             continue
-        if c == "(":
+        if c == open_:
             depth += 1
-        elif c == ")":
-            depth -= 1
-            if depth == 0:
-                return j + 1
-        j += 1
-    return len(src)
-
-
-def _brace_end(src: str, i: int) -> int:
-    """i at '{' of `${`; index after the matching '}'."""
-    depth = 0
-    j = i
-    while j < len(src):
-        c = src[j]
-        if c == "\\":
-            j += 2
-            continue
-        if c in "'\"":
-            k = src.find(c, j + 1)
-            j = len(src) if k < 0 else k + 1
-            continue
-        if c == "{":
-            depth += 1
-        elif c == "}":
+        elif c == close:
             depth -= 1
             if depth == 0:
                 return j + 1
