@@ -250,21 +250,42 @@ class PrecisionDebuggerProfiler:
             return _session.open_session(stage, base, model, self.config_path, id(self), continue_key)
         except _session.SingletonConflict as e:
             self._fail(("singleton",), f"{e}; not collected")
-        except Exception as e:
-            self._fail(("start", stage, type(e).__name__),
-                       f"msprobe failed to start for stage '{stage}' ({e!r}); the stage runs without a dump", e)
+            return None
+        except _session.MsprobeError as e:
+            error = e
+        except Exception as e:  # not msprobe's: a bug here must not stop training either
+            error = _session.MsprobeError("start", stage, None, e)
+        self._msprobe_failed(error)  # outside the except: strict raises msprobe's exception, chained as it was
         return None
 
     def _close(self, session: _session.Session, failed: bool = False) -> None:
         try:
             _session.close_session(session, failed=failed)
-        except Exception as e:
-            key, msg = ("stop", session.stage, type(e).__name__), \
-                f"msprobe failed to stop for stage '{session.stage}' ({e!r}); its dump may be incomplete"
-            if failed:  # the stage's own exception is the one training must see
-                warn_once(key, msg)
-            else:
-                self._fail(key, msg, e)
+            return
+        except _session.MsprobeError as e:
+            error = e
+        self._msprobe_failed(error, stage_failed=failed)
+
+    def _msprobe_failed(self, e: _session.MsprobeError, stage_failed: bool = False) -> None:
+        """One warning per cause; strict raises msprobe's own exception, with a note saying where."""
+        cause, stage, where = e.cause, e.stage, f" in {e.dump_dir}" if e.dump_dir else ""
+        message = {
+            "start": f"msprobe failed to start for stage '{stage}' ({cause!r}); the stage runs without a dump",
+            "reset": f"msprobe could not be reset before stage '{stage}' ({cause!r}); the stage runs without a "
+                     f"dump, so that no dump mixes the records of two stages",
+            "collect": f"msprobe failed while collecting stage '{stage}' ({cause!r}); the stage ran on without "
+                       f"it and its dump{where} is incomplete",
+            "stop": f"msprobe failed to stop for stage '{stage}' ({cause!r}); its dump{where} may be incomplete",
+            "cleanup": f"msprobe reset_status failed after stage '{stage}' ({cause!r}); its dump{where} is "
+                       f"written, and msprobe is reset again before the next stage",
+        }[e.phase]
+        key = (e.phase, stage, type(cause).__name__)
+        if stage_failed or not self.strict:  # the stage's own exception is the one training must see
+            warn_once(key, message)
+            return
+        if hasattr(cause, "add_note"):
+            cause.add_note(f"precision_debugger (strict: True): {message}")
+        raise cause
 
 
 class StageSession:
