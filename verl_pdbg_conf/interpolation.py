@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from .document import Document, Unknown, is_unknown
 
+MAX_INTERPOLATION = 4096  # a real interpolation is a line; OmegaConf's grammar is slow on huge ones
+
 
 def _paths_with_interpolation(data, path=()):
     if isinstance(data, dict):
@@ -31,8 +33,24 @@ def resolve(doc: Document) -> None:
         for p in paths:
             _set(doc.data, p, Unknown(_get(doc.data, p), f"not an OmegaConf config: {e}"))
         return
+    whole = None
+    if all(len(_get(doc.data, p)) <= MAX_INTERPOLATION for p in paths):
+        try:  # one pass for the common case; value by value only when something fails
+            whole = OmegaConf.to_container(cfg, resolve=True)
+        except Exception:
+            whole = None
     resolved = {}
     for p in paths:
+        raw = _get(doc.data, p)
+        if len(raw) > MAX_INTERPOLATION:
+            resolved[p] = Unknown(raw, f"interpolation longer than {MAX_INTERPOLATION} characters")
+            continue
+        if whole is not None:
+            try:
+                resolved[p] = _get(whole, p)
+                continue
+            except (KeyError, IndexError, TypeError):  # keys that _plain turned into strings
+                pass
         try:
             node = cfg
             for part in p[:-1]:
