@@ -22,7 +22,6 @@ import copy
 import errno
 import hashlib
 import json
-import logging
 import os
 import resource
 import signal
@@ -47,32 +46,9 @@ EARLIER = {"step_1/actor_update/step0/rank0/dump.json": '{"earlier": "run", "dat
 
 # ---- shared pieces -------------------------------------------------------------------------------
 
-class Capture(logging.Handler):
-    """The runtime's warnings, as messages."""
-
-    def __init__(self):
-        super().__init__(logging.WARNING)
-        self.messages: list[str] = []
-        logging.getLogger("verl_pdbg_conf.runtime").addHandler(self)
-
-    def emit(self, record):
-        self.messages.append(record.getMessage())
-
-    def take(self) -> list[str]:
-        out, self.messages = self.messages, []
-        return out
-
-
-def gloo(rank: int = 0, world: int = 1, port: int | None = None) -> None:
-    import socket
-
-    import torch.distributed as dist
-
-    if port is None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+# Shared with the runtime scenarios: one copy of the log capture and the gloo set-up.
+sys.path.insert(0, os.path.join(REPO, "tests", "runtime"))
+from scenarios import Capture, gloo  # noqa: E402
 
 
 class Engine:
