@@ -48,17 +48,7 @@ EARLIER = {"step_1/actor_update/step0/rank0/dump.json": '{"earlier": "run", "dat
 
 # Shared with the runtime scenarios: one copy of the log capture and the gloo set-up.
 sys.path.insert(0, os.path.join(REPO, "tests", "runtime"))
-from scenarios import Capture, gloo  # noqa: E402
-
-
-class Engine:
-    def __init__(self, module):
-        self.module = module
-
-
-class Role:
-    def __init__(self, module):
-        self.engine = Engine(module)
+from scenarios import Capture, Role, gloo  # noqa: E402
 
 
 class Worker:
