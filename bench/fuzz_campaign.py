@@ -63,21 +63,6 @@ def round_robin(sources):
                 sources.remove(src)
 
 
-def via_config_path(name, data, ws, **kw):
-    target = ws.write(name, data)
-    conf = ws.write(name + ".conf.yaml", (
-        "global_profiler:\n  tool: precision_debugger\n  steps: [1]\n  global_tool_config:\n"
-        f"    precision_debugger:\n      config_path: {target}\n"
-        "actor_rollout_ref:\n  actor:\n    profiler:\n      enable: True\n").encode())
-    try:
-        out = H.run_file(conf, ws, **kw)
-    finally:
-        for p in (target, conf):
-            p.unlink(missing_ok=True)
-    out.name = name + " (via config_path)"
-    return out
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cases", type=int, default=0, help="stop after N cases (0: no limit)")
@@ -144,7 +129,7 @@ def main(argv=None) -> int:
             (out_dir / name.replace("/", "_")[:150]).write_bytes(data)
         record(src, o)
         if name.endswith(".json") and not done():
-            record(src, via_config_path(name, data, ws, **kw))
+            record(src, H.via_config_path(name, data, ws, **kw))
         ws.clean_cases()
         if time.monotonic() - last > 15:
             last = time.monotonic()

@@ -26,7 +26,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from .document import Document
+from .document import Document, get
 from .findings import Finding, Severity, format_path
 from .loaders import load_yaml
 
@@ -406,18 +406,11 @@ def _walk(data, path=()):
             yield from _walk(v, path + (i,))
 
 
-def _get(data, path):
-    for p in path:
-        if isinstance(data, dict) and p in data:
-            data = data[p]
-        elif isinstance(data, list) and isinstance(p, int) and 0 <= p < len(data):
-            data = data[p]
-        else:
-            return _ABSENT
-    return data
-
-
 _ABSENT = object()
+
+
+def _get(data, path):
+    return get(data, path, _ABSENT)
 _BASE_CACHE: dict = {}  # (config dir, config name, files' data) -> composed DictConfig without overrides
 
 

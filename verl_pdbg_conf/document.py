@@ -49,10 +49,10 @@ def get(data, path: Path, default=None):
     """data[p0][p1]... or default when any step is missing."""
     cur = data
     for p in path:
-        if isinstance(p, int):
-            if not isinstance(cur, list) or not -len(cur) <= p < len(cur):
+        if isinstance(cur, dict):
+            if p not in cur:
                 return default
-        elif not isinstance(cur, dict) or p not in cur:
+        elif not (isinstance(cur, list) and isinstance(p, int) and not isinstance(p, bool) and 0 <= p < len(cur)):
             return default
         cur = cur[p]
     return cur

@@ -4,7 +4,7 @@ resolved here becomes an Unknown instead of failing the whole file."""
 
 from __future__ import annotations
 
-from .document import Document, Unknown, is_unknown
+from .document import MISSING, Document, Unknown, get, is_unknown
 
 MAX_INTERPOLATION = 4096  # a real interpolation is a line; OmegaConf's grammar is slow on huge ones
 
@@ -31,26 +31,25 @@ def resolve(doc: Document) -> None:
         cfg = OmegaConf.create(_plain(doc.data))
     except Exception as e:  # keys OmegaConf refuses (ints mixed with str, ...)
         for p in paths:
-            _set(doc.data, p, Unknown(_get(doc.data, p), f"not an OmegaConf config: {e}"))
+            _set(doc.data, p, Unknown(get(doc.data, p), f"not an OmegaConf config: {e}"))
         return
     whole = None
-    if all(len(_get(doc.data, p)) <= MAX_INTERPOLATION for p in paths):
+    if all(len(get(doc.data, p)) <= MAX_INTERPOLATION for p in paths):
         try:  # one pass for the common case; value by value only when something fails
             whole = OmegaConf.to_container(cfg, resolve=True)
         except Exception:
             whole = None
     resolved = {}
     for p in paths:
-        raw = _get(doc.data, p)
+        raw = get(doc.data, p)
         if len(raw) > MAX_INTERPOLATION:
             resolved[p] = Unknown(raw, f"interpolation longer than {MAX_INTERPOLATION} characters")
             continue
         if whole is not None:
-            try:
-                resolved[p] = _get(whole, p)
+            value = get(whole, p, MISSING)  # MISSING: a key _plain turned into a string
+            if value is not MISSING:
+                resolved[p] = value
                 continue
-            except (KeyError, IndexError, TypeError):  # keys that _plain turned into strings
-                pass
         try:
             node = cfg
             for part in p[:-1]:
@@ -60,7 +59,7 @@ def resolve(doc: Document) -> None:
                 value = OmegaConf.to_container(value, resolve=True)
             resolved[p] = value
         except Exception as e:  # any resolver failure: unset env var, missing key, bad grammar
-            resolved[p] = Unknown(_get(doc.data, p), str(e).splitlines()[0] if str(e) else type(e).__name__)
+            resolved[p] = Unknown(get(doc.data, p), str(e).splitlines()[0] if str(e) else type(e).__name__)
     for p, v in resolved.items():
         _set(doc.data, p, v)
 
@@ -77,12 +76,6 @@ def _plain(data):
     if isinstance(data, (int, float, bool)) or data is None:
         return data
     return str(data)  # dates and other YAML scalars OmegaConf cannot hold
-
-
-def _get(data, path):
-    for p in path:
-        data = data[p]
-    return data
 
 
 def _set(data, path, value):

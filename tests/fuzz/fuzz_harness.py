@@ -252,6 +252,22 @@ def run_case(name: str, data: bytes, workspace: Workspace, **kw) -> Outcome:
     return out
 
 
+def via_config_path(name: str, data: bytes, workspace: Workspace, **kw) -> Outcome:
+    """The same config.json, reached the way verl reaches it: through a conf's config_path."""
+    target = workspace.write(name, data)
+    conf = workspace.write(name + ".conf.yaml", (
+        "global_profiler:\n  tool: precision_debugger\n  steps: [1]\n  global_tool_config:\n"
+        f"    precision_debugger:\n      config_path: {target}\n"
+        "actor_rollout_ref:\n  actor:\n    profiler:\n      enable: True\n").encode())
+    try:
+        out = run_file(conf, workspace, **kw)
+    finally:
+        for path in (target, conf):
+            path.unlink(missing_ok=True)
+    out.name = name + " (via config_path)"
+    return out
+
+
 def describe(outcomes: list[Outcome]) -> str:
     """The failures, for an assertion message."""
     bad = [o for o in outcomes if not o.ok]

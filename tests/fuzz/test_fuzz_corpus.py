@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from fuzz_harness import Workspace, corpus_files, describe, run_case, run_file
+from fuzz_harness import Workspace, corpus_files, describe, run_case, via_config_path
 from mutations import byte_flips, special_cases, text_mutations, truncations, wrong_types
 
 CORPUS = corpus_files()
@@ -37,24 +37,8 @@ def _run_all(cases, workspace: Workspace, via_conf: bool = False, memory_every: 
         memory = i % memory_every == 0
         outcomes.append(run_case(name, data, workspace, memory=memory))
         if via_conf and name.endswith(".json"):
-            outcomes.append(_via_config_path(name, data, workspace, memory=memory))
+            outcomes.append(via_config_path(name, data, workspace, memory=memory))
     return outcomes
-
-
-def _via_config_path(name: str, data: bytes, workspace: Workspace, memory: bool = True):
-    """The same config.json, reached the way verl reaches it: through a conf's config_path."""
-    target = workspace.write(name, data)
-    conf = workspace.write(name + ".conf.yaml", (
-        "global_profiler:\n  tool: precision_debugger\n  steps: [1]\n  global_tool_config:\n"
-        f"    precision_debugger:\n      config_path: {target}\n"
-        "actor_rollout_ref:\n  actor:\n    profiler:\n      enable: True\n").encode())
-    try:
-        out = run_file(conf, workspace, memory=memory)
-    finally:
-        target.unlink()
-        conf.unlink()
-    out.name = name + " (via config_path)"
-    return out
 
 
 def test_corpus_is_not_empty():

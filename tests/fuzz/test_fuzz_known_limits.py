@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 
 from verl_pdbg_conf.context import Options
 from verl_pdbg_conf.findings import Severity
