@@ -45,10 +45,6 @@ class ToolConfig:
         return [s for s in STAGES if s in self.selected and self.roles.get(self.gates.get(s))]
 
 
-def dotted(path: tuple) -> tuple:
-    return tuple(path)
-
-
 def split(dotted_path: str) -> tuple:
     return tuple(dotted_path.split("."))
 
