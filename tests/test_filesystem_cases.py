@@ -24,7 +24,7 @@ import pytest
 
 from verl_pdbg_conf.cli import main
 from verl_pdbg_conf.context import Options
-from verl_pdbg_conf.findings import Severity
+from verl_pdbg_conf.core.findings import Severity
 from verl_pdbg_conf.validate import validate_files
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,10 +16,10 @@ import pytest
 
 from verl_pdbg_conf.cli import main
 from verl_pdbg_conf.context import Options
-from verl_pdbg_conf.findings import Severity
-from verl_pdbg_conf.inspect_run import compare_commands, inspect_run
-from verl_pdbg_conf.loaders import load_yaml
-from verl_pdbg_conf.plan import build_plan
+from verl_pdbg_conf.core.findings import Severity
+from verl_pdbg_conf.run.inspect_run import compare_commands, inspect_run
+from verl_pdbg_conf.core.loaders import load_yaml
+from verl_pdbg_conf.run.plan import build_plan
 
 pytestmark = pytest.mark.slow
 

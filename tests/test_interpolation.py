@@ -1,7 +1,7 @@
 """Interpolations resolve value by value; what cannot be known stays Unknown and unjudged."""
 
-from verl_pdbg_conf import interpolation
-from verl_pdbg_conf.document import Document, Unknown, is_unknown
+from verl_pdbg_conf.core import interpolation
+from verl_pdbg_conf.core.document import Document, Unknown, is_unknown
 
 
 def test_resolves_what_it_can_and_keeps_the_rest_unknown(monkeypatch):
@@ -27,7 +27,7 @@ def test_no_interpolation_does_not_import_omegaconf():
     import subprocess
     import sys
 
-    code = ("import sys; from verl_pdbg_conf import interpolation; from verl_pdbg_conf.document import Document;"
+    code = ("import sys; from verl_pdbg_conf.core import interpolation; from verl_pdbg_conf.core.document import Document;"
             "interpolation.resolve(Document('x', {'a': 1})); print('omegaconf' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from verl_pdbg_conf.context import Options
-from verl_pdbg_conf.document import Unknown
-from verl_pdbg_conf.findings import Severity
-from verl_pdbg_conf.launch_script import is_launch_script, read_script, validate_script
-from verl_pdbg_conf.shell_words import Reader
+from verl_pdbg_conf.core.document import Unknown
+from verl_pdbg_conf.core.findings import Severity
+from verl_pdbg_conf.launch_scripts.launch_script import is_launch_script, read_script, validate_script
+from verl_pdbg_conf.launch_scripts.shell_words import Reader
 
 EX = Path(__file__).parent / "examples" / "scripts"
 POSITIVE = sorted((EX / "positive").glob("*.sh"))
@@ -51,7 +51,7 @@ def test_hash_inside_a_word_is_not_a_comment():
 
 def test_variables_known_unknown_and_defaults():
     src = "A=1\nB=${A}2\nC=${NOPE:-dflt}\nx $A ${B} $C pre$HOME $(date) `id` ~/x $1 \"$@\"\n"
-    from verl_pdbg_conf.shell_words import Variables
+    from verl_pdbg_conf.launch_scripts.shell_words import Variables
 
     v = Variables()
     out = []

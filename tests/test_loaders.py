@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from verl_pdbg_conf.loaders import load_json, load_yaml
+from verl_pdbg_conf.core.loaders import load_json, load_yaml
 
 
 def write(tmp_path, name, content):

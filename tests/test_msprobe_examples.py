@@ -11,9 +11,9 @@ import pytest
 
 from verl_pdbg_conf.checks.msprobe import check_msprobe
 from verl_pdbg_conf.context import MsprobeContext
-from verl_pdbg_conf.findings import Severity
-from verl_pdbg_conf.loaders import load_json
-from verl_pdbg_conf.rules import RULES
+from verl_pdbg_conf.core.findings import Severity
+from verl_pdbg_conf.core.loaders import load_json
+from verl_pdbg_conf.core.rules import RULES
 
 ROOT = Path(__file__).parent / "examples" / "msprobe"
 POSITIVE = sorted((ROOT / "positive").glob("*.json"))

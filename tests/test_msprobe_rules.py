@@ -12,11 +12,11 @@ import pytest
 
 from verl_pdbg_conf.checks.msprobe import check_msprobe
 from verl_pdbg_conf.context import MsprobeContext
-from verl_pdbg_conf.findings import Severity
-from verl_pdbg_conf.loaders import load_json
-from verl_pdbg_conf.rules import RULES
-from verl_pdbg_conf.schema import load_schema, properties, resolve, schema_findings
-from verl_pdbg_conf.suggest import closest, did_you_mean
+from verl_pdbg_conf.core.findings import Severity
+from verl_pdbg_conf.core.loaders import load_json
+from verl_pdbg_conf.core.rules import RULES
+from verl_pdbg_conf.core.schema import load_schema, properties, resolve, schema_findings
+from verl_pdbg_conf.core.suggest import closest, did_you_mean
 
 SCHEMA = "msprobe-config"
 WEIRD = [None, True, False, 0, -1, 1.5, 10**30, "", "x", "L1", [], [None], [1.5, "a"], ["0-3", True],
@@ -302,7 +302,7 @@ def test_rule_ids_are_registered():
 
 
 def test_checking_imports_neither_msprobe_nor_torch():
-    code = ("import sys; from verl_pdbg_conf.loaders import load_json; "
+    code = ("import sys; from verl_pdbg_conf.core.loaders import load_json; "
             "import verl_pdbg_conf.checks.msprobe as m; assert 'jsonschema' not in sys.modules; "
             "m.check_msprobe(load_json('c.json', '{\"task\": \"tensor\", \"level\": \"L0\"}')); "
             "bad = [x for x in ('torch', 'msprobe', 'verl', 'hydra') if x in sys.modules]; "
@@ -316,7 +316,7 @@ def test_checking_imports_neither_msprobe_nor_torch():
 def test_schema_findings_work_for_another_schema_and_rule(monkeypatch):
     from jsonschema import Draft202012Validator
 
-    from verl_pdbg_conf import schema as layer
+    from verl_pdbg_conf.core import schema as layer
 
     other = {"type": "object", "additionalProperties": False,
              "properties": {"tool": {"enum": ["nsys", "precision_debugger", None]},

@@ -10,9 +10,9 @@ import pytest
 
 from verl_pdbg_conf.cli import main
 from verl_pdbg_conf.context import Options
-from verl_pdbg_conf.estimate import BASIS_PARAMS, params_from_hf_config, parse_params
-from verl_pdbg_conf.loaders import load_yaml
-from verl_pdbg_conf.plan import NotPlannable, build_plan, parse_ids, render_text
+from verl_pdbg_conf.run.estimate import BASIS_PARAMS, params_from_hf_config, parse_params
+from verl_pdbg_conf.core.loaders import load_yaml
+from verl_pdbg_conf.run.plan import NotPlannable, build_plan, parse_ids, render_text
 
 EX = Path(__file__).parent / "examples"
 QWEN2_7B = {"hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28, "vocab_size": 152064,

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from verl_pdbg_conf.stages import IGNORED_STAGES, STAGES, TOOLS, VERL_TARGETS
-from verl_pdbg_conf.verl_tree import (GLOBAL_PROFILER_KEYS, GLOBAL_TOOL_CONFIG_KEYS, PD_KEYS, PD_TARGET,
+from verl_pdbg_conf.verl_facts.stages import IGNORED_STAGES, STAGES, TOOLS, VERL_TARGETS
+from verl_pdbg_conf.verl_facts.verl_tree import (GLOBAL_PROFILER_KEYS, GLOBAL_TOOL_CONFIG_KEYS, PD_KEYS, PD_TARGET,
                                       ROLE_PROFILER_KEYS)
 
 SCHEMAS = Path(__file__).parent.parent / "verl_pdbg_conf" / "schemas"

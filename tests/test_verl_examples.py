@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from verl_pdbg_conf.context import Options
-from verl_pdbg_conf.findings import Severity
-from verl_pdbg_conf.rules import RULES
+from verl_pdbg_conf.core.findings import Severity
+from verl_pdbg_conf.core.rules import RULES
 from verl_pdbg_conf.validate import validate_files
 
 ROOT = Path(__file__).parent / "examples" / "verl"

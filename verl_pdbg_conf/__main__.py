@@ -1,5 +1,5 @@
 import sys
 
-from .cli import main
+from verl_pdbg_conf.cli import main
 
 sys.exit(main())

@@ -8,7 +8,7 @@ import argparse
 import os
 import sys
 
-from .stages import DEFAULT_VERL, VERL_TARGETS
+from verl_pdbg_conf.verl_facts.stages import DEFAULT_VERL, VERL_TARGETS
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 FORMATS = ("text", "json", "github", "sarif")
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:
         return EXIT_USAGE if e.code not in (0, None) else EXIT_OK
     if args.list_rules:
-        from .rules import RULES
+        from verl_pdbg_conf.core.rules import RULES
 
         sys.stdout.write("".join(f"{k:22} {v}\n" for k, v in RULES.items()))
         return EXIT_OK
@@ -88,14 +88,14 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
 
     if args.verl and not all(f.lower().endswith((".yaml", ".yml")) for f in args.files):
-        from .launch_script import is_launch_script
+        from verl_pdbg_conf.launch_scripts.launch_script import is_launch_script
 
         if any(is_launch_script(f) for f in args.files):
             sys.stderr.write("verl-pdbg-validate: error: a launch script is composed on its own: give it without "
                              "--verl\n")
             return EXIT_USAGE
-    from .context import Options
-    from .validate import validate_composed, validate_files
+    from verl_pdbg_conf.context import Options
+    from verl_pdbg_conf.validate import validate_composed, validate_files
 
     options = Options(verl_version=args.verl_version, runtime=args.runtime,
                       base_dir=os.path.abspath(args.base_dir) if args.base_dir else os.getcwd())
@@ -104,17 +104,17 @@ def main(argv: list[str] | None = None) -> int:
     elif args.files:
         report = _validate_inputs(args.files, options, validate_files)
     else:
-        from .findings import Report
+        from verl_pdbg_conf.core.findings import Report
 
         report = Report()
 
-    from .reporters import REPORTERS
+    from verl_pdbg_conf.reporters import REPORTERS
 
     fmt = args.format or ("github" if os.environ.get("GITHUB_ACTIONS") == "true" else "text")
     if hasattr(sys.stdout, "reconfigure"):  # a file name that is not valid UTF-8 must not crash the report
         sys.stdout.reconfigure(errors="backslashreplace")
     if args.plan or args.inspect or args.compare:
-        from .run_tools import run_tool
+        from verl_pdbg_conf.run.run_tools import run_tool
 
         return run_tool(args, overrides, options, report, fmt)
     sys.stdout.write(REPORTERS[fmt](report))
@@ -127,17 +127,17 @@ def main(argv: list[str] | None = None) -> int:
 def _validate_inputs(files: list[str], options, validate_files):
     """Conf and config.json files through the validator in one call; launch scripts each through
     their own composition. Order of the findings is the reporters' (file, line, column)."""
-    from .findings import Report
+    from verl_pdbg_conf.core.findings import Report
 
     if all(f.lower().endswith((".yaml", ".yml", ".json")) for f in files):
         return validate_files(files, options)  # no launch script: its reader is not even imported
-    from .launch_script import is_launch_script
+    from verl_pdbg_conf.launch_scripts.launch_script import is_launch_script
 
     scripts = [f for f in files if is_launch_script(f)]
     report = validate_files([f for f in files if f not in scripts], options) if len(scripts) < len(files) \
         else Report()
     if scripts:
-        from .launch_script import validate_script
+        from verl_pdbg_conf.launch_scripts.launch_script import validate_script
 
         for f in scripts:
             report.extend(validate_script(f, options))

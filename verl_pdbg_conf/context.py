@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from .stages import DEFAULT_VERL, VERL_TARGETS, VerlTarget
+from verl_pdbg_conf.verl_facts.stages import DEFAULT_VERL, VERL_TARGETS, VerlTarget
 
 
 @dataclass

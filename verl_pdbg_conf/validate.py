@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 import re
 
-from .context import MsprobeContext, Options
-from .document import Document, is_unknown
-from .findings import Finding, Report, Severity, format_path
-from .loaders import load_json, load_yaml, read_text
-from .verl_tree import DUMP_PATH_CHARS
+from verl_pdbg_conf.context import MsprobeContext, Options
+from verl_pdbg_conf.core.document import Document, is_unknown
+from verl_pdbg_conf.core.findings import Finding, Report, Severity, format_path
+from verl_pdbg_conf.core.loaders import load_json, load_yaml, read_text
+from verl_pdbg_conf.verl_facts.verl_tree import DUMP_PATH_CHARS
 
 E = Severity.ERROR
 
@@ -34,8 +34,8 @@ def validate_file(file: str, options: Options | None = None, _seen_json: dict | 
 
 def validate_document(doc: Document, options: Options | None = None, _seen_json: dict | None = None) -> Report:
     """All rules for a verl config Document (a user's conf, a composed config)."""
-    from . import interpolation
-    from .checks.verl_profiler import check_verl_config
+    from verl_pdbg_conf.core import interpolation
+    from verl_pdbg_conf.checks.verl_profiler import check_verl_config
 
     options = options or Options()
     report = Report(files=[doc.file])
@@ -95,7 +95,7 @@ def _config_json(doc: Document, tc, options: Options, seen: dict) -> Report:
 
 
 def _msprobe(doc: Document, ctx: MsprobeContext) -> list[Finding]:
-    from .checks.msprobe import check_msprobe
+    from verl_pdbg_conf.checks.msprobe import check_msprobe
 
     return check_msprobe(doc, ctx)
 
@@ -121,7 +121,7 @@ def check_tool_config(tool_config: dict, *, save_path: str | None, strict: bool 
 def validate_composed(files: list[str], overrides: list[str], options: Options | None = None,
                       config_name: str = "ppo_trainer") -> Report:
     """Compose verl's own config with the user's files and Hydra overrides, then validate it."""
-    from .compose import compose_verl
+    from verl_pdbg_conf.verl_facts.compose import compose_verl
 
     options = options or Options()
     result = compose_verl(list(files), list(overrides), config_name=config_name)

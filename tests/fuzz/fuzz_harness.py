@@ -2,7 +2,7 @@
 
 Shared by the fuzz tests (tests/fuzz) and the long campaign (bench/fuzz_campaign.py).
 The promises: every input ends in findings (each with a file, a line >= 1, a column >= 1
-and a rule from verl_pdbg_conf.rules.RULES) or a clean result, never an exception; within
+and a rule from verl_pdbg_conf.core.rules.RULES) or a clean result, never an exception; within
 TIME_LIMIT seconds and MEMORY_LIMIT bytes of peak traced allocation per file; and nothing
 on disk changes. Every reporter must render the result as encodable UTF-8 text, since
 the CLI writes it to stdout.
@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from verl_pdbg_conf.context import Options
-from verl_pdbg_conf.findings import Finding, Report, Severity
-from verl_pdbg_conf.loaders import MAX_BYTES
-from verl_pdbg_conf.rules import RULES
+from verl_pdbg_conf.core.findings import Finding, Report, Severity
+from verl_pdbg_conf.core.loaders import MAX_BYTES
+from verl_pdbg_conf.core.rules import RULES
 from verl_pdbg_conf.validate import validate_files
 
 ROOT = Path(__file__).resolve().parents[2]

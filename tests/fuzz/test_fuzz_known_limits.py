@@ -11,7 +11,7 @@ import time
 
 
 from verl_pdbg_conf.context import Options
-from verl_pdbg_conf.findings import Severity
+from verl_pdbg_conf.core.findings import Severity
 from verl_pdbg_conf.validate import validate_files
 
 GP = "global_profiler:\n  tool: precision_debugger\n  steps: [1]\n"

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from fuzz_harness import corpus_files, describe, run_case, same_json_value
 from mutations import JSON_TOKENS, WRONG_VALUES, YAML_TOKENS, _dump, _load, _set, key_paths
 from omegaconf._utils import get_yaml_loader
-from verl_pdbg_conf.loaders import load_json, load_yaml
+from verl_pdbg_conf.core.loaders import load_json, load_yaml
 
 HYDRA_LOADER = get_yaml_loader()  # what Hydra reads a verl conf with (omegaconf is pinned to 2.3)
 

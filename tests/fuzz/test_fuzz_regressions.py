@@ -11,7 +11,7 @@ import pytest
 
 from fuzz_harness import ROOT
 from verl_pdbg_conf.context import Options
-from verl_pdbg_conf.loaders import MAX_DEPTH, MAX_NODES, load_json, load_yaml
+from verl_pdbg_conf.core.loaders import MAX_DEPTH, MAX_NODES, load_json, load_yaml
 from verl_pdbg_conf.reporters import REPORTERS
 from verl_pdbg_conf.validate import validate_files
 
@@ -36,7 +36,7 @@ def test_deep_nesting_does_not_overflow_libyaml_stack(text, tmp_path):
     """Before: libyaml's composer recursed in C and the process died with SIGSEGV (about 40 000
     levels; `- ` * 40000 is 80 KB). After: a parse-error past MAX_DEPTH levels, at that level."""
     p = write(tmp_path, "deep.yaml", text)
-    code = ("import sys; from verl_pdbg_conf.loaders import load_yaml; d = load_yaml(sys.argv[1]); "
+    code = ("import sys; from verl_pdbg_conf.core.loaders import load_yaml; d = load_yaml(sys.argv[1]); "
             "f = d.findings[0]; print(f.rule, f.line, f.column, f.message)")
     r = subprocess.run([sys.executable, "-c", code, p], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 0, f"exit {r.returncode} (negative: killed by a signal)\n{r.stderr[-2000:]}"

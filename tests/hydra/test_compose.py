@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from verl_pdbg_conf.compose import ComposeResult, Override, compose_verl, verl_config_dir
-from verl_pdbg_conf.findings import Severity
+from verl_pdbg_conf.verl_facts.compose import ComposeResult, Override, compose_verl, verl_config_dir
+from verl_pdbg_conf.core.findings import Severity
 
 from conftest import OPTIONS, PD, ROLES, sel
 
@@ -24,7 +24,7 @@ def test_config_dir_found_without_importing_verl():
     import subprocess
     import sys
 
-    code = ("import sys; from verl_pdbg_conf.compose import verl_config_dir; d = verl_config_dir(); "
+    code = ("import sys; from verl_pdbg_conf.verl_facts.compose import verl_config_dir; d = verl_config_dir(); "
             "assert d and d.endswith('trainer/config'), d; "
             "assert 'verl' not in sys.modules and 'torch' not in sys.modules and 'hydra' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -121,7 +121,7 @@ for cls in list(p.plugin_type_to_subclass_list[SearchPathPlugin]):
         p.plugin_type_to_subclass_list[SearchPathPlugin].remove(cls)
         p.class_name_to_class.pop(f"{cls.__module__}.{cls.__name__}", None)
 assert not [c for c in p.discover(SearchPathPlugin) if getattr(c, "VERL_PDBG_CONF", False)]
-from verl_pdbg_conf.compose import compose_verl
+from verl_pdbg_conf.verl_facts.compose import compose_verl
 r = compose_verl([], ["+profiler=precision_debugger_l1"])
 assert r.findings == [], r.findings
 print(r.document.data["global_profiler"]["tool"])

@@ -13,8 +13,8 @@ from dataclasses import fields
 
 import pytest
 
-from verl_pdbg_conf import stages, structured
-from verl_pdbg_conf.structured import (GlobalProfilerConfig, PrecisionDebuggerToolConfig, RoleProfilerConfig,
+from verl_pdbg_conf.verl_facts import stages, structured
+from verl_pdbg_conf.verl_facts.structured import (GlobalProfilerConfig, PrecisionDebuggerToolConfig, RoleProfilerConfig,
                                        VerlProfilingConfig)
 
 from conftest import PD, ROLES, sel, verl_dir
@@ -37,7 +37,7 @@ def _verl_dataclass_fields(cls_name: str) -> dict:
 
 
 def test_module_imports_neither_hydra_nor_verl():
-    code = ("import sys; import verl_pdbg_conf.structured as s; "
+    code = ("import sys; import verl_pdbg_conf.verl_facts.structured as s; "
             "bad = [m for m in ('hydra', 'verl', 'omegaconf', 'torch') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -53,7 +53,7 @@ def test_precision_debugger_fields_match_verl():
 
 
 def test_defaults_match_verl_composed_tree():
-    from verl_pdbg_conf.compose import compose_verl
+    from verl_pdbg_conf.verl_facts.compose import compose_verl
 
     r = compose_verl([], [])
     assert r.findings == []

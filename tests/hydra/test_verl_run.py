@@ -54,7 +54,7 @@ import json, os, sys
 import ray
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
-from verl_pdbg_conf.compose import _ensure_search_path_plugin, verl_config_dir
+from verl_pdbg_conf.verl_facts.compose import _ensure_search_path_plugin, verl_config_dir
 from verl.trainer.main_ppo import run_ppo
 
 out_file, options = sys.argv[1], sys.argv[2:]

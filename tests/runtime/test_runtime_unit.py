@@ -15,7 +15,7 @@ from runtime_helpers import REPO, config
 from verl_pdbg_conf.runtime import PrecisionDebuggerProfiler, patch
 from verl_pdbg_conf.runtime.model import resolve_model, step_from_call, step_from_owner
 from verl_pdbg_conf.runtime.profiler import _selected_stages, tool_config_dict
-from verl_pdbg_conf.stages import STAGES
+from verl_pdbg_conf.verl_facts.stages import STAGES
 
 
 class Module:

@@ -15,11 +15,11 @@ import json
 import os
 import re
 
-from ..context import MsprobeContext
-from ..document import Document
-from ..findings import Finding, Severity
-from ..schema import load_schema, properties, schema_findings
-from ..suggest import did_you_mean
+from verl_pdbg_conf.context import MsprobeContext
+from verl_pdbg_conf.core.document import Document
+from verl_pdbg_conf.core.findings import Finding, Severity
+from verl_pdbg_conf.core.schema import load_schema, properties, schema_findings
+from verl_pdbg_conf.core.suggest import did_you_mean
 
 SCHEMA = "msprobe-config"
 ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO

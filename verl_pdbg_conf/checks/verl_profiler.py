@@ -8,12 +8,12 @@ import re
 import stat
 from dataclasses import dataclass, field
 
-from ..context import Options
-from ..document import Document, get, is_unknown
-from ..findings import Finding, Severity
-from ..stages import IGNORED_STAGES, STAGES, TOOL, TOOLS, gate_for
-from ..suggest import did_you_mean
-from ..verl_tree import (DEFAULT_SAVE_PATH, DUMP_PATH_CHARS, GLOBAL_PROFILER_KEYS, GLOBAL_TOOL_CONFIG_KEYS, PD,
+from verl_pdbg_conf.context import Options
+from verl_pdbg_conf.core.document import Document, get, is_unknown
+from verl_pdbg_conf.core.findings import Finding, Severity
+from verl_pdbg_conf.verl_facts.stages import IGNORED_STAGES, STAGES, TOOL, TOOLS, gate_for
+from verl_pdbg_conf.core.suggest import did_you_mean
+from verl_pdbg_conf.verl_facts.verl_tree import (DEFAULT_SAVE_PATH, DUMP_PATH_CHARS, GLOBAL_PROFILER_KEYS, GLOBAL_TOOL_CONFIG_KEYS, PD,
                          PD_KEYS, PD_TARGET, ROLE_PROFILER_KEYS)
 
 E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
@@ -67,7 +67,7 @@ def _is_default_interp(v) -> bool:
 
 
 def _role_paths(options: Options | None = None):
-    from ..stages import ROLE_PROFILERS
+    from verl_pdbg_conf.verl_facts.stages import ROLE_PROFILERS
 
     roles = options.target.role_profilers if options else ROLE_PROFILERS
     return [split(r) for r in roles]

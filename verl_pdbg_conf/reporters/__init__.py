@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..findings import Report
-from . import github, json_, sarif, text
+from verl_pdbg_conf.core.findings import Report
+from verl_pdbg_conf.reporters import github, json_, sarif, text
 
 REPORTERS: dict[str, Callable[[Report], str]] = {
     "text": text.render,

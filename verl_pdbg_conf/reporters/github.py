@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..findings import Report
+from verl_pdbg_conf.core.findings import Report
 
 _LEVEL = {"error": "error", "warning": "warning", "info": "notice"}
 

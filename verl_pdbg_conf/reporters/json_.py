@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ..findings import Report
+from verl_pdbg_conf.core.findings import Report
 
 
 def as_dict(report: Report) -> dict:

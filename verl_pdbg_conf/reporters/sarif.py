@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from .. import __version__
-from ..findings import Report
-from ..rules import RULES
+from verl_pdbg_conf import __version__
+from verl_pdbg_conf.core.findings import Report
+from verl_pdbg_conf.core.rules import RULES
 
 _LEVEL = {"error": "error", "warning": "warning", "info": "note"}
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..findings import Report
+from verl_pdbg_conf.core.findings import Report
 
 
 def render(report: Report, color: bool = False) -> str:

@@ -10,7 +10,7 @@
 Importing this package imports neither torch, msprobe nor verl; msprobe is imported at the first
 collected stage."""
 
-from .patch import install, uninstall
-from .profiler import PrecisionDebuggerProfiler, StageSession
+from verl_pdbg_conf.runtime.patch import install, uninstall
+from verl_pdbg_conf.runtime.profiler import PrecisionDebuggerProfiler, StageSession
 
 __all__ = ["PrecisionDebuggerProfiler", "StageSession", "install", "uninstall"]

@@ -32,7 +32,7 @@ _LOCK = threading.RLock()
 
 
 def _patch_profiler(module) -> None:
-    from .profiler import PrecisionDebuggerProfiler
+    from verl_pdbg_conf.runtime.profiler import PrecisionDebuggerProfiler
 
     current = getattr(module, "PrecisionDebuggerProfiler", None)
     if current is PrecisionDebuggerProfiler:

@@ -18,11 +18,11 @@ import threading
 from collections.abc import Mapping
 from typing import Any, Callable
 
-from ..findings import Finding, Severity
-from ..stages import IGNORED_STAGES, STAGES, stage_for_annotation
-from . import model as _model
-from . import session as _session
-from .session import warn_once
+from verl_pdbg_conf.core.findings import Finding, Severity
+from verl_pdbg_conf.verl_facts.stages import IGNORED_STAGES, STAGES, stage_for_annotation
+from verl_pdbg_conf.runtime import model as _model
+from verl_pdbg_conf.runtime import session as _session
+from verl_pdbg_conf.runtime.session import warn_once
 
 DEFAULT_SAVE_PATH = "outputs/profile"  # verl's global_profiler.save_path default
 _TOOL_KEYS = ("config_path", "stages", "strict", "steps")
@@ -114,7 +114,7 @@ class PrecisionDebuggerProfiler:
         """Error findings of the validator's rules for this tool config, or None where the
         validator cannot run (not installed with this package, or it failed)."""
         try:
-            from ..validate import check_tool_config
+            from verl_pdbg_conf.validate import check_tool_config
         except ImportError:
             return None
         key = (repr(sorted(self.tool_config.items())), self.save_path, self.strict, os.getcwd())

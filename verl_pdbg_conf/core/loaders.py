@@ -8,8 +8,8 @@ import os
 import re
 import stat
 
-from .document import Document
-from .findings import Finding, Severity
+from verl_pdbg_conf.core.document import Document
+from verl_pdbg_conf.core.findings import Finding, Severity
 
 MAX_BYTES = 16 * 1024 * 1024  # a config is kilobytes; beyond this it is not one
 # Bound on keys and values read (YAML: events parsed, then values built with alias expansion;
@@ -300,7 +300,7 @@ class _YamlBuilder:
                                              hint="remove the tag"))
 
     def at(self, node, rule, severity, message, path, hint=""):
-        from .findings import format_path
+        from verl_pdbg_conf.core.findings import format_path
 
         m = node.start_mark
         return Finding(rule, severity, message, self.doc.file, m.line + 1, m.column + 1, format_path(path), hint)
@@ -457,7 +457,7 @@ class _JsonParser:
 
 
 def _fmt(path):
-    from .findings import format_path
+    from verl_pdbg_conf.core.findings import format_path
 
     return format_path(path)
 

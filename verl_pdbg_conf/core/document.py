@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .findings import Finding, Severity, format_path
+from verl_pdbg_conf.core.findings import Finding, Severity, format_path
 
 Path = tuple  # of str keys and int list indices
 

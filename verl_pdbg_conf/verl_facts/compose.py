@@ -26,9 +26,9 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from .document import Document, get
-from .findings import Finding, Severity, format_path
-from .loaders import load_yaml
+from verl_pdbg_conf.core.document import Document, get
+from verl_pdbg_conf.core.findings import Finding, Severity, format_path
+from verl_pdbg_conf.core.loaders import load_yaml
 
 CLI = "<cli>"
 PRIMARY = "verl_pdbg_conf_user_config"  # ConfigStore name of the primary config built from the files
@@ -163,7 +163,7 @@ def _ensure_search_path_plugin() -> None:
     try:
         import hydra_plugins.verl_pdbg_conf_searchpath.verl_pdbg_conf_searchpath as mod  # noqa: F811
     except ImportError:
-        here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "hydra_plugins",
+        here = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "hydra_plugins",
                             "verl_pdbg_conf_searchpath", "verl_pdbg_conf_searchpath.py")
         if os.path.isfile(here):
             spec = importlib.util.spec_from_file_location("_verl_pdbg_conf_searchpath", here)
@@ -505,7 +505,7 @@ def compose_verl(files: list[str], overrides: list, config_name: str = "ppo_trai
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
 
-    from .structured import register_configs
+    from verl_pdbg_conf.verl_facts.structured import register_configs
 
     _ensure_search_path_plugin()
     register_configs()

@@ -14,9 +14,9 @@ import json
 import re
 from importlib.resources import files
 
-from .document import Document
-from .findings import Finding, Severity, format_path
-from .suggest import did_you_mean
+from verl_pdbg_conf.core.document import Document
+from verl_pdbg_conf.core.findings import Finding, Severity, format_path
+from verl_pdbg_conf.core.suggest import did_you_mean
 
 _JSON_TYPES = {"object": "an object", "array": "an array", "string": "a string", "integer": "an integer",
                "number": "a number", "boolean": "true or false", "null": "null"}

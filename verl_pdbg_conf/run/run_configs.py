@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 
-from .context import Options
-from .document import Document
+from verl_pdbg_conf.context import Options
+from verl_pdbg_conf.core.document import Document
 
 
 @dataclass
@@ -23,16 +23,16 @@ def run_configs(files: list[str], options: Options, *, verl: bool = False, overr
     """Configs that can be planned or inspected (JSON files are only msprobe configs: skipped)."""
     out: list[RunConfig] = []
     if verl:
-        from .compose import compose_verl
+        from verl_pdbg_conf.verl_facts.compose import compose_verl
 
         result = compose_verl(list(files), list(overrides or []), config_name=config_name)
         if result.document is not None:
             out.append(RunConfig("composed verl config" + (f" ({', '.join(files)})" if files else ""),
                                  result.document, options))
         return out
-    from . import interpolation
-    from .launch_script import compose_invocation, is_launch_script, read_script
-    from .loaders import load_yaml
+    from verl_pdbg_conf.core import interpolation
+    from verl_pdbg_conf.launch_scripts.launch_script import compose_invocation, is_launch_script, read_script
+    from verl_pdbg_conf.core.loaders import load_yaml
 
     for f in files:
         if is_launch_script(f):

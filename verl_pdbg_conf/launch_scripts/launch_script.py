@@ -12,9 +12,9 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from .document import Unknown
-from .findings import Finding, Report, Severity
-from .shell_words import Command, Reader, Variables, Word
+from verl_pdbg_conf.core.document import Unknown
+from verl_pdbg_conf.core.findings import Finding, Report, Severity
+from verl_pdbg_conf.launch_scripts.shell_words import Command, Reader, Variables, Word
 
 RULE = "launch-script"
 E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
@@ -308,7 +308,7 @@ class ComposedInvocation:
 
 def compose_invocation(inv: Invocation) -> ComposedInvocation:
     """Compose verl's config with the invocation's overrides; unknown values become Unknown."""
-    from .compose import Override, compose_verl
+    from verl_pdbg_conf.verl_facts.compose import Override, compose_verl
 
     overrides = [Override(o.text, inv.file, o.line, o.column) for o in inv.overrides]
     result = compose_verl([], overrides, config_name=inv.config_name, config_dir=inv.config_dir)
@@ -347,9 +347,9 @@ def _unknown_relative_config_path(data, key=None):
 
 def validate_script(path: str, options=None) -> Report:
     """Every main_ppo invocation in the script, composed and validated; findings at script positions."""
-    from .context import Options
-    from .loaders import read_text
-    from .validate import validate_document
+    from verl_pdbg_conf.context import Options
+    from verl_pdbg_conf.core.loaders import read_text
+    from verl_pdbg_conf.validate import validate_document
 
     options = options or Options()
     report = Report(files=[path])

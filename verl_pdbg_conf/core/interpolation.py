@@ -4,7 +4,7 @@ resolved here becomes an Unknown instead of failing the whole file."""
 
 from __future__ import annotations
 
-from .document import MISSING, Document, Unknown, get, is_unknown
+from verl_pdbg_conf.core.document import MISSING, Document, Unknown, get, is_unknown
 
 MAX_INTERPOLATION = 4096  # a real interpolation is a line; OmegaConf's grammar is slow on huge ones
 

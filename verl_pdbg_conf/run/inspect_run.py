@@ -14,7 +14,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from .findings import Finding, Severity
+from verl_pdbg_conf.core.findings import Finding, Severity
 
 E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
 MAX_PARSE_BYTES = 256 * 1024 * 1024  # larger dump.json files are compared by size only
@@ -263,7 +263,7 @@ def _check_growth(ins: Inspection, dumps: list[Dump], cache: dict) -> None:
     every earlier session's records. Per rank, in the order the dumps were written, a dump whose
     records begin with all of the previous dump's records (same names, same values) and go on
     holds that stage's data too; the same stage growing step after step is the visible sign."""
-    from .plan import RUN_ORDER
+    from verl_pdbg_conf.run.plan import RUN_ORDER
 
     order = {s: i for i, s in enumerate(RUN_ORDER)}
     by_rank: dict[str, list[Dump]] = {}

@@ -8,8 +8,8 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from .context import Options
-from .document import Document, get, is_unknown
+from verl_pdbg_conf.context import Options
+from verl_pdbg_conf.core.document import Document, get, is_unknown
 
 # The order verl's trainer runs the stages within a step: reward scoring, old log prob, ref log
 # prob, critic values, critic update, actor update (trainer/ppo/v1/trainer_base.py).
@@ -50,7 +50,7 @@ class NotPlannable(Exception):
 def build_plan(doc: Document, options: Options, params=None, source: str | None = None) -> Plan:
     """The plan for a validated config. `params`: an estimate.Params, or None to look at the
     actor's model path (a local HF directory, or a size in its name)."""
-    from .checks.verl_profiler import check_verl_config
+    from verl_pdbg_conf.checks.verl_profiler import check_verl_config
 
     _, tc = check_verl_config(doc, options)
     if tc is None:
@@ -99,7 +99,7 @@ def build_plan(doc: Document, options: Options, params=None, source: str | None 
     _msprobe_config(plan, tc, options)
     if params is None:
         params = _model_params(data, options)
-    from .estimate import estimate
+    from verl_pdbg_conf.run.estimate import estimate
 
     n_ranks = len(plan.ranks) if plan.ranks is not None else plan.world_size
     if plan.ranks is not None and plan.world_size:
@@ -176,7 +176,7 @@ def parse_ids(value) -> list[int] | None:
 
 
 def _model_params(data, options: Options):
-    from .estimate import params_from_name, params_from_path
+    from verl_pdbg_conf.run.estimate import params_from_name, params_from_path
 
     path = get(data, ("actor_rollout_ref", "model", "path"))
     if not isinstance(path, str) or is_unknown(path) or not path:
@@ -194,7 +194,7 @@ def _model_params(data, options: Options):
 # ----------------------------------------------------------------------------- rendering
 
 def as_dict(plan: Plan) -> dict:
-    from .estimate import as_dict as est_dict
+    from verl_pdbg_conf.run.estimate import as_dict as est_dict
 
     return {
         "source": plan.source,

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Optional
 
-from .stages import IGNORED_STAGES, ROLE_PROFILERS, STAGES, TOOL, TOOLS
+from verl_pdbg_conf.verl_facts.stages import IGNORED_STAGES, ROLE_PROFILERS, STAGES, TOOL, TOOLS
 
 PD_TARGET = "verl.utils.profiler.config.PrecisionDebuggerToolConfig"
 PROFILER_TARGET = "verl.utils.profiler.ProfilerConfig"

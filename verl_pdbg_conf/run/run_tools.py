@@ -6,20 +6,20 @@ from __future__ import annotations
 import json
 import sys
 
-from .findings import Report
+from verl_pdbg_conf.core.findings import Report
 
 
 def run_tool(args, overrides, options, report: Report, fmt: str) -> int:
-    from .reporters import REPORTERS
+    from verl_pdbg_conf.reporters import REPORTERS
 
     configs = []
     if args.files or args.verl:
-        from .run_configs import run_configs
+        from verl_pdbg_conf.run.run_configs import run_configs
 
         configs = run_configs(args.files, options, verl=args.verl, overrides=overrides, config_name=args.config_name)
     params = None
     if args.params:
-        from .estimate import parse_params
+        from verl_pdbg_conf.run.estimate import parse_params
 
         params = parse_params(args.params)
         if params is None:
@@ -32,7 +32,7 @@ def run_tool(args, overrides, options, report: Report, fmt: str) -> int:
 
 
 def _plan(args, configs, options, report, params, fmt, reporters) -> int:
-    from . import plan as planmod
+    from verl_pdbg_conf.run import plan as planmod
 
     if report.errors:
         sys.stdout.write(reporters[fmt](report))
@@ -64,7 +64,7 @@ def _plan(args, configs, options, report, params, fmt, reporters) -> int:
 
 
 def _inspect(args, configs, report, fmt, reporters) -> int:
-    from . import inspect_run, plan as planmod
+    from verl_pdbg_conf.run import inspect_run, plan as planmod
 
     plan = None
     for rc in configs:

@@ -1,0 +1,1 @@
+"""Reading files with positions, findings, rules, schema findings, interpolation, did-you-mean."""

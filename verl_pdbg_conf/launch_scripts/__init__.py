@@ -1,0 +1,1 @@
+"""Launch scripts as the shell and Hydra read them."""
