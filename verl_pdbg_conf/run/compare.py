@@ -1,0 +1,446 @@
+"""Compare two whole runs: pair every (step, stage, rank) dump both hold, run msprobe's own compare on
+each pair (in parallel worker processes, msprobe imported once per worker), and read its result files
+for the first node in execution order whose difference passes a threshold.
+
+TARGET and GOLDEN are two save_paths, two directories further down the layout (step_N, step_N/stage,
+its step0, a rank directory) or two dump.json files. Nothing is written under either: msprobe's result
+files go to an output directory outside both. Returns data; nothing is printed here."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+
+from verl_pdbg_conf.core.findings import Finding, Severity
+from verl_pdbg_conf.run.compare_csv import (DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS, Analysis, MetricUnavailable,
+                                            read_result)
+from verl_pdbg_conf.run.inspect_run import _INNER, _RANK, _STAGE, _STEP, scan
+
+E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
+DEFAULT_TOP = 5
+EXIT_OK, EXIT_DIVERGED, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
+
+
+class UsageError(ValueError):
+    """Arguments that cannot be compared at all (exit code 2)."""
+
+
+@dataclass
+class Side:
+    """One rank directory of one run."""
+    key: tuple  # path parts between the given root and the rank directory, e.g. (step_1, actor_update, step0)
+    rank_dir: str  # rank0 or proc<pid> ("" for a dump.json given directly)
+    path: str  # its dump.json (may not exist)
+
+    @property
+    def label(self) -> str:
+        return "/".join(p for p in (*self.key, self.rank_dir) if p) or os.path.basename(self.path)
+
+    @property
+    def file_label(self) -> str:
+        return f"{self.label}/dump.json" if self.rank_dir or self.key else self.path
+
+
+@dataclass
+class Pair:
+    target: Side
+    golden: Side
+    step: int | None
+    stage: str | None
+    rank: int | None
+    out_dir: str = ""
+    note: str = ""
+    status: str = "pending"  # same | diverged | error
+    analysis: Analysis | None = None
+    result_file: str | None = None
+    log_file: str | None = None
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def rank_label(self) -> str:
+        t, g = self.target.rank_dir, self.golden.rank_dir
+        return (t if t == g else f"{t or 'dump'}_vs_{g or 'dump'}") or "dump"
+
+    @property
+    def label(self) -> str:
+        return "/".join((*self.target.key, self.rank_label))
+
+
+@dataclass
+class Comparison:
+    target: str
+    golden: str
+    out_dir: str
+    metric: str
+    threshold: float
+    top: int
+    pairs: list[Pair] = field(default_factory=list)
+    only_in_target: list[Side] = field(default_factory=list)
+    only_in_golden: list[Side] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)  # not tied to a pair
+
+    @property
+    def all_findings(self) -> list[Finding]:
+        return self.findings + [f for p in self.pairs for f in p.findings]
+
+    @property
+    def exit_code(self) -> int:
+        """1 a divergence was found; 3 none was, but a pair could not be compared or a (step, stage,
+        rank) is in one run only; 2 nothing could be compared; 0 every pair compared, none diverged."""
+        if any(p.status == "diverged" for p in self.pairs):
+            return EXIT_DIVERGED
+        if not self.pairs or all(p.status == "error" for p in self.pairs):
+            return EXIT_USAGE
+        if any(p.status == "error" for p in self.pairs) or self.only_in_target or self.only_in_golden:
+            return EXIT_INCOMPLETE
+        return EXIT_OK
+
+
+def _finding(rule, sev, msg, path, hint="") -> Finding:
+    return Finding(rule, sev, msg, path, 1, 1, "", hint)
+
+
+# ----------------------------------------------------------------------------- finding the dumps
+
+def collect(root: str) -> list[Side]:
+    """Every rank directory under root (root itself may be one, or a dump.json).
+    A save_path goes through inspect_run.scan, the layout's one reader."""
+    root = os.path.abspath(root)
+    if os.path.isfile(root):
+        return [Side((), "", root)]
+    if not os.path.isdir(root):
+        return []
+    if _RANK.match(os.path.basename(root)) or os.path.isfile(os.path.join(root, "dump.json")):
+        return [Side((), os.path.basename(root) if _RANK.match(os.path.basename(root)) else "",
+                     os.path.join(root, "dump.json"))]
+    dumps, _ = scan(root)
+    ranked = [d for d in dumps if d.rank]
+    if ranked:
+        return [Side((f"step_{d.step}", d.stage_dir, d.inner), d.rank, d.path) for d in ranked]
+    sides = []
+    for here, dirs, _files in os.walk(root):
+        dirs.sort()
+        for d in list(dirs):
+            if _RANK.match(d):
+                rel = os.path.relpath(here, root)
+                key = () if rel == "." else tuple(rel.split(os.sep))
+                sides.append(Side(key, d, os.path.join(here, d, "dump.json")))
+                dirs.remove(d)
+    return sides
+
+
+def _layout_of(path: str) -> tuple[int | None, str | None]:
+    """step and stage directory read off a rank directory's path (.../step_N/<stage>/stepM/rankR)."""
+    parts = os.path.abspath(path).split(os.sep)
+    if parts and parts[-1] == "dump.json":
+        parts = parts[:-1]
+    if len(parts) >= 4 and _RANK.match(parts[-1]) and _INNER.match(parts[-2]) and _STAGE.match(parts[-3]):
+        m = _STEP.match(parts[-4])
+        return (int(m.group(1)) if m else None), parts[-3]
+    return None, None
+
+
+def _rank_number(rank_dir: str) -> int | None:
+    m = _RANK.match(rank_dir or "")
+    return int(m.group(2)) if m and m.group(2) is not None else None
+
+
+def _sort_key(p: Pair):
+    from verl_pdbg_conf.run.plan import RUN_ORDER
+
+    order = {s: i for i, s in enumerate(RUN_ORDER)}
+    stage = _STAGE.match(p.stage or "")
+    return (p.step if p.step is not None else -1, order.get(stage.group("stage") if stage else "", 99),
+            p.stage or "", p.target.key, p.rank if p.rank is not None else 1 << 30, p.target.rank_dir)
+
+
+def pair_up(target: list[Side], golden: list[Side]) -> tuple[list[Pair], list[Side], list[Side], list[Finding]]:
+    """Pair rank directories by their place in the layout; rank<N> by name, proc<pid> by sorted pid
+    when both sides hold the same number of them (pids differ between runs)."""
+    by_t: dict[tuple, dict[str, Side]] = {}
+    by_g: dict[tuple, dict[str, Side]] = {}
+    for sides, into in ((target, by_t), (golden, by_g)):
+        for s in sides:
+            into.setdefault(s.key, {})[s.rank_dir] = s
+    single = len(by_t) == 1 and len(by_g) == 1  # two stage dirs or two files: their keys need not match
+    if single:
+        (kt, t), (kg, g) = next(iter(by_t.items())), next(iter(by_g.items()))
+        by_t, by_g = {(): t}, {(): g}
+    pairs, only_t, only_g, notes = [], [], [], []
+    for key in sorted(set(by_t) | set(by_g)):
+        t, g = by_t.get(key, {}), by_g.get(key, {})
+        named = sorted(set(t) & set(g) - {""} - {r for r in t if r.startswith("proc")},
+                       key=lambda r: (_rank_number(r) is None, _rank_number(r) or 0, r))
+        matched = [(t[r], g[r]) for r in named]
+        rest_t = [r for r in t if r not in named]
+        rest_g = [r for r in g if r not in named]
+        if rest_t and len(rest_t) == len(rest_g) and all(_is_proc(r) for r in rest_t + rest_g):
+            rest_t.sort(key=_pid)
+            rest_g.sort(key=_pid)
+            for rt, rg in zip(rest_t, rest_g):
+                matched.append((t[rt], g[rg]))
+            where = "/".join(key) or "the given directories"
+            if len(rest_t) == 1:
+                msg = (f"{where}: {rest_t[0]} paired with {rest_g[0]} (msprobe writes proc<pid> without a process "
+                       "group; one on each side)")
+                notes.append(_finding("compare-pairing", I, msg, t[rest_t[0]].path))
+            else:
+                msg = (f"{where}: {len(rest_t)} proc<pid> directories on each side paired in sorted pid order "
+                       f"({', '.join(f'{a}~{b}' for a, b in zip(rest_t, rest_g))}): pids say nothing of ranks, "
+                       "check the pairing")
+                notes.append(_finding("compare-pairing", W, msg, t[rest_t[0]].path,
+                                      "initialize a torch.distributed process group so msprobe writes rank<N>"))
+            rest_t, rest_g = [], []
+        elif single and len(rest_t) == 1 and len(rest_g) == 1 and not named:
+            matched.append((t[rest_t[0]], g[rest_g[0]]))  # two rank dirs or two dump.json files given
+            rest_t, rest_g = [], []
+        only_t += [t[r] for r in rest_t]
+        only_g += [g[r] for r in rest_g]
+        for st, sg in matched:
+            step, stage = _layout_of(st.path)
+            rank = _rank_number(st.rank_dir) if st.rank_dir == sg.rank_dir else None
+            pairs.append(Pair(st, sg, step, stage, rank))
+    pairs.sort(key=_sort_key)
+    return pairs, only_t, only_g, notes
+
+
+def _is_proc(r: str) -> bool:
+    return r.startswith("proc")
+
+
+def _pid(r: str) -> int:
+    return int(r[4:]) if r[4:].isdigit() else 0
+
+
+# ----------------------------------------------------------------------------- running msprobe
+
+def _inside(path: str, root: str) -> bool:
+    path, root = os.path.realpath(path), os.path.realpath(root)
+    if os.path.isfile(root):
+        return False
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _msprobe_compare(job: tuple[str, str, str]) -> dict:
+    """In a worker process: `msprobe compare -tp T -gp G -o OUT` through msprobe's own CLI code, its
+    output to OUT/msprobe.log. Returns the result file it wrote, or the error."""
+    tp, gp, out = job
+    log = os.path.join(out, "msprobe.log")
+    before = set(os.listdir(out))
+    error = ""
+    saved = os.dup(1), os.dup(2)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
+    try:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        import argparse
+        import sys
+
+        import msprobe
+
+        extra = os.path.join(os.path.dirname(msprobe.__file__), "msaccucmp")
+        if extra not in sys.path:
+            sys.path.append(extra)  # as msprobe's own command does before importing its compare code
+        from msprobe.core.compare.compare_cli import compare_cli
+        from msprobe.core.compare.utils import _compare_parser
+
+        argv = ["-tp", tp, "-gp", gp, "-o", out]
+        parser = argparse.ArgumentParser(prog="msprobe compare")
+        _compare_parser(parser)
+        compare_cli(parser.parse_args(argv), argv)
+    except BaseException as e:  # msprobe raises CompareException, or exits: report it, keep the worker
+        error = f"{type(e).__name__}: {e}".strip()
+    finally:
+        import sys
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for f in (fd, *saved):
+            os.close(f)
+    new = sorted(f for f in os.listdir(out) if f not in before and f.startswith("compare_result") and
+                 f.endswith(".csv"))
+    return {"result": os.path.join(out, new[-1]) if new else None, "error": error, "log": log}
+
+
+def _log_tail(log: str | None, n: int = 3) -> str:
+    try:
+        with open(log, encoding="utf-8", errors="replace") as fh:
+            lines = [ln.strip() for ln in fh if "[ERROR]" in ln or "[WARNING]" in ln]
+    except (OSError, TypeError):
+        return ""
+    return " | ".join(re.sub(r"^.*?\[(ERROR|WARNING)\]\s*", r"\1: ", ln) for ln in lines[-n:])
+
+
+def _precheck(side: Side) -> Finding | None:
+    """A dump.json msprobe should not even be given: absent or empty."""
+    if not os.path.isfile(side.path):
+        return _finding("dump-missing", E, f"{side.label}: no dump.json", os.path.dirname(side.path),
+                        "the session was started but never stopped (a crash inside the stage?)")
+    if os.path.getsize(side.path) == 0:
+        return _finding("dump-empty", E, f"{side.file_label} is empty (0 bytes)", side.path,
+                        "the writer was interrupted or the stage collected nothing; collect it again")
+    return None
+
+
+def _diagnose(pair: Pair, outcome: dict) -> Finding:
+    """msprobe wrote no result: say which dump.json is at fault, or quote msprobe."""
+    import json
+
+    for side in (pair.target, pair.golden):
+        try:
+            with open(side.path, encoding="utf-8") as fh:
+                doc = json.load(fh)
+        except ValueError as e:
+            return _finding("dump-corrupt", E, f"{side.file_label} is not valid JSON ({e.msg} at line "
+                            f"{e.lineno if hasattr(e, 'lineno') else '?'}): truncated or overwritten", side.path,
+                            "the writer was interrupted (a killed worker, a full disk); collect this stage again")
+        except OSError as e:
+            return _finding("dump-missing", E, f"{side.file_label} cannot be read ({e.strerror})", side.path)
+        data = doc.get("data") if isinstance(doc, dict) else None
+        if not isinstance(data, dict):
+            return _finding("dump-corrupt", E, f"{side.file_label} has no \"data\" mapping: not an msprobe "
+                            "dump", side.path)
+        if not data:
+            return _finding("dump-empty", E, f"{side.file_label} holds no records", side.path,
+                            "the stage ran no hooked API or module (config.json scope/list/level, or the stage's "
+                            "model was not resolved)")
+    said = _log_tail(outcome.get("log")) or outcome.get("error") or "no result file"
+    return _finding("compare-failed", E, f"{pair.label}: msprobe compare wrote no result: {said}",
+                    outcome.get("log") or pair.target.path,
+                    "the two dumps may be of different tasks or levels, or hold no call in common; "
+                    "see msprobe.log beside it")
+
+
+def compare_runs(target: str, golden: str, out_dir: str | None = None, metric: str = DEFAULT_METRIC,
+                 threshold: float = DEFAULT_THRESHOLD, top: int = DEFAULT_TOP, jobs: int | None = None,
+                 progress=None) -> Comparison:
+    """Pair, compare and analyze. progress(done, total) is called as pairs finish."""
+    if metric not in METRICS:
+        raise UsageError(f"unknown metric {metric!r}; one of {', '.join(METRICS)}")
+    for p in (target, golden):
+        if not os.path.exists(p):
+            raise UsageError(f"{p}: no such file or directory")
+    if out_dir is None:
+        out_dir = tempfile.mkdtemp(prefix="verl-pdbg-compare-")
+    for root in (target, golden):
+        if _inside(out_dir, root):
+            raise UsageError(f"-o {out_dir} is inside {root}: nothing is written under TARGET or GOLDEN")
+    t_sides, g_sides = collect(target), collect(golden)
+    for p, sides in ((target, t_sides), (golden, g_sides)):
+        if not sides:
+            raise UsageError(f"{p}: no rank directory or dump.json there (give a save_path, a step_N/stage "
+                             "directory or a dump.json)")
+    cmp = Comparison(os.path.abspath(target), os.path.abspath(golden), os.path.abspath(out_dir), metric,
+                     threshold, top)
+    cmp.pairs, cmp.only_in_target, cmp.only_in_golden, cmp.findings = pair_up(t_sides, g_sides)
+    if not cmp.pairs and {s.key for s in t_sides}.isdisjoint({s.key for s in g_sides}):
+        raise UsageError(f"{target} and {golden} have no (step, stage, rank) in common: give two paths of the "
+                         "same kind (two save_paths, two step_N/stage directories, two dump.json files)")
+    for side, which in [(s, "target") for s in cmp.only_in_target] + [(s, "golden") for s in cmp.only_in_golden]:
+        cmp.findings.append(_finding("compare-pairing", W, f"{side.label} is in the {which} run only",
+                                     os.path.dirname(side.path), "the other run did not collect it"))
+    _run(cmp, jobs, progress)
+    return cmp
+
+
+def _run(cmp: Comparison, jobs: int | None, progress) -> None:
+    todo: list[Pair] = []
+    for p in cmp.pairs:
+        p.out_dir = os.path.join(cmp.out_dir, *p.target.key, p.rank_label)
+        bad = [f for f in (_precheck(p.target), _precheck(p.golden)) if f]
+        if bad:
+            p.status, p.findings = "error", bad
+            continue
+        os.makedirs(p.out_dir, mode=0o750, exist_ok=True)
+        todo.append(p)
+    done = len(cmp.pairs) - len(todo)
+    if progress:
+        progress(done, len(cmp.pairs))
+    workers = max(1, min(jobs or os.cpu_count() or 1, len(todo) or 1))
+    ctx = multiprocessing.get_context("spawn")  # msprobe and torch are imported in the workers only
+    retry = _pool(cmp, todo, workers, ctx, progress, done, last_try=False)
+    for p in retry:  # a worker died (killed, out of memory) and took the pool: each again, alone
+        _pool(cmp, [p], 1, ctx, progress, len(cmp.pairs) - len(retry), last_try=True)
+
+
+def _pool(cmp: Comparison, todo: list[Pair], workers: int, ctx, progress, done: int, last_try: bool) -> list[Pair]:
+    lost = []
+    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        futures = {pool.submit(_msprobe_compare, (p.target.path, p.golden.path, p.out_dir)): p for p in todo}
+        for fut in cf.as_completed(futures):
+            p = futures[fut]
+            try:
+                outcome = fut.result()
+            except cf.process.BrokenProcessPool:
+                if not last_try:
+                    lost.append(p)
+                    continue
+                outcome = {"result": None, "error": "the msprobe compare worker process died", "log": None}
+            _finish(cmp, p, outcome)
+            done += 1
+            if progress:
+                progress(done, len(cmp.pairs))
+    return lost
+
+
+def _finish(cmp: Comparison, p: Pair, outcome: dict) -> None:
+    p.log_file = outcome.get("log")
+    if not outcome.get("result"):
+        p.status = "error"
+        p.findings.append(_diagnose(p, outcome))
+        return
+    p.result_file = outcome["result"]
+    try:
+        p.analysis = read_result(p.result_file, cmp.metric, cmp.threshold, cmp.top, p.target.path)
+    except MetricUnavailable as e:
+        p.status = "error"
+        p.findings.append(_finding("compare-metric", E, f"{p.label}: {e}", p.result_file,
+                                   "choose another --metric for this task"))
+        return
+    except (OSError, ValueError, KeyError) as e:
+        p.status = "error"
+        p.findings.append(_finding("compare-failed", E, f"{p.label}: msprobe's result cannot be read ({e})",
+                                   p.result_file))
+        return
+    p.status = "diverged" if p.analysis.first else "same"
+
+
+# ----------------------------------------------------------------------------- data out
+
+def side_dict(s: Side) -> dict:
+    step, stage = _layout_of(s.path)
+    return {"step": step, "stage": stage, "rank": _rank_number(s.rank_dir), "rank_dir": s.rank_dir,
+            "path": s.path}
+
+
+def as_dict(cmp: Comparison) -> dict:
+    pairs = []
+    for p in cmp.pairs:
+        an = p.analysis
+        pairs.append({
+            "step": p.step, "stage": p.stage, "rank": p.rank,
+            "rank_dir": {"target": p.target.rank_dir, "golden": p.golden.rank_dir},
+            "status": p.status,
+            "first_divergence": an.first.as_dict(cmp.metric) if an and an.first else None,
+            "top": [n.as_dict(cmp.metric) for n in an.top] if an else [],
+            "result_file": p.result_file,
+            "task": an.task if an else None,
+            "nodes": len(an.nodes) if an else 0,
+            "target": p.target.path, "golden": p.golden.path,
+            "findings": [f.to_dict() for f in p.findings],
+        })
+    return {
+        "target": cmp.target, "golden": cmp.golden, "output_dir": cmp.out_dir,
+        "metric": cmp.metric, "threshold": cmp.threshold,
+        "pairs": pairs,
+        "only_in_target": [side_dict(s) for s in cmp.only_in_target],
+        "only_in_golden": [side_dict(s) for s in cmp.only_in_golden],
+        "diagnostics": [f.to_dict() for f in cmp.findings],
+        "exit_code": cmp.exit_code,
+    }

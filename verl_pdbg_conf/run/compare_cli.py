@@ -1,0 +1,155 @@
+"""`verl-pdbg-compare TARGET GOLDEN`: the first divergence of two runs, per step, stage and rank.
+
+Exit codes: 0 every pair compared and none diverged; 1 a divergence was found (in at least one
+pair); 2 usage error, or nothing could be compared; 3 no divergence found, but some pair could not
+be compared (a missing, empty or corrupt dump.json, msprobe failed) or a (step, stage, rank) is in
+one run only."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+
+from verl_pdbg_conf.run.compare import DEFAULT_TOP, EXIT_USAGE, UsageError, as_dict, compare_runs
+from verl_pdbg_conf.run.compare_csv import DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS
+
+PROG = "verl-pdbg-compare"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog=PROG, description="Compare two runs' msprobe dumps pair by pair (step, stage, rank) with msprobe "
+        "compare, and name the first node in execution order whose difference passes a threshold.",
+        epilog="exit codes: 0 no divergence; 1 divergence found; 2 usage error or nothing compared; "
+        "3 no divergence, but a pair could not be compared or is in one run only")
+    ap.add_argument("target", help="the run under test: a save_path, a step_N/stage directory or a dump.json")
+    ap.add_argument("golden", help="the reference run, the same kind of path")
+    ap.add_argument("-o", "--output", metavar="DIR", help="where msprobe's result files go (default: a new "
+                    "temporary directory; never inside TARGET or GOLDEN)")
+    ap.add_argument("--metric", default=DEFAULT_METRIC, choices=list(METRICS),
+                    help=f"difference to threshold (default {DEFAULT_METRIC}: relative error of the L2 norm; "
+                    "Cosine and the err-ratio metrics count 1 - value)")
+    ap.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
+                    help=f"a node diverges when its metric is above this (a fraction; default {DEFAULT_THRESHOLD:g} "
+                    "= 0.01%%)")
+    ap.add_argument("--top", type=int, default=DEFAULT_TOP, help=f"largest differences listed per pair "
+                    f"(default {DEFAULT_TOP})")
+    ap.add_argument("-j", "--jobs", type=int, default=None, help="pairs compared at once (default: CPU count)")
+    ap.add_argument("-f", "--format", choices=("text", "json"), default="text")
+    ap.add_argument("--html", metavar="FILE", help="also write one self-contained HTML report with a plot per "
+                    "pair (needs matplotlib: pip install 'verl-pdbg-conf[report]')")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    try:
+        args = ap.parse_args(argv)
+    except SystemExit as e:
+        return EXIT_USAGE if e.code not in (0, None) else 0
+    if args.threshold < 0 or math.isnan(args.threshold) or args.top < 0 or (args.jobs is not None and args.jobs < 1):
+        sys.stderr.write(f"{PROG}: error: --threshold and --top must be >= 0, --jobs >= 1\n")
+        return EXIT_USAGE
+    if args.html:
+        from verl_pdbg_conf.run.report_html import matplotlib_missing
+
+        missing = matplotlib_missing()
+        if missing:
+            sys.stderr.write(f"{PROG}: error: --html {missing}\n")
+            return EXIT_USAGE
+    progress = _progress_bar() if sys.stderr.isatty() else None
+    try:
+        cmp = compare_runs(args.target, args.golden, args.output, args.metric, args.threshold, args.top,
+                           args.jobs, progress)
+    except UsageError as e:
+        sys.stderr.write(f"{PROG}: error: {e}\n")
+        return EXIT_USAGE
+    finally:
+        if progress:
+            progress.close()
+    doc = as_dict(cmp)
+    if args.html:
+        from verl_pdbg_conf.run.report_html import write_html
+
+        write_html(cmp, args.html)
+    sys.stdout.write(json.dumps(doc, indent=2) + "\n" if args.format == "json" else render_text(cmp, doc))
+    return cmp.exit_code
+
+
+class _progress_bar:
+    """pairs done / total on stderr, redrawn in place (a terminal only)."""
+
+    def __init__(self):
+        self.shown = False
+
+    def __call__(self, done: int, total: int) -> None:
+        width = 30
+        fill = int(width * done / total) if total else width
+        sys.stderr.write(f"\rcomparing [{'#' * fill}{'.' * (width - fill)}] {done}/{total} pairs")
+        sys.stderr.flush()
+        self.shown = True
+
+    def close(self) -> None:
+        if self.shown:
+            sys.stderr.write("\n")
+
+
+def _pct(v) -> str:
+    if v is None:
+        return "n/a"
+    if v == "inf":
+        return "inf"
+    return f"{100 * v:.4g}%"
+
+
+def _node(n: dict) -> str:
+    where = n.get("module")
+    place = f" [{where}]" if where else (f" [{n['where']}]" if n.get("where") else "")
+    extra = ""
+    if n.get("dtype"):
+        extra += f" dtype {n['dtype']['target']} vs {n['dtype']['golden']}"
+    if n.get("reason") in ("unmatched", "nan"):
+        extra += f" ({n['reason']})"
+    return f"{n['name']}{place} {n['direction']} {n['kind']} {n['metric']}={_pct(n['value'])}{extra}"
+
+
+def render_text(cmp, doc: dict) -> str:
+    L = [f"target {doc['target']}", f"golden {doc['golden']}",
+         f"metric {doc['metric']} > {_pct(doc['threshold'])}; msprobe results in {doc['output_dir']}", ""]
+    head = f"{'step':>4}  {'stage':24} {'rank':8} {'status':9} first divergence"
+    L += [head, "-" * len(head)]
+    for p in doc["pairs"]:
+        rd = p["rank_dir"]
+        rank = rd["target"] if rd["target"] == rd["golden"] else f"{rd['target']}~{rd['golden']}"
+        first = p["first_divergence"]
+        text = _node(first) if first else ("-" if p["status"] == "same" else
+                                           "; ".join(f["message"] for f in p["findings"]) or "-")
+        step = "-" if p["step"] is None else p["step"]
+        L.append(f"{step:>4}  {(p['stage'] or '-'):24} {rank or '-':8} {p['status']:9} {text}")
+    for p in doc["pairs"]:
+        if p["top"] and p["first_divergence"]:
+            L.append("")
+            L.append(f"top {len(p['top'])} of step {p['step']} {p['stage']} {p['rank_dir']['target']} "
+                     f"({p['result_file']}):")
+            L += [f"  {_node(n)}" for n in p["top"]]
+    notes = doc["diagnostics"] + [f for p in doc["pairs"] for f in p["findings"]]
+    if notes:
+        L.append("")
+    for f in notes:
+        L.append(f"{f['file']}: {f['severity']} {f['rule']} {f['message']}")
+        if f.get("hint"):
+            L.append(f"    hint: {f['hint']}")
+    n = len(doc["pairs"])
+    div = sum(p["status"] == "diverged" for p in doc["pairs"])
+    err = sum(p["status"] == "error" for p in doc["pairs"])
+    L.append("")
+    L.append(f"{n} pair(s): {div} diverged, {n - div - err} same, {err} not compared; "
+             f"{len(doc['only_in_target'])} only in target, {len(doc['only_in_golden'])} only in golden")
+    return "\n".join(L) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
