@@ -78,6 +78,7 @@ class Comparison:
     metric: str
     threshold: float
     top: int
+    ignore_dtype: bool = False
     pairs: list[Pair] = field(default_factory=list)
     only_in_target: list[Side] = field(default_factory=list)
     only_in_golden: list[Side] = field(default_factory=list)
@@ -111,7 +112,8 @@ def collect(root: str) -> list[Side]:
     A save_path goes through inspect_run.scan, the layout's one reader."""
     root = os.path.abspath(root)
     if os.path.isfile(root):
-        return [Side((), "", root)]
+        parent = os.path.basename(os.path.dirname(root))
+        return [Side((), parent if _RANK.match(parent) else "", root)]
     if not os.path.isdir(root):
         return []
     if _RANK.match(os.path.basename(root)) or os.path.isfile(os.path.join(root, "dump.json")):
@@ -242,6 +244,10 @@ def _msprobe_compare(job: tuple[str, str, str]) -> dict:
 
         import msprobe
 
+        if "fork" in multiprocessing.get_all_start_methods() and multiprocessing.get_start_method() != "fork":
+            # This worker was spawned and inherited "spawn"; msprobe's tensor compare starts its own pool,
+            # as under its command (fork on Linux), not one that imports torch and msprobe again per pair.
+            multiprocessing.set_start_method("fork", force=True)
         extra = os.path.join(os.path.dirname(msprobe.__file__), "msaccucmp")
         if extra not in sys.path:
             sys.path.append(extra)  # as msprobe's own command does before importing its compare code
@@ -319,8 +325,9 @@ def _diagnose(pair: Pair, outcome: dict) -> Finding:
 
 def compare_runs(target: str, golden: str, out_dir: str | None = None, metric: str = DEFAULT_METRIC,
                  threshold: float = DEFAULT_THRESHOLD, top: int = DEFAULT_TOP, jobs: int | None = None,
-                 progress=None) -> Comparison:
-    """Pair, compare and analyze. progress(done, total) is called as pairs finish."""
+                 progress=None, ignore_dtype: bool = False, pool: cf.Executor | None = None) -> Comparison:
+    """Pair, compare and analyze. progress(done, total) is called as pairs finish. `pool` (from
+    worker_pool()) lets several comparisons share workers that have imported msprobe already."""
     if metric not in METRICS:
         raise UsageError(f"unknown metric {metric!r}; one of {', '.join(METRICS)}")
     for p in (target, golden):
@@ -337,7 +344,7 @@ def compare_runs(target: str, golden: str, out_dir: str | None = None, metric: s
             raise UsageError(f"{p}: no rank directory or dump.json there (give a save_path, a step_N/stage "
                              "directory or a dump.json)")
     cmp = Comparison(os.path.abspath(target), os.path.abspath(golden), os.path.abspath(out_dir), metric,
-                     threshold, top)
+                     threshold, top, ignore_dtype=ignore_dtype)
     cmp.pairs, cmp.only_in_target, cmp.only_in_golden, cmp.findings = pair_up(t_sides, g_sides)
     if not cmp.pairs and {s.key for s in t_sides}.isdisjoint({s.key for s in g_sides}):
         raise UsageError(f"{target} and {golden} have no (step, stage, rank) in common: give two paths of the "
@@ -345,11 +352,17 @@ def compare_runs(target: str, golden: str, out_dir: str | None = None, metric: s
     for side, which in [(s, "target") for s in cmp.only_in_target] + [(s, "golden") for s in cmp.only_in_golden]:
         cmp.findings.append(_finding("compare-pairing", W, f"{side.label} is in the {which} run only",
                                      os.path.dirname(side.path), "the other run did not collect it"))
-    _run(cmp, jobs, progress)
+    _run(cmp, jobs, progress, pool)
     return cmp
 
 
-def _run(cmp: Comparison, jobs: int | None, progress) -> None:
+def worker_pool(jobs: int | None = None) -> cf.ProcessPoolExecutor:
+    """Worker processes for msprobe compare. spawn, not fork: the caller may have torch loaded."""
+    return cf.ProcessPoolExecutor(max_workers=jobs or os.cpu_count() or 1,
+                                  mp_context=multiprocessing.get_context("spawn"))
+
+
+def _run(cmp: Comparison, jobs: int | None, progress, shared: cf.Executor | None = None) -> None:
     todo: list[Pair] = []
     for p in cmp.pairs:
         p.out_dir = os.path.join(cmp.out_dir, *p.target.key, p.rank_label)
@@ -362,17 +375,22 @@ def _run(cmp: Comparison, jobs: int | None, progress) -> None:
     done = len(cmp.pairs) - len(todo)
     if progress:
         progress(done, len(cmp.pairs))
-    workers = max(1, min(jobs or os.cpu_count() or 1, len(todo) or 1))
-    ctx = multiprocessing.get_context("spawn")  # msprobe and torch are imported in the workers only
-    retry = _pool(cmp, todo, workers, ctx, progress, done, last_try=False)
+    if not todo:
+        return
+    workers = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
+    retry = _pool(cmp, todo, shared or worker_pool(workers), progress, done, last_try=False, own=shared is None)
     for p in retry:  # a worker died (killed, out of memory) and took the pool: each again, alone
-        _pool(cmp, [p], 1, ctx, progress, len(cmp.pairs) - len(retry), last_try=True)
+        _pool(cmp, [p], worker_pool(1), progress, len(cmp.pairs) - len(retry), last_try=True, own=True)
 
 
-def _pool(cmp: Comparison, todo: list[Pair], workers: int, ctx, progress, done: int, last_try: bool) -> list[Pair]:
+def _pool(cmp: Comparison, todo: list[Pair], pool: cf.Executor, progress, done: int, last_try: bool,
+          own: bool) -> list[Pair]:
     lost = []
-    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        futures = {pool.submit(_msprobe_compare, (p.target.path, p.golden.path, p.out_dir)): p for p in todo}
+    try:
+        try:
+            futures = {pool.submit(_msprobe_compare, (p.target.path, p.golden.path, p.out_dir)): p for p in todo}
+        except cf.process.BrokenProcessPool:
+            return list(todo)  # a shared pool broken earlier
         for fut in cf.as_completed(futures):
             p = futures[fut]
             try:
@@ -386,6 +404,9 @@ def _pool(cmp: Comparison, todo: list[Pair], workers: int, ctx, progress, done: 
             done += 1
             if progress:
                 progress(done, len(cmp.pairs))
+    finally:
+        if own:
+            pool.shutdown(wait=True, cancel_futures=True)
     return lost
 
 
@@ -397,7 +418,8 @@ def _finish(cmp: Comparison, p: Pair, outcome: dict) -> None:
         return
     p.result_file = outcome["result"]
     try:
-        p.analysis = read_result(p.result_file, cmp.metric, cmp.threshold, cmp.top, p.target.path)
+        p.analysis = read_result(p.result_file, cmp.metric, cmp.threshold, cmp.top, p.target.path,
+                                 cmp.ignore_dtype)
     except MetricUnavailable as e:
         p.status = "error"
         p.findings.append(_finding("compare-metric", E, f"{p.label}: {e}", p.result_file,

@@ -35,6 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
                     help=f"a node diverges when its metric is above this (a fraction; default {DEFAULT_THRESHOLD:g} "
                     "= 0.01%%)")
+    ap.add_argument("--ignore-dtype", action="store_true", help="a dtype that differs (bf16 against fp32) is "
+                    "not by itself a divergence: for runs that differ in precision on purpose")
     ap.add_argument("--top", type=int, default=DEFAULT_TOP, help=f"largest differences listed per pair "
                     f"(default {DEFAULT_TOP})")
     ap.add_argument("-j", "--jobs", type=int, default=None, help="pairs compared at once (default: CPU count)")
@@ -63,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     progress = _progress_bar() if sys.stderr.isatty() else None
     try:
         cmp = compare_runs(args.target, args.golden, args.output, args.metric, args.threshold, args.top,
-                           args.jobs, progress)
+                           args.jobs, progress, args.ignore_dtype)
     except UsageError as e:
         sys.stderr.write(f"{PROG}: error: {e}\n")
         return EXIT_USAGE
@@ -111,7 +113,7 @@ def _node(n: dict) -> str:
     extra = ""
     if n.get("dtype"):
         extra += f" dtype {n['dtype']['target']} vs {n['dtype']['golden']}"
-    if n.get("reason") in ("unmatched", "nan"):
+    if n.get("reason") in ("unmatched", "nan", "shape"):
         extra += f" ({n['reason']})"
     return f"{n['name']}{place} {n['direction']} {n['kind']} {n['metric']}={_pct(n['value'])}{extra}"
 

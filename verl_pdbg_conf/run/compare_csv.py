@@ -67,7 +67,8 @@ class Node:
     result: str = ""  # msprobe's own Result column
     matched: bool = True  # msprobe found the golden counterpart
     where: str = ""  # the innermost user frame from stack.json (L1 has no module tree)
-    reason: str = ""  # why this node counts as diverged: threshold | unmatched | nan
+    reason: str = ""  # why this node counts as diverged: threshold | dtype | shape | unmatched | nan
+    shape_differs: bool = False
 
     def as_dict(self, metric: str) -> dict:
         d = {"name": self.name, "metric": metric, "value": _json_number(self.value), "order": self.order,
@@ -198,10 +199,11 @@ def task_of(columns: list[str]) -> str:
     return "unknown"
 
 
-def read_result(csv_path: str, metric: str, threshold: float, top: int, target_dump: str | None = None
-                ) -> Analysis:
+def read_result(csv_path: str, metric: str, threshold: float, top: int, target_dump: str | None = None,
+                ignore_dtype: bool = False) -> Analysis:
     """Nodes of one result file in execution order (forward before backward, then msprobe's dump
-    order), the first whose metric passes threshold, and the `top` largest differences."""
+    order), the first that diverges (its metric passes threshold, or its dtype or shape differs, or it
+    has no golden counterpart), and the `top` largest differences."""
     spec = METRICS[metric]
     with open(csv_path, newline="", encoding="utf-8") as fh:
         reader = csv.DictReader(fh)
@@ -228,14 +230,16 @@ def read_result(csv_path: str, metric: str, threshold: float, top: int, target_d
         if module is None:
             module = apis.get(owner)
         bench = str(r.get("Bench Name", "")).strip()
-        nodes.append(Node(0, i, name, direction, kind, owner, module, value, r.get("NPU Dtype", ""),
-                          r.get("Bench Dtype", ""), r.get("Result", ""), bench not in ("", "N/A")))
+        node = Node(0, i, name, direction, kind, owner, module, value, r.get("NPU Dtype", ""),
+                    r.get("Bench Dtype", ""), r.get("Result", ""), bench not in ("", "N/A"))
+        node.shape_differs = _cell(r, "NPU Tensor Shape") != _cell(r, "Bench Tensor Shape")
+        nodes.append(node)
     nodes.sort(key=lambda n: (n.direction == "backward", n.row))
     for k, n in enumerate(nodes):
         n.order = k
     an = Analysis(task, nodes)
     for n in nodes:
-        reason = _diverged(n, threshold)
+        reason = _diverged(n, threshold, ignore_dtype)
         if reason:
             n.reason = reason
             an.first = n
@@ -259,9 +263,17 @@ def _norm_rel(npu: float | None, bench: float | None) -> float | None:
     return abs(npu - bench) / abs(bench)
 
 
-def _diverged(n: Node, threshold: float) -> str:
+def _cell(r: dict, col: str) -> str:
+    return str(r.get(col, "")).strip()
+
+
+def _diverged(n: Node, threshold: float, ignore_dtype: bool = False) -> str:
     if not n.matched:
         return "unmatched"  # in the target only: the two runs did not make the same calls
+    if n.shape_differs:
+        return "shape"
+    if n.target_dtype != n.golden_dtype and not ignore_dtype:
+        return "dtype"  # a cast the golden run does not make (bf16 for fp32): where precision was lost
     if n.value is None:
         return ""  # not a tensor (an int, a bool, None): msprobe computes no difference
     if math.isnan(n.value):

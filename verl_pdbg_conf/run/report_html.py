@@ -1,9 +1,10 @@
 """One self-contained HTML report of a comparison: per pair, the relative error of every node along
 execution order (forward then backward), the threshold and the first divergence marked; plots are
-inline SVG drawn with matplotlib (the optional "report" extra)."""
+inline PNG (base64) drawn with matplotlib (the optional "report" extra)."""
 
 from __future__ import annotations
 
+import base64
 import html
 import io
 import math
@@ -35,9 +36,11 @@ def _plot(pair, cmp) -> str:
     if back is not None:
         ax.axvspan(back - 0.5, len(xs) - 0.5, color="#eef2fb", zorder=0, label="backward")
     colors = ["#c0392b" if n.value is not None and not math.isnan(n.value) and n.value > cmp.threshold
-              else "#2c7fb8" for n in an.nodes]
+              else "#bbbbbb" if n.value == 0 else "#2c7fb8" for n in an.nodes]
     ax.vlines(xs, floor, ys, colors=colors, linewidth=0.8, zorder=2)
     ax.scatter(xs, ys, c=colors, s=9, zorder=3)
+    ax.text(1.0, -0.28, f"grey: equal (0, drawn at {floor:g}); red: above the threshold", transform=ax.transAxes,
+            ha="right", fontsize=7, color="#777777")
     ax.axhline(cmp.threshold, color="#7f8c8d", linestyle="--", linewidth=1, label=f"threshold {cmp.threshold:g}")
     ax.set_yscale("log")
     ax.set_ylim(floor / 2, max([y for y in ys if not math.isnan(y)] + [cmp.threshold * 10]) * 3)
@@ -49,16 +52,24 @@ def _plot(pair, cmp) -> str:
         ax.axvline(f.order, color="#c0392b", linewidth=1.2, zorder=1)
         label = f.name if len(f.name) < 60 else "..." + f.name[-57:]
         y = ys[f.order] if not math.isnan(ys[f.order]) else cmp.threshold
-        ax.annotate(f"first divergence\n{label}", xy=(f.order, y), xytext=(12, 14), textcoords="offset points",
-                    fontsize=8, color="#c0392b", arrowprops={"arrowstyle": "->", "color": "#c0392b"},
-                    ha="left" if f.order < 0.6 * len(xs) else "right")
-    ax.legend(loc="upper left", fontsize=8, frameon=False)
+        left = f.order < 0.6 * len(xs)
+        ax.annotate(f"first divergence: {label}\n{f.direction} {f.kind}" + (f" [{f.module}]" if f.module else ""),
+                    xy=(f.order, y), xytext=(f.order + (0.03 if left else -0.03) * len(xs), 0.93),
+                    textcoords=("data", "axes fraction"), va="top", fontsize=8, color="#c0392b",
+                    ha="left" if left else "right", arrowprops={"arrowstyle": "->", "color": "#c0392b"},
+                    bbox={"boxstyle": "round", "fc": "white", "ec": "#c0392b", "alpha": 0.9})
+    ax.legend(loc="lower right" if an.first is None or an.first.order < 0.6 * len(xs) else "lower left",
+              fontsize=8, framealpha=0.9)
+    ax.set_ylim(floor / 2, ax.get_ylim()[1] * 30)  # room for the label above the points
     ax.grid(axis="y", color="#dddddd", linewidth=0.5)
     fig.tight_layout()
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg")
-    svg = buf.getvalue()
-    return svg[svg.index("<svg"):]
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def _img(png: bytes, alt: str) -> str:
+    return f"<img alt='{html.escape(alt)}' src='data:image/png;base64,{base64.b64encode(png).decode()}'>"
 
 
 def _pct(v) -> str:
@@ -102,7 +113,8 @@ metric {cmp.metric}, threshold {_pct(cmp.threshold)}; msprobe results in <code>{
         for f in p.findings:
             out.append(f"<p class='error'>{f.rule}: {html.escape(f.message)}</p>")
         if p.analysis:
-            out.append(_plot(p, cmp) if p.analysis.nodes else "<p>no nodes</p>")
+            out.append(_img(_plot(p, cmp), f"{cmp.metric} along execution order") if p.analysis.nodes
+                       else "<p>no nodes</p>")
             rows = ([p.analysis.first] if p.analysis.first else []) + \
                 [n for n in p.analysis.top if n is not p.analysis.first]
             if rows:

@@ -1,0 +1,232 @@
+"""verl-pdbg-compare on real CPU runs written by this package's runtime profiler (make_compare_dumps.py):
+the same 6-block model and seed, with blocks.3.fc's weight scaled by 1.01 or blocks.3 run in bfloat16,
+at mix level (statistics, two gloo ranks), L0 (tensor) and L1 (statistics, no process group: proc<pid>)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from verl_pdbg_conf.run.compare import (EXIT_DIVERGED, EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, UsageError, as_dict,
+                                        compare_runs, worker_pool)
+from verl_pdbg_conf.run.compare_cli import main
+
+pytestmark = pytest.mark.slow
+
+HERE = Path(__file__).parent
+REPO = HERE.parent
+STAGES = ["actor_compute_log_prob", "ref_compute_log_prob", "actor_update"]
+ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory) -> Path:
+    """All dumps, made once: five writer processes at a time."""
+    out = tmp_path_factory.mktemp("cmp_runs")
+    cfg = {}
+    for name, task, level in (("mix", "statistics", "mix"), ("l0", "tensor", "L0"), ("l1", "statistics", "L1")):
+        cfg[name] = out / f"{name}.json"
+        cfg[name].write_text(json.dumps({"task": task, "level": level, "rank": [], "step": [], "async_dump": False,
+                                         task: {"scope": [], "list": [], "data_mode": ["all"]}}))
+    maker = [sys.executable, str(HERE / "make_compare_dumps.py")]
+    port = _port()
+    jobs = [maker + [str(out / "mix"), str(cfg["mix"]), str(r), "2", str(port)] for r in (0, 1)]
+    jobs.append(maker + [str(out / "l0"), str(cfg["l0"]), "0", "1", str(_port()), "--steps", "1",
+                         "--variants", "golden,scaled,dtype"])
+    jobs.append(maker + [str(out / "l1"), str(cfg["l1"]), "0", "0", "0", "--steps", "1",
+                         "--variants", "golden,same,scaled"])
+    procs = [subprocess.Popen(j, cwd=out, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for j in jobs]
+    for p in procs:
+        log, _ = p.communicate(timeout=600)
+        assert p.returncode == 0, log[-3000:]
+    return out
+
+
+@pytest.fixture(scope="session")
+def pool():
+    with worker_pool(2) as ex:
+        yield ex
+
+
+def tree_hash(root: Path) -> str:
+    h = hashlib.sha256()
+    for dirpath, dirs, files in sorted(os.walk(root)):
+        dirs.sort()
+        for f in sorted(files):
+            p = Path(dirpath, f)
+            h.update(str(p.relative_to(root)).encode())
+            h.update(p.read_bytes())
+        h.update(f"dir:{Path(dirpath).relative_to(root)}".encode())
+    return h.hexdigest()
+
+
+def test_scaled_weight_is_named_in_every_pair_mix(runs, pool, tmp_path):
+    cmp = compare_runs(str(runs / "mix" / "scaled"), str(runs / "mix" / "golden"), str(tmp_path), pool=pool)
+    doc = as_dict(cmp)
+    assert cmp.exit_code == EXIT_DIVERGED and doc["only_in_target"] == doc["only_in_golden"] == []
+    assert [(p["step"], p["stage"], p["rank"]) for p in doc["pairs"]] == \
+        [(n, s, r) for n in (1, 2) for s in STAGES for r in (0, 1)]
+    for p in doc["pairs"]:
+        first = p["first_divergence"]
+        # F.linear's second input is the weight: the first node of blocks.3 that differs
+        assert first["name"] == "Functional.linear.3.forward.input.1", p
+        assert first["module"] == "blocks.3.fc" and first["direction"] == "forward"
+        assert first["metric"] == "NormRelativeErr" and first["value"] == pytest.approx(0.01, rel=1e-3)
+        assert p["top"][0]["value"] == pytest.approx(0.01, rel=1e-3)
+        assert Path(p["result_file"]).is_file() and str(tmp_path) in p["result_file"]
+    # the module's own record of the same weight is told apart as a parameter
+    top = {n["name"]: n for n in doc["pairs"][0]["top"]}
+    assert top["Module.blocks.3.fc.Linear.forward.0.parameters.weight"]["kind"] == "parameter"
+
+
+def test_dtype_change_is_named_in_every_pair_mix(runs, pool, tmp_path):
+    cmp = compare_runs(str(runs / "mix" / "dtype"), str(runs / "mix" / "golden"), str(tmp_path), pool=pool)
+    assert cmp.exit_code == EXIT_DIVERGED and len(cmp.pairs) == 12
+    for p in cmp.pairs:
+        f = p.analysis.first
+        assert (f.name, f.module, f.reason) == ("Functional.linear.3.forward.input.0", "blocks.3.fc", "dtype"), p.label
+        assert (f.target_dtype, f.golden_dtype) == ("torch.bfloat16", "torch.float32")
+    # without the dtype rule the threshold alone still lands in blocks.3 (bf16 rounding is ~1e-3)
+    cmp = compare_runs(str(runs / "mix" / "dtype"), str(runs / "mix" / "golden"), str(tmp_path / "b"), pool=pool,
+                       ignore_dtype=True)
+    assert all(p.analysis.first.module == "blocks.3.fc" for p in cmp.pairs)
+
+
+def test_identical_runs_name_nothing(runs, pool, tmp_path):
+    for level in ("mix", "l1"):
+        cmp = compare_runs(str(runs / level / "same"), str(runs / level / "golden"), str(tmp_path / level), pool=pool)
+        assert cmp.exit_code == EXIT_OK, [f.message for f in cmp.all_findings]
+        assert cmp.pairs and all(p.status == "same" and p.analysis.first is None and p.analysis.top == []
+                                 for p in cmp.pairs)
+
+
+def test_l0_tensor_task(runs, pool, tmp_path):
+    cmp = compare_runs(str(runs / "l0" / "scaled"), str(runs / "l0" / "golden"), str(tmp_path / "s"), pool=pool)
+    assert len(cmp.pairs) == 3
+    for p in cmp.pairs:
+        assert p.analysis.task == "tensor"
+        f = p.analysis.first
+        assert (f.name, f.kind, f.module) == ("Module.blocks.3.fc.Linear.forward.0.parameters.weight", "parameter",
+                                              "blocks.3.fc")
+        assert f.value == pytest.approx(0.01, rel=1e-3)  # from msprobe's l2norm columns
+    cmp = compare_runs(str(runs / "l0" / "scaled"), str(runs / "l0" / "golden"), str(tmp_path / "c"), pool=pool,
+                       metric="Cosine", threshold=0)
+    assert all(p.analysis.first.module == "blocks.3.fc" for p in cmp.pairs)
+    cmp = compare_runs(str(runs / "l0" / "dtype"), str(runs / "l0" / "golden"), str(tmp_path / "d"), pool=pool)
+    assert [p.analysis.first.name for p in cmp.pairs] == ["Module.blocks.3.fc.Linear.forward.0.input.0"] * 3
+
+
+def test_l1_proc_directories_are_paired(runs, pool, tmp_path):
+    cmp = compare_runs(str(runs / "l1" / "scaled"), str(runs / "l1" / "golden"), str(tmp_path), pool=pool)
+    assert len(cmp.pairs) == 3 and all(p.rank is None for p in cmp.pairs)
+    assert all(p.target.rank_dir.startswith("proc") and p.golden.rank_dir.startswith("proc") for p in cmp.pairs)
+    notes = [f for f in cmp.findings if f.rule == "compare-pairing"]
+    assert len(notes) == 3 and all("paired with" in f.message for f in notes)
+    for p in cmp.pairs:
+        f = p.analysis.first
+        assert f.name == "Functional.linear.3.forward.input.1"
+        assert f.module is None and f.where.startswith("make_compare_dumps.py:")  # L1: the calling line
+
+
+def test_faults_are_per_pair(runs, pool, tmp_path):
+    target = tmp_path / "target"
+    shutil.copytree(runs / "mix" / "scaled", target)
+    d = target / "step_1"
+    (d / "actor_compute_log_prob/step0/rank0/dump.json").unlink()
+    (d / "ref_compute_log_prob/step0/rank0/dump.json").write_text("")
+    text = (d / "actor_update/step0/rank0/dump.json").read_text()
+    (d / "actor_update/step0/rank0/dump.json").write_text(text[: len(text) // 2])  # truncated
+    (d / "actor_update/step0/rank1/dump.json").write_text('{"task": "statistics", "data": {}}')
+    (target / "step_2/actor_update/step0/rank1/dump.json").write_text("[1, 2")  # corrupt
+    shutil.rmtree(target / "step_2/ref_compute_log_prob/step0/rank1")
+    cmp = compare_runs(str(target), str(runs / "mix" / "golden"), str(tmp_path / "out"), pool=pool)
+    by = {(p.step, p.stage, p.rank): p for p in cmp.pairs}
+    expect = {(1, "actor_compute_log_prob", 0): "dump-missing", (1, "ref_compute_log_prob", 0): "dump-empty",
+              (1, "actor_update", 0): "dump-corrupt", (1, "actor_update", 1): "dump-empty",
+              (2, "actor_update", 1): "dump-corrupt"}
+    for key, rule in expect.items():
+        (f,) = by[key].findings
+        assert by[key].status == "error" and f.rule == rule and f.file.startswith(str(target)), (key, f)
+    assert [p.status for k, p in by.items() if k not in expect] == ["diverged"] * 6
+    assert [s.label for s in cmp.only_in_golden] == ["step_2/ref_compute_log_prob/step0/rank1"]
+    assert cmp.exit_code == EXIT_DIVERGED
+
+
+def test_msprobe_failure_is_a_finding(runs, pool, tmp_path):
+    """A pair msprobe cannot compare (statistics against tensor dumps of other calls) fails alone."""
+    cmp = compare_runs(str(runs / "l0" / "golden" / "step_1" / "actor_update"),
+                       str(runs / "mix" / "golden" / "step_1" / "actor_update"), str(tmp_path), pool=pool)
+    (p,) = cmp.pairs
+    assert p.status == "error" and p.findings[0].rule in ("compare-failed", "compare-metric")
+    assert cmp.exit_code == EXIT_USAGE
+
+
+def test_stage_directories_and_files(runs, pool, tmp_path):
+    mix = runs / "mix"
+    cmp = compare_runs(str(mix / "scaled/step_2/actor_update"), str(mix / "golden/step_1/actor_update"),
+                       str(tmp_path / "a"), pool=pool)
+    assert [(p.step, p.stage, p.rank) for p in cmp.pairs] == [(2, "actor_update", 0), (2, "actor_update", 1)]
+    cmp = compare_runs(str(mix / "same/step_1/actor_update/step0/rank1/dump.json"),
+                       str(mix / "golden/step_1/actor_update/step0/rank1/dump.json"), str(tmp_path / "b"), pool=pool)
+    (p,) = cmp.pairs
+    assert (p.step, p.stage, p.rank, p.status, cmp.exit_code) == (1, "actor_update", 1, "same", EXIT_OK)
+
+
+def test_only_in_one_run(runs, pool, tmp_path):
+    target = tmp_path / "t"
+    shutil.copytree(runs / "l1" / "same", target)
+    shutil.rmtree(target / "step_1" / "actor_update")
+    cmp = compare_runs(str(target), str(runs / "l1" / "golden"), str(tmp_path / "o"), pool=pool)
+    assert len(cmp.pairs) == 2 and len(cmp.only_in_golden) == 1 and cmp.exit_code == EXIT_INCOMPLETE
+    assert as_dict(cmp)["only_in_golden"][0]["stage"] == "actor_update"
+
+
+def test_usage_errors(runs, tmp_path, capsys):
+    with pytest.raises(UsageError, match="inside"):
+        compare_runs(str(runs / "mix" / "same"), str(runs / "mix" / "golden"), str(runs / "mix" / "golden" / "o"))
+    with pytest.raises(UsageError, match="in common"):
+        compare_runs(str(runs / "mix" / "same"), str(runs / "mix" / "golden" / "step_1"), str(tmp_path))
+    assert main([str(tmp_path / "nowhere"), str(runs / "mix" / "golden")]) == EXIT_USAGE
+    assert "no such file" in capsys.readouterr().err
+    assert main([str(runs / "mix" / "same"), str(runs / "mix" / "golden"), "--metric", "bogus"]) == EXIT_USAGE
+
+
+def test_html_without_matplotlib(runs, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # fault injection: the extra is not installed
+    assert main([str(runs / "l1" / "same"), str(runs / "l1" / "golden"), "--html", "r.html"]) == EXIT_USAGE
+    assert "pip install 'verl-pdbg-conf[report]'" in capsys.readouterr().err
+
+
+def test_command_json_html_and_read_only_inputs(runs, tmp_path):
+    target, golden = runs / "l1" / "scaled", runs / "l1" / "golden"
+    before = tree_hash(target), tree_hash(golden)
+    out, html = tmp_path / "out", tmp_path / "report.html"
+    proc = subprocess.run([sys.executable, "-m", "verl_pdbg_conf.run.compare_cli", str(target), str(golden),
+                           "--format", "json", "-o", str(out), "--html", str(html), "--top", "3"],
+                          cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == EXIT_DIVERGED, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    assert set(doc) >= {"pairs", "only_in_target", "only_in_golden"} and len(doc["pairs"]) == 3
+    p = doc["pairs"][0]
+    assert set(p) >= {"step", "stage", "rank", "first_divergence", "top", "result_file"} and len(p["top"]) == 3
+    assert set(p["first_divergence"]) >= {"name", "metric", "value"}
+    assert all(Path(p["result_file"]).parent.is_relative_to(out) for p in doc["pairs"])
+    assert (tree_hash(target), tree_hash(golden)) == before
+    page = html.read_text()
+    assert page.count("<img ") == 3 and page.count("data:image/png;base64,") == 3
+    assert "Functional.linear.3.forward.input.1" in page and "<script" not in page
