@@ -216,10 +216,14 @@ def test_command_json_html_and_read_only_inputs(runs, tmp_path):
     target, golden = runs / "l1" / "scaled", runs / "l1" / "golden"
     before = tree_hash(target), tree_hash(golden)
     out, html = tmp_path / "out", tmp_path / "report.html"
-    proc = subprocess.run([sys.executable, "-m", "verl_pdbg_conf.run.compare_cli", str(target), str(golden),
+    probe = ("import sys; from verl_pdbg_conf.run.compare_cli import main; code = main(sys.argv[1:]); "
+             "sys.stderr.write('HEAVY %s' % sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'msprobe'})); "
+             "sys.exit(code)")
+    proc = subprocess.run([sys.executable, "-c", probe, str(target), str(golden),
                            "--format", "json", "-o", str(out), "--html", str(html), "--top", "3"],
                           cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600)
     assert proc.returncode == EXIT_DIVERGED, proc.stderr[-3000:]
+    assert "HEAVY []" in proc.stderr  # msprobe and torch load in the worker processes only
     doc = json.loads(proc.stdout)
     assert set(doc) >= {"pairs", "only_in_target", "only_in_golden"} and len(doc["pairs"]) == 3
     p = doc["pairs"][0]

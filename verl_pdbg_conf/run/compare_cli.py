@@ -17,6 +17,7 @@ from verl_pdbg_conf.run.compare import DEFAULT_TOP, EXIT_USAGE, UsageError, as_d
 from verl_pdbg_conf.run.compare_csv import DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS
 
 PROG = "verl-pdbg-compare"
+TOP_SHOWN = 3  # pairs whose top list the text output prints
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -131,12 +132,18 @@ def render_text(cmp, doc: dict) -> str:
                                            "; ".join(f["message"] for f in p["findings"]) or "-")
         step = "-" if p["step"] is None else p["step"]
         L.append(f"{step:>4}  {(p['stage'] or '-'):24} {rank or '-':8} {p['status']:9} {text}")
+    shown = 0
     for p in doc["pairs"]:
         if p["top"] and p["first_divergence"]:
+            shown += 1
+            if shown > TOP_SHOWN:
+                continue
             L.append("")
             L.append(f"top {len(p['top'])} of step {p['step']} {p['stage']} {p['rank_dir']['target']} "
                      f"({p['result_file']}):")
             L += [f"  {_node(n)}" for n in p["top"]]
+    if shown > TOP_SHOWN:
+        L.append(f"(top lists of {shown - TOP_SHOWN} more diverged pair(s): --format json or --html)")
     notes = doc["diagnostics"] + [f for p in doc["pairs"] for f in p["findings"]]
     if notes:
         L.append("")
