@@ -123,7 +123,9 @@ def main() -> None:
                 sys.exit("verl-pdbg-compare and the by-hand results disagree")
         h, o = statistics.median(hand_t), statistics.median(ours_t)
         print(f"by hand (sequential msprobe compare x {len(todo)}): median {h:.2f} s")
-        print(f"verl-pdbg-compare (jobs {a.jobs or os.cpu_count()}): median {o:.2f} s")
+        from verl_pdbg_conf.run.compare import default_jobs
+
+        print(f"verl-pdbg-compare (jobs {a.jobs or default_jobs()}): median {o:.2f} s")
         print(f"ratio by hand / verl-pdbg-compare: {h / o:.2f}x")
     finally:
         shutil.rmtree(work, ignore_errors=True)

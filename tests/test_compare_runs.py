@@ -234,3 +234,24 @@ def test_command_json_html_and_read_only_inputs(runs, tmp_path):
     page = html.read_text()
     assert page.count("<img ") == 3 and page.count("data:image/png;base64,") == 3
     assert "Functional.linear.3.forward.input.1" in page and "<script" not in page
+
+
+def test_pairing_rules():
+    """pair_up alone: save_paths pair by step and stage strictly; several proc<pid> per side pair by
+    sorted pid with a warning; rank<N> by name."""
+    from verl_pdbg_conf.core.findings import Severity
+    from verl_pdbg_conf.run.compare import Side, pair_up
+
+    def side(key, rank):
+        return Side(tuple(key.split("/")), rank, f"/x/{key}/{rank}/dump.json")
+
+    pairs, only_t, only_g, notes = pair_up([side("step_2/actor_update/step0", "rank0")],
+                                           [side("step_1/actor_update/step0", "rank0")])
+    assert pairs == [] and len(only_t) == len(only_g) == 1
+    pairs, only_t, only_g, notes = pair_up([side("step0", "proc30"), side("step0", "proc7")],
+                                           [side("step0", "proc12"), side("step0", "proc9")])
+    assert [(p.target.rank_dir, p.golden.rank_dir) for p in pairs] == [("proc7", "proc9"), ("proc30", "proc12")]
+    assert [n.severity for n in notes] == [Severity.WARNING] and "sorted pid order" in notes[0].message
+    pairs, only_t, only_g, _ = pair_up([side("step0", "rank0"), side("step0", "rank1"), side("step0", "rank10")],
+                                       [side("step0", "rank10"), side("step0", "rank0")])
+    assert [p.rank for p in pairs] == [0, 10] and [s.rank_dir for s in only_t] == ["rank1"] and only_g == []

@@ -23,6 +23,12 @@ from verl_pdbg_conf.run.inspect_run import _INNER, _RANK, _STAGE, _STEP, scan
 E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
 DEFAULT_TOP = 5
 EXIT_OK, EXIT_DIVERGED, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
+# Each worker holds torch and msprobe (a few hundred MB) and msprobe's tensor compare starts its own pool.
+MAX_DEFAULT_JOBS = 4
+
+
+def default_jobs() -> int:
+    return max(1, min(os.cpu_count() or 1, MAX_DEFAULT_JOBS))
 
 
 class UsageError(ValueError):
@@ -157,7 +163,7 @@ def _sort_key(p: Pair):
     order = {s: i for i, s in enumerate(RUN_ORDER)}
     stage = _STAGE.match(p.stage or "")
     return (p.step if p.step is not None else -1, order.get(stage.group("stage") if stage else "", 99),
-            p.stage or "", p.target.key, p.rank if p.rank is not None else 1 << 30, p.target.rank_dir)
+            p.stage or "", p.target.key, p.rank if p.rank is not None else 1 << 30, _pid(p.target.rank_dir), p.target.rank_dir)
 
 
 def pair_up(target: list[Side], golden: list[Side]) -> tuple[list[Pair], list[Side], list[Side], list[Finding]]:
@@ -168,7 +174,9 @@ def pair_up(target: list[Side], golden: list[Side]) -> tuple[list[Pair], list[Si
     for sides, into in ((target, by_t), (golden, by_g)):
         for s in sides:
             into.setdefault(s.key, {})[s.rank_dir] = s
-    single = len(by_t) == 1 and len(by_g) == 1  # two stage dirs or two files: their keys need not match
+    # Two stage (or rank) directories or two files: one place each, compared whatever its name (step_2
+    # against step_1 is a question the guide asks). Two save_paths pair by step and stage, strictly.
+    single = len(by_t) == 1 and len(by_g) == 1 and not any(k and _STEP.match(k[0]) for k in (*by_t, *by_g))
     if single:
         (kt, t), (kg, g) = next(iter(by_t.items())), next(iter(by_g.items()))
         by_t, by_g = {(): t}, {(): g}
@@ -221,9 +229,10 @@ def _pid(r: str) -> int:
 # ----------------------------------------------------------------------------- running msprobe
 
 def _inside(path: str, root: str) -> bool:
+    """path is root or under it; for a dump.json, under its directory (stack.json, construct.json)."""
     path, root = os.path.realpath(path), os.path.realpath(root)
     if os.path.isfile(root):
-        return False
+        root = os.path.dirname(root)
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
@@ -358,7 +367,7 @@ def compare_runs(target: str, golden: str, out_dir: str | None = None, metric: s
 
 def worker_pool(jobs: int | None = None) -> cf.ProcessPoolExecutor:
     """Worker processes for msprobe compare. spawn, not fork: the caller may have torch loaded."""
-    return cf.ProcessPoolExecutor(max_workers=jobs or os.cpu_count() or 1,
+    return cf.ProcessPoolExecutor(max_workers=jobs or default_jobs(),
                                   mp_context=multiprocessing.get_context("spawn"))
 
 
@@ -377,7 +386,7 @@ def _run(cmp: Comparison, jobs: int | None, progress, shared: cf.Executor | None
         progress(done, len(cmp.pairs))
     if not todo:
         return
-    workers = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
+    workers = max(1, min(jobs or default_jobs(), len(todo)))
     retry = _pool(cmp, todo, shared or worker_pool(workers), progress, done, last_try=False, own=shared is None)
     for p in retry:  # a worker died (killed, out of memory) and took the pool: each again, alone
         _pool(cmp, [p], worker_pool(1), progress, len(cmp.pairs) - len(retry), last_try=True, own=True)
