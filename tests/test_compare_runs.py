@@ -172,7 +172,9 @@ def test_msprobe_failure_is_a_finding(runs, pool, tmp_path):
     cmp = compare_runs(str(runs / "l0" / "golden" / "step_1" / "actor_update"),
                        str(runs / "mix" / "golden" / "step_1" / "actor_update"), str(tmp_path), pool=pool)
     (p,) = cmp.pairs
-    assert p.status == "error" and p.findings[0].rule in ("compare-failed", "compare-metric")
+    (f,) = p.findings
+    assert p.status == "error" and f.rule == "compare-failed" and "task is consistent" in f.message
+    assert f.file.endswith("msprobe.log") and "CANN" not in f.message
     assert cmp.exit_code == EXIT_USAGE
 
 
@@ -224,6 +226,7 @@ def test_command_json_html_and_read_only_inputs(runs, tmp_path):
                           cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600)
     assert proc.returncode == EXIT_DIVERGED, proc.stderr[-3000:]
     assert "HEAVY []" in proc.stderr  # msprobe and torch load in the worker processes only
+    assert "comparing [" not in proc.stderr  # the progress bar is for a terminal only
     doc = json.loads(proc.stdout)
     assert set(doc) >= {"pairs", "only_in_target", "only_in_golden"} and len(doc["pairs"]) == 3
     p = doc["pairs"][0]
@@ -255,3 +258,14 @@ def test_pairing_rules():
     pairs, only_t, only_g, _ = pair_up([side("step0", "rank0"), side("step0", "rank1"), side("step0", "rank10")],
                                        [side("step0", "rank10"), side("step0", "rank0")])
     assert [p.rank for p in pairs] == [0, 10] and [s.rank_dir for s in only_t] == ["rank1"] and only_g == []
+
+
+def test_progress_bar_draws_in_place(capsys):
+    from verl_pdbg_conf.run.compare_cli import _progress_bar
+
+    bar = _progress_bar()
+    bar(0, 4)
+    bar(4, 4)
+    bar.close()
+    err = capsys.readouterr().err
+    assert err.count("\r") == 2 and "4/4 pairs" in err and err.endswith("\n")

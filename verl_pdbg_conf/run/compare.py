@@ -284,9 +284,10 @@ def _msprobe_compare(job: tuple[str, str, str]) -> dict:
 
 
 def _log_tail(log: str | None, n: int = 3) -> str:
+    """msprobe's last errors and warnings (not its CANN complaint, which every CPU run logs)."""
     try:
         with open(log, encoding="utf-8", errors="replace") as fh:
-            lines = [ln.strip() for ln in fh if "[ERROR]" in ln or "[WARNING]" in ln]
+            lines = [ln.strip() for ln in fh if ("[ERROR]" in ln or "[WARNING]" in ln) and "CANN" not in ln]
     except (OSError, TypeError):
         return ""
     return " | ".join(re.sub(r"^.*?\[(ERROR|WARNING)\]\s*", r"\1: ", ln) for ln in lines[-n:])
