@@ -58,6 +58,8 @@ def _plot(pair, cmp) -> str:
                     textcoords=("data", "axes fraction"), va="top", fontsize=8, color="#c0392b",
                     ha="left" if left else "right", arrowprops={"arrowstyle": "->", "color": "#c0392b"},
                     bbox={"boxstyle": "round", "fc": "white", "ec": "#c0392b", "alpha": 0.9})
+    if an.first is None:
+        ax.text(0.5, 0.75, "no node diverges", transform=ax.transAxes, ha="center", fontsize=10, color="#1e8449")
     ax.legend(loc="lower right" if an.first is None or an.first.order < 0.6 * len(xs) else "lower left",
               fontsize=8, framealpha=0.9)
     ax.set_ylim(floor / 2, ax.get_ylim()[1] * 30)  # room for the label above the points
