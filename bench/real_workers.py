@@ -251,6 +251,7 @@ def _overrides(model_dir: str, save_path: str, config_path: str, strict: bool) -
 
 def _batch(step: int):
     """The DataProto the trainer holds after generation: left-padded prompts, right-padded responses."""
+    import numpy as np
     import torch
     from verl import DataProto
 
@@ -268,23 +269,27 @@ def _batch(step: int):
         tensors={"input_ids": torch.cat([prompts, responses], 1), "attention_mask": attention_mask,
                  "position_ids": position_ids, "prompts": prompts, "responses": responses,
                  "response_mask": r_mask.long()},
+        non_tensors={"uid": np.array([f"uid-{step}-{i // 2}" for i in range(BATCH)], dtype=object)},
         meta_info={"temperature": 1.0, "global_token_num": attention_mask.sum(-1).tolist()})
     return batch
 
 
 def _to_tensordict(batch):
     """DataProto.to_tensordict(). verl asserts tensordict>=0.10 there although its own metadata
-    accepts 0.8 (the test lock has 0.8.3); with an older tensordict the same two calls are made
-    here (the batch has no non-tensor entries, so nothing else of that method applies)."""
+    accepts 0.8 (the test lock has 0.8.3); with an older tensordict the same calls that method
+    makes are made here (tensors, non-tensor columns as NonTensorStack, meta_info as non-tensor)."""
     import tensordict
     from packaging.version import parse
 
     if parse(tensordict.__version__) >= parse("0.10"):
         return batch.to_tensordict()
+    from tensordict.tensorclass import NonTensorData, NonTensorStack
     from verl.utils import tensordict_utils as tu
 
-    assert not batch.non_tensor_batch
-    return tu.get_tensordict(tensor_dict=batch.batch.to_dict(), non_tensor_dict=batch.meta_info)
+    tensors = batch.batch.to_dict()
+    for key, val in batch.non_tensor_batch.items():
+        tensors[key] = NonTensorStack.from_list([NonTensorData(item) for item in val])
+    return tu.get_tensordict(tensor_dict=tensors, non_tensor_dict=batch.meta_info)
 
 
 def _td(batch, **non_tensor):

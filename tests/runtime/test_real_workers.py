@@ -24,7 +24,8 @@ VERL_STAGES = ("actor_compute_log_prob", "actor_update", "ref_compute_log_prob")
 STEPS = (1, 2)
 # msprobe's L1 API record names: Functional.linear.0.forward, Tensor.__mul__.3.backward, ...
 L1_NAME = re.compile(r"^(Functional|Torch|Tensor|Distributed|Aten|VF|NPU)\.[\w.]+\.\d+\.(forward|backward)$")
-RUNS = {"l1": ("L1", "pdbg"), "l0": ("L0", "pdbg"), "verl": ("L1", "verl")}
+RUNS = {"l1": ("L1", "pdbg", False), "l0": ("L0", "pdbg", False), "verl": ("L1", "verl", False),
+        "verl_strict": ("L1", "verl", True)}
 
 
 @pytest.fixture(scope="module")
@@ -33,9 +34,9 @@ def runs(module_tmp):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p),
                OMP_NUM_THREADS="1")
     procs = {}
-    for name, (level, runtime) in RUNS.items():
+    for name, (level, runtime, strict) in RUNS.items():
         out = os.path.join(module_tmp, name)
-        cmd = [sys.executable, BENCH, "--out", out, "--level", level, "--runtime", runtime]
+        cmd = [sys.executable, BENCH, "--out", out, "--level", level, "--runtime", runtime] + ["--strict"] * strict
         procs[name] = (out, subprocess.Popen(cmd, env=env, cwd=module_tmp, stdout=subprocess.PIPE,
                                              stderr=subprocess.PIPE, text=True))
     results = {}
@@ -46,7 +47,9 @@ def runs(module_tmp):
             proc.kill()
             stdout, stderr = proc.communicate()
         lines = stdout.strip().splitlines()
-        assert proc.returncode == 0 and len(lines) == 1, f"{name}: exit {proc.returncode}\n{stdout[-3000:]}{stderr[-3000:]}"
+        expected = 1 if name == "verl_strict" else 0  # the bench exits 1 when a step raised
+        assert proc.returncode == expected and len(lines) == 1, \
+            f"{name}: exit {proc.returncode}\n{stdout[-3000:]}{stderr[-3000:]}"
         results[name] = (out, json.loads(lines[0]))
     return results
 
@@ -128,3 +131,13 @@ def test_verl_backend_baseline(runs):
     ours = _dumps(runs["l1"][0])
     for key, dump in dumps.items():
         assert list(dump["data"]) == list(ours[key]["data"]), key
+
+
+def test_verl_backend_strict_stops_the_step_at_the_critic_update(runs):
+    """strict: True with verl's backend: train_batch raises out of the critic's train_mini_batch, so
+    the step never reaches update_actor (the trainer calls the critic's update first)."""
+    out, result = runs["verl_strict"]
+    assert sorted(_dumps(out)) == _expected(("actor_compute_log_prob", "ref_compute_log_prob"))
+    assert len(result["errors"]) == len(STEPS)
+    for error in result["errors"]:
+        assert "train_mini_batch" in error and "ValueError: Unknown precision_debugger stage: train_batch" in error
