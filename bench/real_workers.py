@@ -48,7 +48,7 @@ MSPROBE_CONFIGS = os.path.join(REPO, "verl_pdbg_conf", "conf", "msprobe")
 STEPS = (1, 2)
 BATCH, PROMPT_LEN, RESPONSE_LEN, MINI_BATCH = 8, 4, 5, 4  # two update mini-batches per step
 NOT_RESOLVED = "model not resolved"
-# stage dir -> (worker built in the run, attribute path of its model), checked against stages.py
+# stage dir -> the worker (built in the run) whose model it binds; the attribute is checked against stages.py
 WORKER_OF_STAGE = {"actor_compute_log_prob": "actor", "actor_update": "actor", "ref_compute_log_prob": "ref",
                    "critic_update": "critic"}
 
@@ -392,7 +392,7 @@ def child(args) -> dict:
             out = actor.update_actor(_td(batch, calculate_entropy=bool(a.calculate_entropy), compute_loss=True,
                                          distillation_use_topk=False, distillation_only=False, **loader))
             metrics[f"step_{step}/actor"] = sorted(tu.get(out, "metrics"))
-        except Exception as e:  # reported, not hidden: the parent's JSON carries it
+        except Exception:  # reported, not hidden: the parent's JSON carries it
             import traceback
 
             errors.append(f"step {step}: {traceback.format_exc(limit=8)}")
@@ -422,8 +422,8 @@ def child(args) -> dict:
     dist.destroy_process_group()
     import tensordict
 
-    return {"impl": impls, "tensordict": tensordict.__version__, "shims": shims, "errors": errors, "metrics": metrics, "warnings": capture.warnings,
-            "runtime_resolved": capture.resolved, "resolver": found,
+    return {"impl": impls, "tensordict": tensordict.__version__, "shims": shims, "errors": errors,
+            "metrics": metrics, "warnings": capture.warnings, "runtime_resolved": capture.resolved, "resolver": found,
             "seconds": {"import": round(t_import - t0, 2), "build": round(t_build - t_import, 2),
                         "steps": round(t_steps - t_build, 2)}}
 
