@@ -274,30 +274,12 @@ def _batch(step: int):
     return batch
 
 
-def _to_tensordict(batch):
-    """DataProto.to_tensordict(). verl asserts tensordict>=0.10 there although its own metadata
-    accepts 0.8 (the test lock has 0.8.3); with an older tensordict the same calls that method
-    makes are made here (tensors, non-tensor columns as NonTensorStack, meta_info as non-tensor)."""
-    import tensordict
-    from packaging.version import parse
-
-    if parse(tensordict.__version__) >= parse("0.10"):
-        return batch.to_tensordict()
-    from tensordict.tensorclass import NonTensorData, NonTensorStack
-    from verl.utils import tensordict_utils as tu
-
-    tensors = batch.batch.to_dict()
-    for key, val in batch.non_tensor_batch.items():
-        tensors[key] = NonTensorStack.from_list([NonTensorData(item) for item in val])
-    return tu.get_tensordict(tensor_dict=tensors, non_tensor_dict=batch.meta_info)
-
-
 def _td(batch, **non_tensor):
     """DataProto -> TensorDict -> no-padding, plus the non-tensor keys (ray_trainer.py's steps 1-3)."""
     from verl.utils import tensordict_utils as tu
     from verl.workers.utils.padding import left_right_2_no_padding
 
-    td = left_right_2_no_padding(_to_tensordict(batch))
+    td = left_right_2_no_padding(batch.to_tensordict())  # needs tensordict 0.10 (the workers extra)
     tu.assign_non_tensor(td, **non_tensor)
     return td
 
