@@ -17,6 +17,7 @@ MAX_BYTES = 16 * 1024 * 1024  # a config is kilobytes; beyond this it is not one
 # PyYAML composes and builds about 10 000 in a second.
 MAX_NODES = 10_000
 MAX_DEPTH = 200
+_DEPTH_HINT = "nest less deeply; a config holds at most a few thousand values"
 # Python refuses to turn an int of more than 4300 decimal digits into text; a hex or base-60
 # YAML integer escapes that limit when it is built, and then breaks every message that shows it.
 _MAX_INT_BITS = 10_000
@@ -114,6 +115,12 @@ def load_yaml(file: str, text: str | None = None) -> Document:
         msg = " ".join(str(x) for x in (e.context, e.problem) if x)
         doc.ok = False
         line, col = _in_text(text, mark.line + 1, mark.column + 1) if mark else (1, 1)
+        if "maximum nesting depth" in msg:
+            # PyYAML 6.0.4's libyaml scans a run of '[' ahead and stops at its own limit (1000 levels)
+            # before our event walk sees level MAX_DEPTH: the same finding, at the place libyaml stopped.
+            doc.findings.append(_err(file, "parse-error", f"YAML nests more than {MAX_DEPTH} levels deep", line, col,
+                                     hint=_DEPTH_HINT))
+            return doc
         tab = "'\\t'" in msg or "\t" in msg
         doc.findings.append(_err(file, "parse-error", f"YAML does not parse: {msg}", line, col,
                                  hint="replace the tab with spaces: the YAML reader Hydra uses allows no tab here"
@@ -126,7 +133,7 @@ def load_yaml(file: str, text: str | None = None) -> Document:
     except _Budget as e:
         doc.ok = False
         doc.findings.append(_err(file, "parse-error", str(e), e.line, e.col,
-                                 hint="nest less deeply; a config holds at most a few thousand values"))
+                                 hint=_DEPTH_HINT))
         return doc
     if node is None:
         doc.data = None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.util
+import logging
 import os
 import threading
 from collections.abc import Mapping
@@ -24,6 +25,7 @@ from verl_pdbg_conf.runtime import model as _model
 from verl_pdbg_conf.runtime import session as _session
 from verl_pdbg_conf.runtime.session import warn_once
 
+log = logging.getLogger("verl_pdbg_conf.runtime")
 DEFAULT_SAVE_PATH = "outputs/profile"  # verl's global_profiler.save_path default
 _TOOL_KEYS = ("config_path", "stages", "strict", "steps")
 _VALIDATED: dict = {}  # validation is pure: one run per distinct config in a process
@@ -235,13 +237,15 @@ class PrecisionDebuggerProfiler:
         if stage is None or (self.stages is not None and stage not in self.stages):
             return None
         if model is None:
-            model, _ = _model.resolve_model(owner, STAGES[stage].models)
+            model, path = _model.resolve_model(owner, STAGES[stage].models)
             if model is None:
                 self._fail(("model", stage),
                            f"PrecisionDebugger model not resolved for stage '{stage}' (none of "
                            f"{', '.join(STAGES[stage].models)} on {type(owner).__name__}); the stage runs "
                            f"without a dump")
                 return None
+            log.debug("precision_debugger: stage '%s': model resolved at %s.%s (%s)", stage, type(owner).__name__,
+                      path, type(model).__name__)
         tag = self._tag(step, owner, args, kwargs)
         base = os.path.join(self.save_path, f"step_{tag}", stage)
         # A stage verl runs under another name runs once per mini-batch: one dump for them all.

@@ -4,7 +4,7 @@ validator and the runtime all read it; tests check the schemas against it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 DEFAULT_VERL = "0.9.1"
 
@@ -69,6 +69,9 @@ class VerlTarget:
     hybrid_gate: str  # in hybrid mode this profiler gates actor and ref stages
     role_profilers: tuple[str, ...]
     continuous_tag_bug: bool  # profile_continuous_steps tags later steps with the first step
+    # stage -> (worker class, attribute path) where the stage's model was found on the release's
+    # real workers; checked by bench/real_workers.py (tests/runtime/test_real_workers.py)
+    model_at: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 VERL_TARGETS: dict[str, VerlTarget] = {
@@ -79,6 +82,13 @@ VERL_TARGETS: dict[str, VerlTarget] = {
         hybrid_gate=_ACTOR,
         role_profilers=ROLE_PROFILERS,
         continuous_tag_bug=True,
+        # verl's own candidates miss the critic's: its TrainingWorker has no `.critic.` level.
+        model_at={
+            "actor_compute_log_prob": ("ActorRolloutRefWorker", "actor.engine.module"),
+            "actor_update": ("ActorRolloutRefWorker", "actor.engine.module"),
+            "ref_compute_log_prob": ("ActorRolloutRefWorker", "ref.engine.module"),
+            "critic_update": ("TrainingWorker", "engine.module"),
+        },
     ),
     # The fsdp/megatron workers verl had before 2026-04 annotated every stage.
     "legacy-workers": VerlTarget(
