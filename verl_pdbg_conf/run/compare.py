@@ -163,7 +163,8 @@ def _sort_key(p: Pair):
     order = {s: i for i, s in enumerate(RUN_ORDER)}
     stage = _STAGE.match(p.stage or "")
     return (p.step if p.step is not None else -1, order.get(stage.group("stage") if stage else "", 99),
-            p.stage or "", p.target.key, p.rank if p.rank is not None else 1 << 30, _pid(p.target.rank_dir), p.target.rank_dir)
+            p.stage or "", p.target.key, p.rank if p.rank is not None else 1 << 30, _pid(p.target.rank_dir),
+            p.target.rank_dir)
 
 
 def pair_up(target: list[Side], golden: list[Side]) -> tuple[list[Pair], list[Side], list[Side], list[Finding]]:

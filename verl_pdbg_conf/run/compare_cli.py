@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 
 from verl_pdbg_conf.run.compare import DEFAULT_TOP, EXIT_USAGE, UsageError, as_dict, compare_runs
@@ -40,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "not by itself a divergence: for runs that differ in precision on purpose")
     ap.add_argument("--top", type=int, default=DEFAULT_TOP, help=f"largest differences listed per pair "
                     f"(default {DEFAULT_TOP})")
-    ap.add_argument("-j", "--jobs", type=int, default=None, help="pairs compared at once (default: the CPU count, at most 4)")
+    ap.add_argument("-j", "--jobs", type=int, default=None,
+                    help="pairs compared at once (default: the CPU count, at most 4)")
     ap.add_argument("-f", "--format", choices=("text", "json"), default="text")
     ap.add_argument("--html", metavar="FILE", help="also write one self-contained HTML report with a plot per "
                     "pair (needs matplotlib: pip install 'verl-pdbg-conf[report]')")

@@ -82,7 +82,7 @@ def _pct(v) -> str:
     return f"{100 * v:.4g}%"
 
 
-def _row(n, metric) -> str:
+def _row(n) -> str:
     place = n.module if n.module is not None else (n.where or "")
     dtype = f"{n.target_dtype} / {n.golden_dtype}" if n.target_dtype != n.golden_dtype else n.target_dtype
     return (f"<tr><td>{n.order}</td><td><code>{html.escape(n.name)}</code></td><td>{html.escape(place)}</td>"
@@ -122,7 +122,7 @@ metric {cmp.metric}, threshold {_pct(cmp.threshold)}; msprobe results in <code>{
             if rows:
                 out.append("<table><tr><th>#</th><th>node</th><th>module / where</th><th>direction</th>"
                            "<th>kind</th><th>dtype</th><th>" + cmp.metric + "</th></tr>")
-                out += [_row(n, cmp.metric) for n in rows]
+                out += [_row(n) for n in rows]
                 out.append("</table>")
             out.append(f"<p>msprobe result: <code>{html.escape(p.result_file or '')}</code></p>")
         out.append("</section>")
