@@ -350,6 +350,11 @@ def _to_plain(cfg, findings_out: list, origin_fn) -> object:
     an unresolvable one keeps its raw string and yields an `interpolation` warning."""
     from omegaconf import DictConfig, ListConfig, OmegaConf
 
+    try:  # one pass when everything resolves (the usual case); value by value only on failure
+        return OmegaConf.to_container(cfg, resolve=True)
+    except Exception:
+        pass
+
     def conv(node, path):
         if isinstance(node, DictConfig):
             if node._is_none():
@@ -428,12 +433,11 @@ def _positions(raw_final, raw_base, key_overrides, group_overrides, file_pos, de
     file_pos: positions from the user's files."""
     default = (1, 1, default_file)
     direct: dict = {}
+    by_key = {kp: (i, o) for i, (o, kp) in enumerate(key_overrides) if kp}  # the last one per key wins
     for path, value in _walk(raw_final):
         spath = tuple(str(p) for p in path)
-        hit = None
-        for o, kp in key_overrides:
-            if kp and spath[:len(kp)] == kp:
-                hit = o
+        hits = [by_key[spath[:n]] for n in range(1, len(spath) + 1) if spath[:n] in by_key]
+        hit = max(hits, key=lambda x: x[0])[1] if hits else None
         if hit is not None:
             direct[path] = (hit.line or 1, hit.column, hit.file)
             continue
@@ -517,7 +521,7 @@ def compose_verl(files: list[str], overrides: list, config_name: str = "ppo_trai
 
     _ensure_search_path_plugin()
     facts_source.ensure_registered()
-    register_configs()
+    _register_structured(register_configs)
     verl_main = f"{facts_source.SCHEME}://{result.release}"
     main, searchpath = verl_main, None
     if config_dir is not None:
@@ -591,7 +595,7 @@ def compose_verl(files: list[str], overrides: list, config_name: str = "ppo_trai
         for o, h in remaining:
             if h.key_or_group == "hydra" or h.key_or_group.startswith("hydra.") or h.is_delete():
                 continue
-            if _is_group_override(h):
+            if _is_group_override(h, composer):
                 group_overrides.append(o)
             else:
                 key_overrides.append((o, _key_path(h.key_or_group)))
@@ -623,6 +627,20 @@ def compose_verl(files: list[str], overrides: list, config_name: str = "ppo_trai
             doc.keys[path] = p
     result.document = doc
     return result
+
+
+def _register_structured(register_configs) -> None:
+    """This package's structured configs in Hydra's ConfigStore, stored again only when they are
+    not there (storing them costs ~50 ms: OmegaConf builds each dataclass's node)."""
+    from hydra.core.config_store import ConfigStore
+
+    from verl_pdbg_conf.verl_facts.structured import CONFIG_GROUP, NODES
+
+    repo = ConfigStore.instance().repo
+    for part in CONFIG_GROUP.split("/"):
+        repo = repo.get(part) if isinstance(repo, dict) else None
+    if not isinstance(repo, dict) or any(f"{n}.yaml" not in repo for n in NODES):
+        register_configs()
 
 
 # ---------------------------------------------------------------- verl's tree beside a user directory
@@ -812,19 +830,13 @@ def _root_failures(findings: list[Finding]) -> list[Finding]:
     return out
 
 
-def _is_group_override(h) -> bool:
-    """A config-group selection (`+profiler=x`, `critic=megatron_critic`) rather than a value."""
+def _is_group_override(h, composer: "Composer") -> bool:
+    """A config-group selection (`+profiler=x`, `critic=megatron_critic`) rather than a value:
+    Hydra's own test, on the composition's search path."""
     key = h.key_or_group
     if "/" in key or h.package is not None:
         return True
-    if "." in key:
-        return False
-    from hydra.core.global_hydra import GlobalHydra
-
-    try:
-        return key in GlobalHydra.instance().config_loader().list_groups("")
-    except Exception:  # pragma: no cover - hydra internals
-        return False
+    return composer._group_exists(key) and not isinstance(h.value(), dict)
 
 
 def _bisect(compose, primary, remaining, first_error):
