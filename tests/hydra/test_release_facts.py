@@ -120,7 +120,7 @@ def _facts(release, name, overrides, user_dir=None):
 
 
 def primaries(release):
-    return sorted(n for n in releases.load(release)["configs"] if "/" not in n)
+    return sorted(releases.primary_configs(release))
 
 
 def test_primaries_are_the_release_files(installed, verl_config_dir):

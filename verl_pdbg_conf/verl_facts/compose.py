@@ -1,10 +1,11 @@
-"""Compose verl's installed PPO config with the user's YAML files and Hydra overrides, the way
+"""Compose verl's PPO config with the user's YAML files and Hydra overrides, the way
 `python3 -m verl.trainer.main_ppo [--config-name ...] OVERRIDES` composes it, and hand back a
 Document: the composed, resolved config as plain containers, with the file, line and column
 that set every value.
 
-- verl's config directory is located with importlib.util.find_spec (verl is not imported: it
-  imports torch and Ray); hydra is imported only inside `compose_verl`.
+- verl's config tree is the judging release's shipped facts (releases/), served to real Hydra
+  by facts_source.py: verl need not be installed and is never imported; hydra is imported only
+  inside `compose_verl`. Many compositions in one process are cached (Composer).
 - The user's files act as the primary config a user writes on top of verl's:
   `defaults: [ppo_trainer, _self_]` plus the files' content (later files win). Overrides are
   applied as on the command line: `+group=option` appends after the files, `key=value` wins
@@ -279,7 +280,7 @@ def _node_keys(cfg, dotted: str):
 
 
 def _override_finding(o: Override, h, e: Exception, base_cfg_fn, config_name: str = "ppo_trainer",
-                      earlier: list | None = None) -> Finding:
+                      earlier: list | None = None, release: str | None = None) -> Finding:
     """Finding for an override that does not compose, with the form that works as hint."""
     from hydra.errors import MissingConfigException
 
@@ -292,7 +293,7 @@ def _override_finding(o: Override, h, e: Exception, base_cfg_fn, config_name: st
     key = h.key_or_group if h is not None else ""
     if "An item is already at" in raw:
         bare = text.lstrip("+")
-        hint = (f"`{key}` already exists in verl's config: set it with `{bare}` "
+        hint = (f"`{key}` already exists in {_tree_name(release)}: set it with `{bare}` "
                 f"(or `++{bare}` to add or override)")
     elif "No match in the defaults list" in raw:
         hint = f"`{key}` is not in {config_name}'s defaults list: append the option with `+{text.lstrip('+')}`"
@@ -335,12 +336,16 @@ def _override_finding(o: Override, h, e: Exception, base_cfg_fn, config_name: st
                 hint = f"did you mean `{suggestion}`? ('{missing}' is not a key of {where})"
             else:
                 shown = ", ".join(sorted(keys)[:12]) + (", ..." if len(keys) > 12 else "")
-                hint = (f"'{missing}' is not a key of {where} in verl's config (keys there: {shown})"
+                hint = (f"'{missing}' is not a key of {where} in {_tree_name(release)} (keys there: {shown})"
                         + ("" if text.startswith(("+", "~")) else
                            f"; `+{text}` would add it, but verl ignores keys it does not know"))
     elif h is None:
         hint = f"fix the override syntax, quoting values with brackets or commas for the shell: key='[1,2]' ({_GRAMMAR})"
     return _at(o, "override", Severity.ERROR, msg, hint, key)
+
+
+def _tree_name(release: str | None) -> str:
+    return f"verl {release}'s config" if release else "verl's config"
 
 
 # ---------------------------------------------------------------- resolution
@@ -587,7 +592,8 @@ def compose_verl(files: list[str], overrides: list, config_name: str = "ppo_trai
                 if i is None:
                     i, e = _bisect(compose, primary, remaining, e)
                 o, h = remaining.pop(i)
-                result.findings.append(_override_finding(o, h, e, base_cfg, config_name, remaining[:i]))
+                result.findings.append(_override_finding(o, h, e, base_cfg, config_name, remaining[:i],
+                                                         result.release))
         if cfg is None:
             return result
         result.applied = [o for o, _ in remaining]
