@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from verl_pdbg_conf.core.document import Unknown
 from verl_pdbg_conf.core.findings import Finding, Report, Severity
@@ -19,8 +19,11 @@ from verl_pdbg_conf.launch_scripts.shell_words import Command, Reader, Variables
 RULE = "launch-script"
 E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
 
-# Entry points this tool composes, with the config each one loads.
+# verl's entry point this tool composes, with the config it loads (`@hydra.main(config_path="config",
+# config_name="ppo_trainer")` in verl/trainer/main_ppo.py).
 ENTRY_POINTS = {"verl.trainer.main_ppo": "ppo_trainer"}
+_HYDRA_MAIN = re.compile(r"@hydra\.main\(([^)]*)\)")
+_MAIN_PPO_LIKE = re.compile(r"(?:^|[./])main_ppo\w*(?:\.py)?$")
 _PYTHON = re.compile(r"(?:.*/)?python(?:\d+(?:\.\d+)?)?$")
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
 _OVERRIDE_LIKE = re.compile(r"^(?:\+\+?|~)?[A-Za-z_][\w-]*(?:\.[\w-]+)+(?:=|$)")
@@ -55,6 +58,20 @@ class ScriptOverride:
     key: str
     unknown: Unknown | None = None  # the value, when it cannot be known here
     placeholder: str = ""
+    file: str = ""  # where it is written, when not in the invocation's script (a wrapper's call)
+
+
+@dataclass
+class Entry:
+    """What `python ...` runs: verl's main_ppo, or a copy of it (a project's or a recipe's own
+    `main_ppo.py` with its own `@hydra.main`)."""
+
+    module: str  # as the script names it
+    config_name: str  # @hydra.main's config_name
+    config_path: str | None  # @hydra.main's config_path
+    base: str | None  # directory a relative --config-path resolves against (None: verl's verl/trainer)
+    verl: bool = True  # verl's own main_ppo
+    source: str | None = None  # the copy's file, when found
 
 
 @dataclass
@@ -65,19 +82,100 @@ class Invocation:
     module: str
     config_name: str
     overrides: list[ScriptOverride] = field(default_factory=list)
-    config_dir: str | None = None  # --config-path, when given
+    config_dir: str | None = None  # the primary config's directory; None: verl's own tree
     cwd: str | None = None  # directory after the script's `cd`s ("" = unknown); None = launch dir
     findings: list[Finding] = field(default_factory=list)
+    entry: Entry | None = None
+    flags: dict = field(default_factory=dict)  # --config-path/-name/-dir -> (Word, value)
+    unjudged: bool = False  # the config cannot be known: the overrides are not judged
 
 
 # ----------------------------------------------------------------------------- reading
 
-def read_script(path: str, text: str | None = None) -> tuple[list[Invocation], list[Finding]]:
-    """The script's main_ppo invocations and the findings about the script itself."""
+MAX_DEPTH = 3  # sourced files and wrapped scripts followed, nested at most this deep
+_UP = 6  # directories above a script searched for what it names (its repository)
+
+
+@dataclass
+class _Script:
+    """The script being read and where the files it names are looked for."""
+
+    path: str
+    depth: int = 0
+
+    @property
+    def dir(self) -> str:
+        return os.path.dirname(os.path.abspath(self.path))
+
+    def bases(self) -> list[str]:
+        """The script's directory and its parents up to its repository's root (`.git`), at most
+        _UP levels: where a path written relative to the launch directory or to a variable
+        derived from the script's location (`$(dirname $0)`, `$PROJECT_DIR=$(pwd)`) lives."""
+        return _bases(self.dir)
+
+
+_BASES: dict[str, list[str]] = {}
+
+
+def _bases(d: str) -> list[str]:
+    if d not in _BASES:
+        out = [d]
+        while len(out) <= _UP and not os.path.exists(os.path.join(out[-1], ".git")):
+            up = os.path.dirname(out[-1])
+            if up == out[-1]:
+                break
+            out.append(up)
+        _BASES[d] = out
+    return _BASES[d]
+
+
+def known_suffix(w: Word) -> str:
+    """The known text after the last unknown part of a word (`$PROJECT_DIR/examples/config` ->
+    `/examples/config`); the whole text when the word is known."""
+    if w.known:
+        return w.text
+    tail = []
+    for text, known, _ in reversed(w.parts):
+        if not known:
+            break
+        tail.append(text)
+    return "".join(reversed(tail))
+
+
+def locate(w: Word, script: _Script, want=os.path.exists, text: str | None = None) -> tuple[str | None, bool]:
+    """The existing path a word names (`text`: the part of the word that is the path), and
+    whether it was found by searching: absolute as written; relative, or an unknown prefix with
+    a known `/...` tail, under the script's directory or a parent of it up to its repository's
+    root (where `$(dirname $0)/x`, `$PROJECT_DIR/x` or a launch from the repository root put it)."""
+    known = w.known
+    text = known_suffix(w) if text is None or not known else text
+    if known and os.path.isabs(text):
+        return (text, False) if want(text) else (None, False)
+    if not known and not text.startswith("/"):
+        return None, False
+    rel = text.lstrip("/")
+    if not rel or rel.startswith(".."):
+        return None, False
+    for b in script.bases():
+        cand = os.path.normpath(os.path.join(b, rel))
+        if want(cand):
+            return cand, not known or b != script.dir
+    return None, False
+
+
+def read_script(path: str, text: str | None = None, positional: list | None = None,
+                depth: int = 0) -> tuple[list[Invocation], list[Finding]]:
+    """The script's main_ppo invocations and the findings about the script itself.
+    `positional`: the words a wrapper passes to it (`"$@"`, `$1`...), when known."""
     if text is None:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            text = fh.read()
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                text = fh.read()
+        except OSError:
+            return [], []
+    script = _Script(path, depth)
     variables = Variables()
+    variables.positional = positional
     reader = Reader(text, variables)
     invocations: list[Invocation] = []
     findings: list[Finding] = []
@@ -85,7 +183,7 @@ def read_script(path: str, text: str | None = None) -> tuple[list[Invocation], l
     last: Invocation | None = None
     for cmd in reader.commands():
         words = cmd.words
-        inv = _invocation(path, cmd, cwd)
+        inv = _invocation(script, cmd, cwd)
         if inv is not None:
             invocations.append(inv)
             last = inv
@@ -100,8 +198,33 @@ def read_script(path: str, text: str | None = None) -> tuple[list[Invocation], l
                      "out of the command"))
             continue
         last = None if not _only_assignments(words) else last
-        cwd = _track(cmd, variables, cwd)
+        wrapped = _wrapped(script, cmd)
+        if wrapped is not None:
+            invocations += wrapped
+            continue
+        cwd = _track(cmd, variables, cwd, script)
     return invocations, findings
+
+
+def _wrapped(script: _Script, cmd: Command) -> list[Invocation] | None:
+    """`bash other.sh ARGS` / `./other.sh ARGS` with `other.sh` next to the script: its
+    invocations, with ARGS as its `$@` (a wrapper passing overrides to a base script)."""
+    words = cmd.words
+    if script.depth >= MAX_DEPTH or cmd.depth > 0:
+        return None
+    i = 1 if words[0].known and words[0].text in ("bash", "sh", "source", ".") else 0
+    if i >= len(words) - 1 or i == 0 and not words[0].text.endswith(".sh"):
+        return None  # no arguments: a plain call, not a wrapper
+    if words[0].text in ("source", "."):
+        return None
+    target, _ = locate(words[i], script, os.path.isfile)
+    if target is None or os.path.samefile(target, script.path):
+        return None
+    args = []
+    for w in words[i + 1:]:
+        args.append(w if w.file else replace(w, file=script.path))
+    invs, _ = read_script(target, positional=args, depth=script.depth + 1)
+    return invs
 
 
 def _is_assignment(w: Word) -> bool:
@@ -113,7 +236,7 @@ def _only_assignments(words: list[Word]) -> bool:
     return all(_is_assignment(w) for w in words)
 
 
-def _track(cmd: Command, variables: Variables, cwd: str | None) -> str | None:
+def _track(cmd: Command, variables: Variables, cwd: str | None, script: _Script) -> str | None:
     """Record the variables a command assigns, and where a `cd` moves; returns the new cwd."""
     words = cmd.words
     where = f"line {cmd.line}"
@@ -125,6 +248,9 @@ def _track(cmd: Command, variables: Variables, cwd: str | None) -> str | None:
         name, append, value = m.group(1), m.group(2), m.group(3)
         if cmd.depth > 0:
             variables.set(name, None, f"${name} is assigned inside an if/for/while block or a function ({where})")
+            variables.arrays.pop(name, None)
+        elif w.array is not None:
+            variables.set_array(name, w.array, append=bool(append))
         elif not w.known:
             variables.set(name, None, f"${name} is set from a value that cannot be known here ({w.unknown})")
         elif append:
@@ -145,8 +271,9 @@ def _track(cmd: Command, variables: Variables, cwd: str | None) -> str | None:
     elif head == "unset":
         for w in words[1:]:
             variables.values.pop(w.text, None)
-    elif head in ("source", "."):
-        variables.taint_all(f"`{' '.join(w.raw for w in words)}` ({where}) may change it")
+            variables.arrays.pop(w.text, None)
+    elif head in ("source", ".") and len(words) > 1:
+        _source(words[1], variables, script, cmd, where)
     elif head in ("read", "mapfile", "readarray", "getopts"):
         for w in words[1:]:
             if re.fullmatch(r"[A-Za-z_]\w*", w.text):
@@ -161,7 +288,26 @@ def _track(cmd: Command, variables: Variables, cwd: str | None) -> str | None:
     return cwd
 
 
-def _invocation(path: str, cmd: Command, cwd: str | None) -> Invocation | None:
+def _source(w: Word, variables: Variables, script: _Script, cmd: Command, where: str) -> None:
+    """`source FILE` / `. FILE`: a file found next to the script (or in its repository) is read for
+    its variables; otherwise every variable assigned so far may have been changed by it."""
+    found, _ = locate(w, script, os.path.isfile) if cmd.depth == 0 and script.depth < MAX_DEPTH else (None, False)
+    if found is None or os.path.getsize(found) > 1 << 20:
+        variables.taint_all(f"`source {w.raw}` ({where}) may change it")
+        return
+    try:
+        with open(found, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+    except OSError:
+        variables.taint_all(f"`source {w.raw}` ({where}) may change it")
+        return
+    inner = _Script(found, script.depth + 1)
+    cwd = None
+    for c in Reader(text, variables).commands():
+        cwd = _track(c, variables, cwd, inner)
+
+
+def _invocation(script: _Script, cmd: Command, cwd: str | None) -> Invocation | None:
     words = cmd.words
     if words[0].known and words[0].text in _NOT_LAUNCHERS:
         return None
@@ -171,10 +317,12 @@ def _invocation(path: str, cmd: Command, cwd: str | None) -> Invocation | None:
         module, j = _python_module(words, i + 1)
         if module is None:
             continue
-        if module not in ENTRY_POINTS:
+        entry = _entry(module, script)
+        if entry is None:
             return None
-        inv = Invocation(path, w.line, w.column, module, ENTRY_POINTS[module], cwd=cwd)
+        inv = Invocation(script.path, w.line, w.column, entry.module, entry.config_name, cwd=cwd, entry=entry)
         _hydra_args(inv, words[j:])
+        _resolve_config(inv, script)
         return inv
     return None
 
@@ -236,7 +384,7 @@ def _hydra_args(inv: Invocation, words: list[Word]) -> None:
             _hydra_flag(inv, t, words[k + 1])
             k += 2
             continue
-        m = re.match(r"^(--config-path|--config-name|--config-dir)=(.*)$", t)
+        m = re.match(r"^(--config-path|--config-name|--config-dir|-cp|-cn|-cd)=(.*)$", t, re.S)
         if m:
             _hydra_flag(inv, m.group(1), w, m.group(2))
             k += 1
@@ -248,20 +396,154 @@ def _hydra_args(inv: Invocation, words: list[Word]) -> None:
         k += 1
 
 
+_FLAGS = {"--config-path": "path", "-cp": "path", "--config-name": "name", "-cn": "name",
+          "--config-dir": "dir", "-cd": "dir"}
+
+
 def _hydra_flag(inv: Invocation, flag: str, w: Word, value: str | None = None) -> None:
-    value = w.text if value is None else value
-    if not w.known:
-        inv.findings.append(_at(inv, w, W, f"{flag} is {w.raw}, which cannot be known here ({w.unknown}); "
-                                "verl's default config is composed instead", "pass it literally to check it"))
-        return
-    if flag in ("--config-name", "-cn"):
-        inv.config_name = value[:-5] if value.endswith(".yaml") else value
-    elif flag in ("--config-path", "-cp"):
-        base = os.path.dirname(os.path.abspath(inv.file))
-        inv.config_dir = value if os.path.isabs(value) else os.path.normpath(os.path.join(base, value))
-    else:
-        inv.findings.append(_at(inv, w, I, f"{flag} {value}: its configs are not on this check's search path",
-                                ""))
+    """Record --config-path/-name/-dir (the last one wins, as in argparse); resolved once all
+    arguments are read (a relative path's meaning depends on the entry point)."""
+    inv.flags[_FLAGS[flag]] = (w, w.text if value is None else value, flag)
+
+
+def _entry(target: str, script: _Script) -> Entry | None:
+    """verl's main_ppo; a copy of it (`-m recipe.x.main_ppo`, `python3 main_ppo_split.py`) whose
+    source is found next to the script or in its repository and declares `@hydra.main`; a
+    main_ppo-named module whose source is not found (its config cannot be known); else None
+    (data preparation, model conversion...: not a training launch)."""
+    if target in ENTRY_POINTS or target.endswith("verl/trainer/main_ppo.py"):
+        return Entry("verl.trainer.main_ppo", ENTRY_POINTS["verl.trainer.main_ppo"], "config", None)
+    rel = target if target.endswith(".py") or "/" in target else target.replace(".", "/") + ".py"
+    src = rel if os.path.isabs(rel) and os.path.isfile(rel) else None
+    if src is None and not os.path.isabs(rel):
+        src, _ = locate(Word(rel, 0, 0), script, os.path.isfile)
+    if src is not None:
+        m = None
+        try:
+            with open(src, encoding="utf-8", errors="replace") as fh:
+                m = _HYDRA_MAIN.search(fh.read(1 << 20))
+        except OSError:
+            pass
+        if m is not None:
+            args = dict(re.findall(r"(config_path|config_name)\s*=\s*[\"']([^\"']*)[\"']", m.group(1)))
+            return Entry(target, args.get("config_name", ""), args.get("config_path"),
+                         os.path.dirname(os.path.abspath(src)), verl=False, source=src)
+    if _MAIN_PPO_LIKE.search(target):
+        return Entry(target, "", None, None, verl=False)
+    return None
+
+
+def _verl_trainer_dir(script: _Script) -> str | None:
+    """verl/trainer of the verl that `python -m verl.trainer.main_ppo` imports: a verl checkout
+    containing the script (run from its root, `-m` puts it first on sys.path), else the
+    installed one (found without importing verl)."""
+    for b in script.bases():
+        d = os.path.join(b, "verl", "trainer")
+        if os.path.isfile(os.path.join(d, "main_ppo.py")):
+            return d
+    from verl_pdbg_conf.verl_facts.compose import verl_config_dir
+
+    cfg = verl_config_dir()
+    return os.path.dirname(cfg) if cfg else None
+
+
+def _has_config(d: str, name: str) -> bool:
+    return bool(name) and os.path.isfile(os.path.join(d, name + ".yaml"))
+
+
+def _resolve_config(inv: Invocation, script: _Script) -> None:
+    """Which primary config Hydra loads for this invocation, as Hydra decides it: a relative
+    --config-path against the directory of the module declaring @hydra.main (verl/trainer/ for
+    verl's main_ppo, so `config` and `./config` are verl's own tree); an absolute one as it is;
+    one built from a variable when its known tail is found next to the script or in its
+    repository and holds the config. When that cannot be known: ONE warning, and the overrides
+    are not judged (composing them against some other config would only make noise)."""
+    entry = inv.entry
+    anchor = Word(inv.module, inv.line, inv.column)
+
+    def unjudged(w: Word | None, msg: str, hint: str, sev: Severity = W) -> None:
+        inv.unjudged = True
+        inv.findings.append(_at(inv, w or anchor, sev, msg + "; the overrides are not judged", hint))
+
+    if not entry.verl and entry.source is None:
+        return unjudged(None, f"`{entry.module}` is not verl's main_ppo and its source is not found next to the "
+                              "script or in its repository, so the config it composes cannot be known",
+                        "lint the script inside the project that holds that module")
+    name = entry.config_name
+    if "name" in inv.flags:
+        w, v, flag = inv.flags["name"]
+        if not w.known:
+            return unjudged(w, f"{flag} is {w.raw}, which cannot be known here ({w.unknown})",
+                            "write the config name literally to have the overrides checked")
+        name = v[:-5] if v.endswith((".yaml", ".yml")) else v
+    inv.config_name = name
+    where = "verl"  # the primary config directory; "verl": verl's own trainer/config
+    flag_word = anchor
+    if "path" in inv.flags:
+        w, v, flag = inv.flags["path"]
+        flag_word = w
+        if not w.known:
+            found, _ = locate(w, script, lambda d: os.path.isdir(d) and _has_config(d, name))
+            if found is None:
+                return unjudged(w, f"{flag} is {w.raw}, which cannot be known here ({w.unknown}), and no "
+                                   f"directory holding {name}.yaml is found at its end next to the script",
+                                "write the config directory literally (or relative to the script) to have "
+                                "the overrides checked")
+            where = found
+        elif v.startswith("pkg://"):
+            if v.rstrip("/") not in ("pkg://verl.trainer.config", "pkg://verl/trainer/config"):
+                return unjudged(w, f"{flag} {v}: a package's configs that this check does not have", "")
+        elif os.path.isabs(v):
+            if not os.path.isdir(v):
+                return unjudged(w, f"{flag} {v} does not exist on this machine", "lint where that directory exists")
+            where = os.path.normpath(v)
+        elif entry.verl:
+            if os.path.normpath(v) != "config":
+                trainer = _verl_trainer_dir(script)
+                d = os.path.normpath(os.path.join(trainer, v)) if trainer else None
+                if d is None or not os.path.isdir(d):
+                    return unjudged(w, f"{flag} {v} is resolved by Hydra against verl/trainer/ (the directory of "
+                                       "the module declaring @hydra.main), where it does not exist here",
+                                    "give an absolute path, or `config` for verl's own configs")
+                where = d
+        else:
+            where = os.path.normpath(os.path.join(entry.base, v))
+    elif not entry.verl:
+        cp = entry.config_path
+        if cp is None:
+            return unjudged(None, f"{entry.module}'s @hydra.main names no config_path", "")
+        if cp.rstrip("/") in ("pkg://verl.trainer.config", "pkg://verl/trainer/config"):
+            where = "verl"
+        elif cp.startswith("pkg://"):
+            return unjudged(None, f"{entry.module}'s @hydra.main config_path {cp}: a package this check does not "
+                                  "have", "")
+        else:
+            where = os.path.normpath(os.path.join(entry.base, cp))
+    if "dir" in inv.flags:
+        w, v, flag = inv.flags["dir"]
+        found = None
+        if w.known:
+            found, _ = locate(w, script, os.path.isdir, text=v)
+        if found is None:
+            return unjudged(w, f"{flag} {w.raw}: the additional config directory is not found here "
+                               f"({w.unknown or 'relative to the launch directory'})",
+                            "lint where that directory exists")
+        if where == "verl" or not _has_config(where, name):
+            if _has_config(found, name):
+                where, flag_word = found, w
+    if where != "verl":
+        if not os.path.isdir(where):
+            return unjudged(flag_word, f"the config directory {where} does not exist",
+                            "Hydra fails with `Primary config directory not found`", E)
+        if not _has_config(where, name):
+            return unjudged(flag_word, f"{where} holds no {name}.yaml: Hydra fails with `Cannot find primary "
+                                       f"config '{name}'`", "check --config-path and --config-name", E)
+        if entry.verl and os.path.basename(where) == "config" and \
+                os.path.isfile(os.path.join(os.path.dirname(where), "main_ppo.py")) and \
+                os.path.basename(os.path.dirname(where)) == "trainer":
+            where = "verl"  # a verl checkout's own tree: the judging release's
+    inv.config_dir = None if where == "verl" else where
+    inv.flags["anchor"] = flag_word
 
 
 def _override(inv: Invocation, w: Word) -> None:
@@ -279,11 +561,12 @@ def _override(inv: Invocation, w: Word) -> None:
     if key.startswith("hydra.") or bare.startswith("hydra."):
         return  # Hydra's own settings (run dir, job name): nothing this tool checks
     if w.known:
-        inv.overrides.append(ScriptOverride(t, w.line, w.column, bare))
+        inv.overrides.append(ScriptOverride(t, w.line, w.column, bare, file=w.file))
         return
     ph = PLACEHOLDER.format(len(inv.overrides))
     shown = _shown(w.raw.partition("=")[2] or value)
-    inv.overrides.append(ScriptOverride(f"{key}={ph}", w.line, w.column, bare, Unknown(shown, w.unknown), ph))
+    inv.overrides.append(ScriptOverride(f"{key}={ph}", w.line, w.column, bare, Unknown(shown, w.unknown), ph,
+                                        file=w.file))
 
 
 def _shown(raw: str) -> str:
@@ -294,7 +577,7 @@ def _shown(raw: str) -> str:
 
 
 def _at(inv: Invocation, w: Word, sev: Severity, msg: str, hint: str) -> Finding:
-    return Finding(RULE, sev, msg, inv.file, w.line, w.column, "", hint)
+    return Finding(RULE, sev, msg, w.file or inv.file, w.line, w.column, "", hint)
 
 
 # ----------------------------------------------------------------------------- composing
@@ -306,11 +589,38 @@ class ComposedInvocation:
     findings: list[Finding]
 
 
+_PRIMARY: dict = {}  # (config_dir, config_name) -> the reason the primary config does not compose, or ""
+
+
+def primary_problem(inv: Invocation) -> str:
+    """Why the invocation's primary config does not compose on its own (empty: it does).
+    Cached: every script of a repository shares a handful of primary configs."""
+    key = (inv.config_dir, inv.config_name)
+    if key not in _PRIMARY:
+        from verl_pdbg_conf.verl_facts.compose import compose_verl
+
+        result = compose_verl([], [], config_name=inv.config_name, config_dir=inv.config_dir)
+        errs = [f for f in result.findings if f.severity is Severity.ERROR]
+        _PRIMARY[key] = "" if result.document is not None and not errs else \
+            (errs[0].message if errs else "it does not compose")
+    return _PRIMARY[key]
+
+
 def compose_invocation(inv: Invocation) -> ComposedInvocation:
-    """Compose verl's config with the invocation's overrides; unknown values become Unknown."""
+    """Compose verl's config with the invocation's overrides; unknown values become Unknown.
+    An invocation whose config cannot be known (`unjudged`) composes nothing."""
     from verl_pdbg_conf.verl_facts.compose import Override, compose_verl
 
-    overrides = [Override(o.text, inv.file, o.line, o.column) for o in inv.overrides]
+    if inv.unjudged:
+        return ComposedInvocation(inv, None, [])
+    problem = primary_problem(inv)
+    if problem:
+        w = inv.flags.get("anchor") or Word(inv.module, inv.line, inv.column)
+        where = f"{inv.config_dir}/{inv.config_name}.yaml" if inv.config_dir else \
+            f"verl's {inv.config_name}"
+        return ComposedInvocation(inv, None, [_at(inv, w, E, f"{where} does not compose: {problem}; the overrides "
+                                                  "are not judged", "check --config-path and --config-name")])
+    overrides = [Override(o.text, o.file or inv.file, o.line, o.column) for o in inv.overrides]
     result = compose_verl([], overrides, config_name=inv.config_name, config_dir=inv.config_dir)
     doc = result.document
     if doc is not None:

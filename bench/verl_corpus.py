@@ -1,0 +1,150 @@
+"""verl's own launch scripts as the test corpus: every `*.sh` under examples/ and recipe/ of a
+volcengine/verl checkout, validated in ONE process, as a user's CI would lint them.
+
+    python bench/verl_corpus.py [--repo PATH] [--verbose]
+
+--repo: a local clone, or a bare git directory (its HEAD is extracted with `git archive` into a
+temporary directory); default: `git clone --depth 1 https://github.com/volcengine/verl` into a
+temporary directory. Nothing of verl's is kept or committed: that code is not ours.
+
+Prints: scripts, scripts/s (first script included: the start-up and the first composition are
+part of a user's wall time), findings by rule and severity, tracebacks, scripts whose error is
+the tool's own failure (must be 0), and every other error finding: the real mistakes found in
+verl's scripts, each to be read by a human (they are listed, not asserted).
+
+Also the wall time of one script as its own process (`python -m verl_pdbg_conf script.sh`),
+against a bare `python -c pass` measured in the same run."""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+# A finding is the tool's own failure when it says the tool could not compose or read what the
+# script says, instead of judging the script. Such findings must not exist.
+TOOL_FAILURE = re.compile(
+    r"Primary config directory not found|Cannot find primary config|trainer does not compose|verl is not installed|"
+    r"internal error|Traceback|could not be composed|Unsupported interpolation type|ConfigCompositionException",
+    re.I)
+
+
+def checkout(repo: str | None, tmp: str) -> str:
+    dst = os.path.join(tmp, "verl")
+    if repo is None:
+        subprocess.run(["git", "clone", "-q", "--depth", "1", "https://github.com/volcengine/verl", dst], check=True)
+        return dst
+    bare = subprocess.run(["git", "-C", repo, "rev-parse", "--is-bare-repository"], capture_output=True, text=True)
+    if bare.stdout.strip() != "true":
+        return repo
+    os.makedirs(dst)
+    archive = subprocess.Popen(["git", "-C", repo, "archive", "HEAD"], stdout=subprocess.PIPE)
+    subprocess.run(["tar", "-x", "-C", dst], stdin=archive.stdout, check=True)
+    archive.wait()
+    return dst
+
+
+def scripts_in(root: str) -> list[str]:
+    out = []
+    for top in ("examples", "recipe"):
+        for d, dirs, files in os.walk(os.path.join(root, top)):
+            dirs.sort()
+            out += [os.path.join(d, f) for f in sorted(files) if f.endswith(".sh")]
+    return out
+
+
+def one_process_wall(script: str, cwd: str, repeat: int = 5) -> tuple[float, float]:
+    """Median wall of `python -m verl_pdbg_conf SCRIPT` and of `python -c pass`, alternated."""
+    env = dict(os.environ, PYTHONPATH=REPO)
+    env.pop("GITHUB_ACTIONS", None)
+    ours, bare = [], []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "verl_pdbg_conf", script], cwd=cwd, env=env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        ours.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], env=env)
+        bare.append(time.perf_counter() - t)
+    return sorted(ours)[repeat // 2], sorted(bare)[repeat // 2]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repo", help="clone or bare git dir of volcengine/verl (default: clone from GitHub)")
+    ap.add_argument("--verbose", action="store_true", help="print every finding")
+    ap.add_argument("--no-single", action="store_true", help="skip the one-script-per-process timing")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="verl-corpus-") as tmp:
+        root = checkout(args.repo, tmp)
+        scripts = scripts_in(root)
+        t0 = time.perf_counter()
+        from verl_pdbg_conf.context import Options
+        from verl_pdbg_conf.core.findings import Severity
+        from verl_pdbg_conf.launch_scripts.launch_script import validate_script
+
+        options = Options(base_dir=root)
+        by_rule: collections.Counter = collections.Counter()
+        tracebacks, tool_failures, mistakes = [], [], []
+        slowest = []
+        for s in scripts:
+            t = time.perf_counter()
+            try:
+                report = validate_script(s, options)
+            except Exception:
+                tracebacks.append((s, traceback.format_exc()))
+                continue
+            slowest.append((time.perf_counter() - t, s))
+            own = False
+            for f in report.sorted():
+                by_rule[(f.rule, f.severity.value)] += 1
+                rel = os.path.relpath(f.file, root) if os.path.isabs(f.file) else f.file
+                line = f"{rel}:{f.line}:{f.column}: {f.severity.value} {f.rule} {f.message}"
+                if args.verbose:
+                    print("  " + line)
+                if TOOL_FAILURE.search(f.message):
+                    own = True
+                    tool_failures.append(line)
+                elif f.severity is Severity.ERROR:
+                    mistakes.append(line)
+            if own:
+                pass
+        wall = time.perf_counter() - t0
+        failing_scripts = {ln.split(":", 1)[0] for ln in tool_failures}
+        print(f"verl checkout: {root}")
+        print(f"scripts: {len(scripts)}")
+        print(f"one process: {wall:.1f} s, {len(scripts) / wall:.1f} scripts/s "
+              f"(slowest: " + ", ".join(f"{os.path.relpath(s, root)} {t:.2f}s"
+                                         for t, s in sorted(slowest, reverse=True)[:3]) + ")")
+        print("findings by rule:")
+        for (rule, sev), n in sorted(by_rule.items()):
+            print(f"  {rule:22} {sev:8} {n}")
+        print(f"tracebacks: {len(tracebacks)}")
+        for s, tb in tracebacks:
+            print(f"  {os.path.relpath(s, root)}\n" + "".join("    " + ln + "\n" for ln in tb.splitlines()[-6:]))
+        print(f"scripts whose error is the tool's own failure: {len(failing_scripts)} (must be 0)")
+        for ln in tool_failures[:40]:
+            print("  " + ln)
+        print(f"real mistakes found (errors; read each): {len(mistakes)}")
+        for ln in mistakes:
+            print("  " + ln)
+        if not args.no_single and scripts:
+            pick = next((s for s in scripts if s.endswith("run_qwen2-7b_seq_balance.sh")), scripts[0])
+            ours, bare = one_process_wall(pick, root)
+            print(f"one script, own process ({os.path.relpath(pick, root)}): {ours:.2f} s wall "
+                  f"(target <= 0.5 s; bare `python -c pass` {bare:.2f} s, ratio {ours / bare:.1f}x)")
+        return 1 if tracebacks or failing_scripts else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
