@@ -8,7 +8,7 @@ import argparse
 import os
 import sys
 
-from verl_pdbg_conf.verl_facts.stages import DEFAULT_VERL, VERL_TARGETS
+from verl_pdbg_conf.verl_facts.stages import VERL_TARGETS
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 FORMATS = ("text", "json", "github", "sarif")
@@ -29,8 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compose verl's installed ppo_trainer config with FILES and the Hydra overrides after `--`, "
                         "then validate the composed, resolved config")
     p.add_argument("--config-name", default="ppo_trainer", help="verl config to compose with --verl")
-    p.add_argument("--verl-version", choices=sorted(VERL_TARGETS), default=DEFAULT_VERL,
-                   help=f"judge by this verl's behaviour (default {DEFAULT_VERL})")
+    p.add_argument("--verl-version", choices=list(VERL_TARGETS), default=None,
+                   help="judge by this verl release's config tree and behaviour (default: the installed verl when "
+                        "its facts ship with this package, else the newest shipped release)")
     p.add_argument("--runtime", choices=("auto", "verl", "pdbg"), default="auto",
                    help="runtime profiler in the workers: verl's own, this package's, or detect from the config")
     p.add_argument("--base-dir", default=None,
@@ -110,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from verl_pdbg_conf.reporters import REPORTERS
 
+    report.verl_release = options.release
     fmt = args.format or ("github" if os.environ.get("GITHUB_ACTIONS") == "true" else "text")
     if hasattr(sys.stdout, "reconfigure"):  # a file name that is not valid UTF-8 must not crash the report
         sys.stdout.reconfigure(errors="backslashreplace")

@@ -5,18 +5,25 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from verl_pdbg_conf.verl_facts.stages import DEFAULT_VERL, VERL_TARGETS, VerlTarget
+from verl_pdbg_conf.verl_facts.stages import VERL_TARGETS, VerlTarget
 
 
 @dataclass
 class Options:
-    verl_version: str = DEFAULT_VERL  # a key of stages.VERL_TARGETS
+    verl_version: str | None = None  # a key of stages.VERL_TARGETS; None: the judging release
     base_dir: str = field(default_factory=os.getcwd)  # where a relative config_path resolves (launch dir)
     runtime: str = "auto"  # verl | pdbg | auto: which runtime profiler runs in the workers
 
     @property
+    def release(self) -> tuple[str, str]:
+        """(release, how it was chosen): the verl release whose config tree and facts judge."""
+        from verl_pdbg_conf.verl_facts.releases import judging, shipped
+
+        return judging(self.verl_version if self.verl_version in shipped() else None)
+
+    @property
     def target(self) -> VerlTarget:
-        return VERL_TARGETS[self.verl_version]
+        return VERL_TARGETS[self.verl_version or self.release[0]]
 
 
 @dataclass

@@ -124,7 +124,7 @@ def validate_composed(files: list[str], overrides: list[str], options: Options |
     from verl_pdbg_conf.verl_facts.compose import compose_verl
 
     options = options or Options()
-    result = compose_verl(list(files), list(overrides), config_name=config_name)
+    result = compose_verl(list(files), list(overrides), config_name=config_name, release=options.release[0])
     report = Report(files=list(files))
     report.findings += result.findings
     if result.document is not None:

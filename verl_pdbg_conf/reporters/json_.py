@@ -8,10 +8,13 @@ from verl_pdbg_conf.core.findings import Report
 
 
 def as_dict(report: Report) -> dict:
-    return {
+    out = {
         "diagnostics": [f.to_dict() for f in report.sorted()],
         "summary": {"errors": report.errors, "warnings": report.warnings, "files": len(report.files)},
     }
+    if report.verl_release:
+        out["verl_release"] = {"version": report.verl_release[0], "chosen": report.verl_release[1]}
+    return out
 
 
 def render(report: Report) -> str:

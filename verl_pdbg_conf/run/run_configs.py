@@ -25,7 +25,7 @@ def run_configs(files: list[str], options: Options, *, verl: bool = False, overr
     if verl:
         from verl_pdbg_conf.verl_facts.compose import compose_verl
 
-        result = compose_verl(list(files), list(overrides or []), config_name=config_name)
+        result = compose_verl(list(files), list(overrides or []), config_name=config_name, release=options.release[0])
         if result.document is not None:
             out.append(RunConfig("composed verl config" + (f" ({', '.join(files)})" if files else ""),
                                  result.document, options))

@@ -52,7 +52,9 @@ class ComposeResult:
     findings: list[Finding] = field(default_factory=list)  # loading, composition, interpolation
     overrides: list[Override] = field(default_factory=list)  # as given, with positions filled in
     applied: list[Override] = field(default_factory=list)  # those that composed
-    config_dir: str | None = None  # verl's trainer/config directory
+    config_dir: str | None = None  # the main config source: a user directory, or verl-facts://<release>
+    release: str | None = None  # the verl release whose config tree was composed
+    release_why: str = ""  # how that release was chosen (installed, --verl-version, newest shipped)
 
     @property
     def ok(self) -> bool:
@@ -174,35 +176,34 @@ def _ensure_search_path_plugin() -> None:
 
 
 class _hydra_session:
-    """initialize_config_dir that also works inside a running Hydra app: the app's GlobalHydra
-    (and version base) are set aside and put back."""
+    """A Hydra session whose main config source is `main` (an absolute directory, or a
+    `verl-facts://<release>` source), like initialize_config_dir; it also works inside a
+    running Hydra app: the app's GlobalHydra (and version base) are set aside and put back."""
 
-    def __init__(self, config_dir: str):
-        self.config_dir = config_dir
+    def __init__(self, main: str):
+        self.main = main
 
     def __enter__(self):
-        from hydra import initialize_config_dir
+        from hydra._internal.hydra import Hydra
+        from hydra._internal.utils import create_config_search_path
         from hydra.core.global_hydra import GlobalHydra
         from hydra.core.singleton import Singleton
-
-        from hydra.version import VersionBase
+        from hydra.version import VersionBase, setbase
 
         self._saved = Singleton._instances.pop(GlobalHydra, None)
         self._base = VersionBase.instance().version_base
-        self._init = initialize_config_dir(self.config_dir, version_base=None)
-        self._init.__enter__()
+        setbase(None)
+        Hydra.create_main_hydra2(task_name="app", config_search_path=create_config_search_path(self.main))
         return self
 
     def __exit__(self, *exc):
         from hydra.core.global_hydra import GlobalHydra
         from hydra.core.singleton import Singleton
+        from hydra.version import VersionBase
 
-        self._init.__exit__(*exc)
         Singleton._instances.pop(GlobalHydra, None)
         if self._saved is not None:
             Singleton._instances[GlobalHydra] = self._saved
-        from hydra.version import VersionBase
-
         VersionBase.instance().version_base = self._base  # as it was, without Hydra's warnings
         return False
 
@@ -476,39 +477,53 @@ def _split_dotted(dotted: str) -> tuple:
 # ---------------------------------------------------------------- the entry point
 
 def compose_verl(files: list[str], overrides: list, config_name: str = "ppo_trainer",
-                 config_dir: str | None = None) -> ComposeResult:
-    """Compose verl's `config_name` (from its installed trainer/config, or `config_dir`) with the
-    YAML `files` merged on top (later files win) and the Hydra `overrides` (Override objects or
-    strings; a string's position is its 1-based index in the list, file `<cli>`).
+                 config_dir: str | None = None, release: str | None = None) -> ComposeResult:
+    """Compose `config_name` with the YAML `files` merged on top (later files win) and the Hydra
+    `overrides` (Override objects or strings; a string's position is its 1-based index in the
+    list, file `<cli>`), as `python3 -m verl.trainer.main_ppo` would.
+
+    `release` (a shipped release; default: the installed verl when its facts ship, else the
+    newest shipped) picks verl's config tree, served from the shipped facts: verl need not be
+    installed. `config_dir=None` composes verl's own trainer/config; a user directory is the
+    primary config directory with verl's tree on the search path, where the primary config's
+    `hydra.searchpath` names verl's tree (pkg://verl.trainer.config, .../verl/trainer/config)
+    or, when it names none, after its entries.
 
     Returns the composed, resolved config as a Document whose positions say which override, file
     line or verl default (`<verl:ppo_trainer>`) set each value, and the findings: files that do not
     load, overrides that do not compose (rule `override`), interpolations that cannot be resolved
     before the run (rule `interpolation`)."""
+    from verl_pdbg_conf.verl_facts import releases
+
     overrides = _positioned(overrides)
     result = ComposeResult(None, [], overrides, [], None)
     default_file = f"<verl:{config_name}>"
-    config_dir = config_dir or verl_config_dir()
-    result.config_dir = config_dir
-    if config_dir is None:
+    if release is not None and release not in releases.shipped():
         result.findings.append(Finding(
-            "file-not-found", Severity.ERROR, "verl is not installed: its config tree (verl/trainer/config) "
-            "cannot be found, so nothing can be composed", default_file, 1, 1,
-            hint="pip install verl==0.9.1 in this environment"))
+            "file-not-found", Severity.ERROR, f"no facts of verl {release} ship with this package", default_file,
+            1, 1, hint=f"one of {', '.join(releases.shipped())}"))
         return result
+    result.release, result.release_why = releases.judging(release)
 
     data, file_pos, extra_defaults, load_findings = _load_files(list(files), config_name)
     result.findings += load_findings
 
-    from hydra import compose
     from hydra.core.config_store import ConfigStore
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
 
+    from verl_pdbg_conf.verl_facts import facts_source
     from verl_pdbg_conf.verl_facts.structured import register_configs
 
     _ensure_search_path_plugin()
+    facts_source.ensure_registered()
     register_configs()
+    verl_main = f"{facts_source.SCHEME}://{result.release}"
+    main, searchpath = verl_main, None
+    if config_dir is not None:
+        main = os.path.abspath(config_dir)
+        searchpath = _searchpath_override(main, config_name, verl_main, overrides)
+    result.config_dir = main
 
     parser = OverridesParser.create()
     pairs = []  # (Override, hydra Override)
@@ -531,8 +546,14 @@ def compose_verl(files: list[str], overrides: list, config_name: str = "ppo_trai
                                            f"the files cannot be merged into one config: {_reason(e)}",
                                            files[0], 1, 1))
 
-    with _hydra_session(config_dir):
-        base_key = (config_dir, config_name, repr(data) if files else None, repr(extra_defaults))
+    with _hydra_session(main):
+        files_key = (repr(data), repr(extra_defaults)) if files else None
+        composer = Composer(main, searchpath, files_key)
+
+        def compose(name, overrides):
+            return composer.compose(name, overrides)
+
+        base_key = (main, searchpath, config_name, files_key)
 
         def base_cfg():
             """The composition without overrides (cached: composing verl's tree costs about a second)."""
@@ -556,7 +577,8 @@ def compose_verl(files: list[str], overrides: list, config_name: str = "ppo_trai
                     where = files[0] if files else default_file
                     result.findings.append(Finding(
                         "override", Severity.ERROR, f"{primary} does not compose: {_reason(e)}", where, 1, 1,
-                        hint="fix the files given with --verl" if files else "check the verl installation"))
+                        hint="fix the files given with --verl" if files else
+                        f"check {config_name} in {main}"))
                     break
                 i = _culprit(e, remaining)
                 if i is None:
@@ -602,6 +624,155 @@ def compose_verl(files: list[str], overrides: list, config_name: str = "ppo_trai
             doc.keys[path] = p
     result.document = doc
     return result
+
+
+# ---------------------------------------------------------------- verl's tree beside a user directory
+
+_VERL_TREE = re.compile(r"(^|/)verl/trainer/config$")
+
+
+def names_verl_tree(entry: str) -> bool:
+    """Whether a hydra.searchpath entry means verl's trainer/config (pkg://verl.trainer.config,
+    file://verl/trainer/config relative to the launch directory, an absolute .../verl/trainer/config)."""
+    scheme, sep, rest = str(entry).partition("://")
+    if not sep:
+        scheme, rest = "file", str(entry)
+    if scheme == "pkg":
+        rest = rest.replace(".", "/")
+    rest = os.path.normpath(rest).replace(os.sep, "/") if rest else ""
+    return bool(_VERL_TREE.search(rest))
+
+
+def _quote(s: str) -> str:
+    return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _searchpath_override(user_dir: str, config_name: str, verl_main: str, overrides: list) -> str:
+    """The `hydra.searchpath=[...]` override that puts verl's tree (the shipped facts) where the
+    user's primary config (or a `hydra.searchpath=` override, which wins in Hydra) names it, or
+    after its entries; verl itself is never imported (pkg://verl... would import it)."""
+    entries = None
+    for o in overrides:
+        key, sep, value = o.text.partition("=")
+        if sep and key.strip() == "hydra.searchpath":
+            try:
+                from hydra.core.override_parser.overrides_parser import OverridesParser
+
+                v = OverridesParser.create().parse_overrides([o.text])[0].value()
+                entries = list(v) if isinstance(v, list) else None
+            except Exception:
+                entries = None
+            break
+    if entries is None:
+        from omegaconf import OmegaConf
+
+        name = config_name if config_name.endswith(".yaml") else config_name + ".yaml"
+        try:
+            sp = OmegaConf.select(OmegaConf.load(os.path.join(user_dir, name)), "hydra.searchpath")
+            entries = [str(e) for e in sp] if sp is not None else []
+        except Exception:  # Hydra reports an unreadable primary config itself
+            entries = []
+    out, placed = [], False
+    for e in entries:
+        if names_verl_tree(e):
+            if not placed:
+                out.append(verl_main)
+                placed = True
+            continue
+        out.append(e)
+    if not placed:
+        out.append(verl_main)
+    return "hydra.searchpath=[" + ",".join(_quote(e) for e in out) + "]"
+
+
+# ---------------------------------------------------------------- cached composition
+
+_COMPOSE_CACHE: dict = {}  # (main, searchpath, files, config name, structural overrides) -> cfg | error
+_CACHE_SIZE = 64
+
+
+class Composer:
+    """Hydra's compose, cached for many compositions in one process.
+
+    Hydra composes in two phases: the defaults list (config group selections, `hydra.*`) builds a
+    config, then the remaining overrides are applied to it one by one
+    (`ConfigLoaderImpl._apply_overrides_to_config`). The first phase is cached per
+    (search path, primary config, group overrides); the second runs Hydra's own function on a
+    copy. Which override belongs to which phase is Hydra's own test (`repo.group_exists`), on the
+    same repository. tests/hydra/test_release_facts.py checks the result and the errors against
+    plain `hydra.compose`."""
+
+    def __init__(self, main: str, searchpath: str | None, files_key):
+        self.main, self.searchpath, self.files_key = main, searchpath, files_key
+        self._repo = None
+
+    def _group_exists(self, key: str) -> bool:
+        if self._repo is None:
+            import copy
+
+            from hydra._internal.config_repository import ConfigRepository
+            from hydra.core.global_hydra import GlobalHydra
+            from hydra.core.override_parser.overrides_parser import OverridesParser
+
+            csp = copy.deepcopy(GlobalHydra.instance().config_loader().get_search_path())
+            if self.searchpath is not None:  # as ConfigLoaderImpl._process_config_searchpath does
+                schema = csp.get_path().pop(-1)
+                for sp in OverridesParser.create().parse_overrides([self.searchpath])[0].value():
+                    csp.append(provider="hydra.searchpath in command-line", path=sp)
+                csp.append(schema.provider, schema.path)
+            self._repo = ConfigRepository(config_search_path=csp)
+        return self._repo.group_exists(key)
+
+    def compose(self, name: str, overrides: list[str]):
+        import copy
+        import warnings
+
+        from hydra import compose
+        from hydra._internal.config_loader_impl import ConfigLoaderImpl
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        texts = ([self.searchpath] if self.searchpath else []) + list(overrides)
+        try:
+            parsed = OverridesParser.create().parse_overrides(texts)
+        except Exception:
+            parsed = None
+        structural, plain = [], []
+        for h in parsed or ():
+            key = h.key_or_group
+            if (h.is_sweep_override() or key == "hydra" or key.startswith(("hydra.", "hydra/"))
+                    or h.package is not None or (self._group_exists(key) and not isinstance(h.value(), dict))):
+                structural.append(h)
+            else:
+                plain.append(h)
+        if parsed is None:  # let Hydra say what is wrong
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return compose(name, overrides=texts)
+        ckey = (self.main, self.files_key, name, tuple(h.input_line for h in structural))
+        hit = _COMPOSE_CACHE.get(ckey)
+        if hit is None:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    hit = (compose(name, overrides=[h.input_line for h in structural]), None)
+            except Exception as e:
+                hit = (None, e)
+            _COMPOSE_CACHE[ckey] = hit
+            while len(_COMPOSE_CACHE) > _CACHE_SIZE:
+                _COMPOSE_CACHE.pop(next(iter(_COMPOSE_CACHE)))
+        base, error = hit
+        if error is not None:
+            raise error
+        cfg = copy.deepcopy(base)
+        from omegaconf.errors import OmegaConfBaseException
+
+        try:
+            ConfigLoaderImpl._apply_overrides_to_config(plain, cfg)
+        except OmegaConfBaseException as e:  # as ConfigLoaderImpl.load_configuration wraps it
+            from hydra.errors import ConfigCompositionException
+
+            raise ConfigCompositionException().with_traceback(e.__traceback__) from e
+        return cfg
 
 
 def _root_failures(findings: list[Finding]) -> list[Finding]:

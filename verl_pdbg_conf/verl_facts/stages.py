@@ -4,9 +4,9 @@ validator and the runtime all read it; tests check the schemas against it."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-DEFAULT_VERL = "0.9.1"
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ TOOL = "precision_debugger"
 
 @dataclass(frozen=True)
 class VerlTarget:
-    """What one verl release does with this tool, read off its code."""
+    """What one verl release does with this tool, read off its code (releases/extract.py)."""
 
     version: str
     fired: frozenset[str]  # stages its workers annotate under the documented name
@@ -69,27 +69,64 @@ class VerlTarget:
     hybrid_gate: str  # in hybrid mode this profiler gates actor and ref stages
     role_profilers: tuple[str, ...]
     continuous_tag_bug: bool  # profile_continuous_steps tags later steps with the first step
+    binds_first_chunk: bool = True  # its backend binds the first Megatron chunk of a list (0.8.0 does not)
 
 
-VERL_TARGETS: dict[str, VerlTarget] = {
-    "0.9.1": VerlTarget(
-        version="0.9.1",
-        fired=frozenset({"actor_update", "actor_compute_log_prob", "ref_compute_log_prob"}),
-        aliases={"train_batch": "critic_update"},
-        hybrid_gate=_ACTOR,
-        role_profilers=ROLE_PROFILERS,
-        continuous_tag_bug=True,
-    ),
-    # The fsdp/megatron workers verl had before 2026-04 annotated every stage.
-    "legacy-workers": VerlTarget(
-        version="legacy-workers",
-        fired=frozenset(STAGES) | IGNORED_STAGES,
-        aliases={},
-        hybrid_gate=_ACTOR,
-        role_profilers=ROLE_PROFILERS + (_RM,),
-        continuous_tag_bug=True,
-    ),
-}
+def target_from_facts(version: str, facts: dict) -> VerlTarget:
+    """A release's VerlTarget from its extracted stage facts."""
+    st = facts["stages"]
+    return VerlTarget(
+        version=version,
+        fired=frozenset(a["stage"] for a in st["annotations"] if a["stage"] in st["stage_to_role"]),
+        aliases=dict(st["aliases"]),
+        hybrid_gate=st["hybrid_gate"] or _ACTOR,
+        role_profilers=tuple(st["role_profilers"]),
+        continuous_tag_bug=st["continuous_keeps_first_tag"],
+        binds_first_chunk=st["binds_first_megatron_chunk"],
+    )
+
+
+# The fsdp/megatron workers verl had before 2026-04 annotated every stage; no release with the
+# precision_debugger backend ships them, so this target is not read off a release.
+LEGACY = VerlTarget(
+    version="legacy-workers",
+    fired=frozenset(STAGES) | IGNORED_STAGES,
+    aliases={},
+    hybrid_gate=_ACTOR,
+    role_profilers=ROLE_PROFILERS + (_RM,),
+    continuous_tag_bug=True,
+)
+
+
+class _Targets(Mapping):
+    """release -> VerlTarget for every shipped release (built from its facts on first use),
+    plus `legacy-workers`."""
+
+    def __init__(self):
+        self._built = {LEGACY.version: LEGACY}
+
+    def _names(self):
+        from verl_pdbg_conf.verl_facts import releases
+
+        return (*releases.shipped(), LEGACY.version)
+
+    def __getitem__(self, name: str) -> VerlTarget:
+        if name not in self._built:
+            from verl_pdbg_conf.verl_facts import releases
+
+            if name not in releases.shipped():
+                raise KeyError(name)
+            self._built[name] = target_from_facts(name, releases.load(name))
+        return self._built[name]
+
+    def __iter__(self):
+        return iter(self._names())
+
+    def __len__(self):
+        return len(self._names())
+
+
+VERL_TARGETS: Mapping[str, VerlTarget] = _Targets()
 
 
 def gate_for(stage: str, target: VerlTarget, hybrid: bool) -> str:

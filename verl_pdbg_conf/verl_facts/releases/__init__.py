@@ -1,0 +1,65 @@
+"""Per-release verl facts shipped as data (`verl-<version>.json.gz`, written by `extract.py`
+from the real wheels), and which release judges a run.
+
+Reading them needs only gzip and json: no hydra, no verl."""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+import os
+import re
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+_NAME = re.compile(r"^verl-(.+)\.json\.gz$")
+
+
+def _key(version: str):
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"[.+-]", version))
+
+
+@functools.lru_cache(maxsize=None)
+def shipped() -> tuple[str, ...]:
+    """The releases whose facts ship with this package, oldest first."""
+    names = [m.group(1) for m in map(_NAME.match, os.listdir(HERE)) if m]
+    return tuple(sorted(names, key=_key))
+
+
+def newest() -> str:
+    return shipped()[-1]
+
+
+@functools.lru_cache(maxsize=None)
+def load(version: str) -> dict:
+    """One release's facts (format: see extract.py)."""
+    with gzip.open(os.path.join(HERE, f"verl-{version}.json.gz"), "rt", encoding="utf-8") as f:
+        return json.load(f)
+
+
+def installed_version() -> str | None:
+    """The installed verl's version, from its package metadata (verl is not imported)."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("verl")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    except Exception:  # a broken dist-info must not stop the validator
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def judging(requested: str | None = None) -> tuple[str, str]:
+    """(release, why): the release whose facts judge, and how it was chosen.
+
+    `requested` (a shipped release, from --verl-version) wins; else the installed verl when its
+    facts ship; else the newest shipped release."""
+    if requested:
+        return requested, "--verl-version"
+    inst = installed_version()
+    if inst in shipped():
+        return inst, "installed"
+    if inst:
+        return newest(), f"newest shipped; the installed verl {inst} has no shipped facts"
+    return newest(), "newest shipped; verl is not installed"
