@@ -232,6 +232,18 @@ def _is_assignment(w: Word) -> bool:
     return bool(m) and (w.unknown_at == -1 or w.unknown_at >= m.start(3))
 
 
+def _after(parts: list, k: int) -> list:
+    """The (text, known, quoted) pieces of a word from character k on."""
+    out = []
+    for text, known, quoted in parts:
+        if k >= len(text):
+            k -= len(text)
+            continue
+        out.append((text[k:], known, quoted))
+        k = 0
+    return out
+
+
 def _only_assignments(words: list[Word]) -> bool:
     return all(_is_assignment(w) for w in words)
 
@@ -252,7 +264,8 @@ def _track(cmd: Command, variables: Variables, cwd: str | None, script: _Script)
         elif w.array is not None:
             variables.set_array(name, w.array, append=bool(append))
         elif not w.known:
-            variables.set(name, None, f"${name} is set from a value that cannot be known here ({w.unknown})")
+            variables.set(name, None, f"${name} is set from a value that cannot be known here ({w.unknown})",
+                          _after(w.parts, m.start(3)))
         elif append:
             old, _ = variables.get(name)
             variables.set(name, None if old is None else old + value, f"${name} is appended to ({where})")
@@ -490,6 +503,8 @@ def _resolve_config(inv: Invocation, script: _Script) -> None:
                                 "write the config directory literally (or relative to the script) to have "
                                 "the overrides checked")
             where = found
+            inv.findings.append(_at(inv, w, I, f"{flag} {w.raw} is taken as {found}: the known end of its value, "
+                                    "found next to the script or in its repository", ""))
         elif v.startswith("pkg://"):
             if v.rstrip("/") not in ("pkg://verl.trainer.config", "pkg://verl/trainer/config"):
                 return unjudged(w, f"{flag} {v}: a package's configs that this check does not have", "")
@@ -592,28 +607,31 @@ class ComposedInvocation:
 _PRIMARY: dict = {}  # (config_dir, config_name) -> the reason the primary config does not compose, or ""
 
 
-def primary_problem(inv: Invocation) -> str:
+def primary_problem(inv: Invocation, release: str | None = None) -> str:
     """Why the invocation's primary config does not compose on its own (empty: it does).
     Cached: every script of a repository shares a handful of primary configs."""
-    key = (inv.config_dir, inv.config_name)
+    key = (inv.config_dir, inv.config_name, release)
     if key not in _PRIMARY:
         from verl_pdbg_conf.verl_facts.compose import compose_verl
 
-        result = compose_verl([], [], config_name=inv.config_name, config_dir=inv.config_dir)
+        result = compose_verl([], [], config_name=inv.config_name, config_dir=inv.config_dir, release=release)
         errs = [f for f in result.findings if f.severity is Severity.ERROR]
         _PRIMARY[key] = "" if result.document is not None and not errs else \
             (errs[0].message if errs else "it does not compose")
     return _PRIMARY[key]
 
 
-def compose_invocation(inv: Invocation) -> ComposedInvocation:
-    """Compose verl's config with the invocation's overrides; unknown values become Unknown.
-    An invocation whose config cannot be known (`unjudged`) composes nothing."""
+def compose_invocation(inv: Invocation, release: str | None = None) -> ComposedInvocation:
+    """Compose verl's config (of `release`, default: the judging one) with the invocation's
+    overrides; unknown values become Unknown. An invocation whose config cannot be known
+    (`unjudged`) composes nothing."""
+    from verl_pdbg_conf.core import omegaconf_cache
     from verl_pdbg_conf.verl_facts.compose import Override, compose_verl
 
     if inv.unjudged:
         return ComposedInvocation(inv, None, [])
-    problem = primary_problem(inv)
+    omegaconf_cache.install()
+    problem = primary_problem(inv, release)
     if problem:
         w = inv.flags.get("anchor") or Word(inv.module, inv.line, inv.column)
         where = f"{inv.config_dir}/{inv.config_name}.yaml" if inv.config_dir else \
@@ -621,7 +639,7 @@ def compose_invocation(inv: Invocation) -> ComposedInvocation:
         return ComposedInvocation(inv, None, [_at(inv, w, E, f"{where} does not compose: {problem}; the overrides "
                                                   "are not judged", "check --config-path and --config-name")])
     overrides = [Override(o.text, o.file or inv.file, o.line, o.column) for o in inv.overrides]
-    result = compose_verl([], overrides, config_name=inv.config_name, config_dir=inv.config_dir)
+    result = compose_verl([], overrides, config_name=inv.config_name, config_dir=inv.config_dir, release=release)
     doc = result.document
     if doc is not None:
         unknowns = {o.placeholder: o.unknown for o in inv.overrides if o.unknown is not None}
@@ -676,7 +694,7 @@ def validate_script(path: str, options=None) -> Report:
         return report
     for inv in invocations:
         report.findings += inv.findings
-        composed = compose_invocation(inv)
+        composed = compose_invocation(inv, options.release[0])
         report.findings += [_relocate(f, inv) for f in composed.findings]
         if composed.document is None:
             continue

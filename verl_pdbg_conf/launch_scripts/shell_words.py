@@ -63,6 +63,7 @@ class Variables:
         self.why: dict[str, str] = {}
         self.arrays: dict[str, list | None] = {}  # name -> element Words (None: cannot be known)
         self.positional: list | None = None  # $1.. / "$@" when a wrapper script's call is known
+        self.parts: dict[str, list] = {}  # name -> pieces of a value that cannot be known
 
     def get(self, name: str) -> tuple[str | None, str]:
         if name in self.values:
@@ -70,10 +71,15 @@ class Variables:
             return v, ("" if v is not None else self.why.get(name, f"${name} cannot be known here"))
         return None, f"${name} comes from the environment"
 
-    def set(self, name: str, value: str | None, why: str = "") -> None:
+    def set(self, name: str, value: str | None, why: str = "", parts: list | None = None) -> None:
+        """`parts`: for a value that cannot be known, its (text, known, quoted) pieces, so that
+        `$NAME` keeps the known tail (`$(pwd)/examples/config` -> unknown + `/examples/config`)."""
         self.values[name] = value
+        self.parts.pop(name, None)
         if value is None:
             self.why[name] = why or f"${name} cannot be known here"
+            if parts:
+                self.parts[name] = parts
 
     def set_array(self, name: str, elements: list | None, why: str = "", append: bool = False) -> None:
         if append and elements is not None:
@@ -421,7 +427,10 @@ class Reader:
         name, op, arg = m.group(1), m.group(2), m.group(3)
         value, why = self.vars.get(name)
         if op is None:
-            if value is None:
+            if value is None and name in self.vars.parts:
+                for text, known, _ in self.vars.parts[name]:
+                    lit(text, quoted) if known else unk(text, why, quoted)
+            elif value is None:
                 unk(raw, why, quoted)
             elif not quoted and re.search(r"\s", value.strip()):  # word splitting
                 self._expanded.append((len(self._parts), None))

@@ -21,6 +21,7 @@ that set every value.
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib.util
 import os
 import re
@@ -525,15 +526,14 @@ def compose_verl(files: list[str], overrides: list, config_name: str = "ppo_trai
         searchpath = _searchpath_override(main, config_name, verl_main, overrides)
     result.config_dir = main
 
-    parser = OverridesParser.create()
     pairs = []  # (Override, hydra Override)
     for o in overrides:
         try:
-            parsed = parser.parse_overrides([o.text])
+            parsed = _parse_override(o.text)
         except Exception as e:
             result.findings.append(_override_finding(o, None, e, lambda: None))
             continue
-        pairs.append((o, parsed[0]))
+        pairs.append((o, parsed))
 
     primary = config_name
     if files:
@@ -733,7 +733,7 @@ class Composer:
 
         texts = ([self.searchpath] if self.searchpath else []) + list(overrides)
         try:
-            parsed = OverridesParser.create().parse_overrides(texts)
+            parsed = [_parse_override(t) for t in texts]
         except Exception:
             parsed = None
         structural, plain = [], []
@@ -763,7 +763,7 @@ class Composer:
         base, error = hit
         if error is not None:
             raise error
-        cfg = copy.deepcopy(base)
+        cfg = _copy(base)
         from omegaconf.errors import OmegaConfBaseException
 
         try:
@@ -773,6 +773,30 @@ class Composer:
 
             raise ConfigCompositionException().with_traceback(e.__traceback__) from e
         return cfg
+
+
+@functools.lru_cache(maxsize=8192)
+def _parse_override(text: str):
+    """One override parsed by Hydra's grammar (cached: scripts repeat the same overrides, and the
+    parsed Override is only read)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create().parse_overrides([text])[0]
+
+
+_PICKLED: dict = {}  # id(cached base cfg) -> (cfg, its pickle)
+
+
+def _copy(cfg):
+    """A private copy of a cached composition: unpickling is ~3x faster than OmegaConf's deepcopy."""
+    import pickle
+
+    hit = _PICKLED.get(id(cfg))
+    if hit is None or hit[0] is not cfg:
+        hit = _PICKLED[id(cfg)] = (cfg, pickle.dumps(cfg, protocol=pickle.HIGHEST_PROTOCOL))
+        while len(_PICKLED) > _CACHE_SIZE:
+            _PICKLED.pop(next(iter(_PICKLED)))
+    return pickle.loads(hit[1])
 
 
 def _root_failures(findings: list[Finding]) -> list[Finding]:
