@@ -154,7 +154,7 @@ def locate(w: Word, script: _Script, want=os.path.exists, text: str | None = Non
     if not known and not text.startswith("/"):
         return None, False
     rel = text.lstrip("/")
-    if not rel or rel.startswith(".."):
+    if not rel:
         return None, False
     for b in script.bases():
         cand = os.path.normpath(os.path.join(b, rel))
@@ -503,7 +503,7 @@ def _resolve_config(inv: Invocation, script: _Script) -> None:
                                 "write the config directory literally (or relative to the script) to have "
                                 "the overrides checked")
             where = found
-            inv.findings.append(_at(inv, w, I, f"{flag} {w.raw} is taken as {found}: the known end of its value, "
+            inv.findings.append(_at(inv, w, I, f"`{w.raw}` is taken as {found}: the known end of its value, "
                                     "found next to the script or in its repository", ""))
         elif v.startswith("pkg://"):
             if v.rstrip("/") not in ("pkg://verl.trainer.config", "pkg://verl/trainer/config"):
@@ -558,7 +558,7 @@ def _resolve_config(inv: Invocation, script: _Script) -> None:
                 os.path.basename(os.path.dirname(where)) == "trainer":
             where = "verl"  # a verl checkout's own tree: the judging release's
     inv.config_dir = None if where == "verl" else where
-    inv.flags["anchor"] = flag_word
+    inv.flags["anchor"] = inv.flags["name"][0] if "name" in inv.flags else flag_word
 
 
 def _override(inv: Invocation, w: Word) -> None:
@@ -636,8 +636,9 @@ def compose_invocation(inv: Invocation, release: str | None = None) -> ComposedI
         w = inv.flags.get("anchor") or Word(inv.module, inv.line, inv.column)
         where = f"{inv.config_dir}/{inv.config_name}.yaml" if inv.config_dir else \
             f"verl's {inv.config_name}"
-        return ComposedInvocation(inv, None, [_at(inv, w, E, f"{where} does not compose: {problem}; the overrides "
-                                                  "are not judged", "check --config-path and --config-name")])
+        problem = re.sub(r"^\S+ does not compose: ", "", problem).rstrip(". ")
+        return ComposedInvocation(inv, None, [_at(inv, w, E, f"Hydra cannot compose {where}: {problem}; the "
+                                                  "overrides are not judged", "check --config-path and --config-name")])
     overrides = [Override(o.text, o.file or inv.file, o.line, o.column) for o in inv.overrides]
     result = compose_verl([], overrides, config_name=inv.config_name, config_dir=inv.config_dir, release=release)
     doc = result.document
@@ -693,6 +694,9 @@ def validate_script(path: str, options=None) -> Report:
             "check", path, 1, 1))
         return report
     for inv in invocations:
+        if inv.unjudged:  # one root cause, one finding: no notes about words that are not judged anyway
+            report.findings += [f for f in inv.findings if f.severity is not I]
+            continue
         report.findings += inv.findings
         composed = compose_invocation(inv, options.release[0])
         report.findings += [_relocate(f, inv) for f in composed.findings]
@@ -706,6 +710,7 @@ def validate_script(path: str, options=None) -> Report:
         sub = validate_document(composed.document, opts)
         report.findings += [_relocate(f, inv) for f in sub.findings]
         report.files += [f for f in sub.files if f not in report.files and not f.startswith("<")]
+    report.findings = list(dict.fromkeys(report.findings))  # a base script reached twice through wrappers
     return report
 
 

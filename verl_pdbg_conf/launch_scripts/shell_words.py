@@ -94,8 +94,8 @@ class Variables:
         if name in self.arrays:
             a = self.arrays[name]
             return a, ("" if a is not None else self.why.get(name, f"${{{name}[@]}} cannot be known here"))
-        if name in self.values and self.values[name] is not None:  # a scalar is a one-element array
-            return None, ""
+        if name in self.values:  # a scalar is a one-element array
+            return None, ("" if self.values[name] is not None else self.why.get(name, f"${name} cannot be known"))
         return None, f"${{{name}[@]}} comes from the environment"
 
     def taint_all(self, why: str) -> None:

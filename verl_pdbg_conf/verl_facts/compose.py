@@ -428,12 +428,14 @@ def _positions(raw_final, raw_base, key_overrides, group_overrides, file_pos, de
     file_pos: positions from the user's files."""
     default = (1, 1, default_file)
     direct: dict = {}
+    last = {}  # key path -> index of the last override setting it (the last one applied wins)
+    for i, (o, kp) in enumerate(key_overrides):
+        if kp:
+            last[kp] = i
     for path, value in _walk(raw_final):
         spath = tuple(str(p) for p in path)
-        hit = None
-        for o, kp in key_overrides:
-            if kp and spath[:len(kp)] == kp:
-                hit = o
+        idx = max((last.get(spath[:n], -1) for n in range(1, len(spath) + 1)), default=-1) if last else -1
+        hit = key_overrides[idx][0] if idx >= 0 else None
         if hit is not None:
             direct[path] = (hit.line or 1, hit.column, hit.file)
             continue
