@@ -284,7 +284,7 @@ def test_user_config_dir_next_to_the_script_composes_with_verls_defaults(tmp_pat
             assert inv.unjudged
             continue
         found = errors(validate_script(str(p), Options(base_dir=str(tmp_path))).findings)
-        assert [f.rule for f in found] == ["steps-range"], found  # mine.yaml's step 0, composed and judged
+        assert "steps-range" in [f.rule for f in found], found  # mine.yaml's step 0, composed and judged
 
 
 # ------------------------------------------------------------------ arrays, sourced files, wrappers
