@@ -625,12 +625,10 @@ def compose_invocation(inv: Invocation, release: str | None = None) -> ComposedI
     """Compose verl's config (of `release`, default: the judging one) with the invocation's
     overrides; unknown values become Unknown. An invocation whose config cannot be known
     (`unjudged`) composes nothing."""
-    from verl_pdbg_conf.core import omegaconf_cache
     from verl_pdbg_conf.verl_facts.compose import Override, compose_verl
 
     if inv.unjudged:
         return ComposedInvocation(inv, None, [])
-    omegaconf_cache.install()
     problem = primary_problem(inv, release)
     if problem:
         w = inv.flags.get("anchor") or Word(inv.module, inv.line, inv.column)
