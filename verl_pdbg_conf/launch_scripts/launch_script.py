@@ -629,16 +629,16 @@ def compose_invocation(inv: Invocation, release: str | None = None) -> ComposedI
 
     if inv.unjudged:
         return ComposedInvocation(inv, None, [])
-    problem = primary_problem(inv, release)
-    if problem:
+    overrides = [Override(o.text, o.file or inv.file, o.line, o.column) for o in inv.overrides]
+    result = compose_verl([], overrides, config_name=inv.config_name, config_dir=inv.config_dir, release=release)
+    problem = primary_problem(inv, release) if result.document is None else ""
+    if problem:  # the primary config itself fails: one finding, not one per override
         w = inv.flags.get("anchor") or Word(inv.module, inv.line, inv.column)
         where = f"{inv.config_dir}/{inv.config_name}.yaml" if inv.config_dir else \
             f"verl's {inv.config_name}"
         problem = re.sub(r"^\S+ does not compose: ", "", problem).rstrip(". ")
         return ComposedInvocation(inv, None, [_at(inv, w, E, f"Hydra cannot compose {where}: {problem}; the "
                                                   "overrides are not judged", "check --config-path and --config-name")])
-    overrides = [Override(o.text, o.file or inv.file, o.line, o.column) for o in inv.overrides]
-    result = compose_verl([], overrides, config_name=inv.config_name, config_dir=inv.config_dir, release=release)
     doc = result.document
     if doc is not None:
         unknowns = {o.placeholder: o.unknown for o in inv.overrides if o.unknown is not None}
