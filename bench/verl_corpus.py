@@ -95,7 +95,7 @@ def main() -> int:
 
         options = Options(base_dir=root)
         by_rule: collections.Counter = collections.Counter()
-        tracebacks, tool_failures, mistakes = [], [], []
+        tracebacks, tool_failures, mistakes, notes = [], [], [], []
         slowest = []
         for s in scripts:
             t = time.perf_counter()
@@ -105,7 +105,6 @@ def main() -> int:
                 tracebacks.append((s, traceback.format_exc()))
                 continue
             slowest.append((time.perf_counter() - t, s))
-            own = False
             for f in report.sorted():
                 by_rule[(f.rule, f.severity.value)] += 1
                 rel = os.path.relpath(f.file, root) if os.path.isabs(f.file) else f.file
@@ -113,12 +112,11 @@ def main() -> int:
                 if args.verbose:
                     print("  " + line)
                 if TOOL_FAILURE.search(f.message):
-                    own = True
                     tool_failures.append(line)
                 elif f.severity is Severity.ERROR:
                     mistakes.append(line)
-            if own:
-                pass
+                elif f.severity is Severity.WARNING:
+                    notes.append(line)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         failing_scripts = {ln.split(":", 1)[0] for ln in tool_failures}
         print(f"verl checkout: {root}")
@@ -131,6 +129,10 @@ def main() -> int:
         print("findings by rule:")
         for (rule, sev), n in sorted(by_rule.items()):
             print(f"  {rule:22} {sev:8} {n}")
+        unjudged = [ln for ln in notes if "not judged" in ln]
+        print(f"main_ppo invocations whose overrides are not judged (one warning each): {len(unjudged)}")
+        for ln in unjudged:
+            print("  " + ln)
         print(f"tracebacks: {len(tracebacks)}")
         for s, tb in tracebacks:
             print(f"  {os.path.relpath(s, root)}\n" + "".join("    " + ln + "\n" for ln in tb.splitlines()[-6:]))

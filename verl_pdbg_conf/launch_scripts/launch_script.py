@@ -646,7 +646,19 @@ def compose_invocation(inv: Invocation, release: str | None = None) -> ComposedI
             doc.data = _replace(doc.data, unknowns)
         if inv.cwd == "":
             doc.data = _unknown_relative_config_path(doc.data)
-    return ComposedInvocation(inv, doc, list(result.findings))
+    shown = {o.placeholder: o.unknown for o in inv.overrides if o.unknown is not None}
+    findings = [_unplaceholder(f, shown) for f in result.findings] if shown else list(result.findings)
+    return ComposedInvocation(inv, doc, findings)
+
+
+def _unplaceholder(f: Finding, shown: dict) -> Finding:
+    """A composition message quotes the override as composed: put the script's text back."""
+    if "__verl_pdbg_unknown_" not in f.message + f.hint:
+        return f
+    msg, hint = f.message, f.hint
+    for ph, u in shown.items():
+        msg, hint = msg.replace(ph, str(u)), hint.replace(ph, str(u))
+    return replace(f, message=msg, hint=hint)
 
 
 def _replace(data, unknowns: dict):
