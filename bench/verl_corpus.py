@@ -54,9 +54,9 @@ def checkout(repo: str | None, tmp: str) -> str:
     return dst
 
 
-def scripts_in(root: str) -> list[str]:
+def scripts_in(root: str, everywhere: bool = False) -> list[str]:
     out = []
-    for top in ("examples", "recipe"):
+    for top in ("",) if everywhere else ("examples", "recipe"):
         for d, dirs, files in os.walk(os.path.join(root, top)):
             dirs.sort()
             out += [os.path.join(d, f) for f in sorted(files) if f.endswith(".sh")]
@@ -84,10 +84,11 @@ def main() -> int:
     ap.add_argument("--repo", help="clone or bare git dir of volcengine/verl (default: clone from GitHub)")
     ap.add_argument("--verbose", action="store_true", help="print every finding")
     ap.add_argument("--no-single", action="store_true", help="skip the one-script-per-process timing")
+    ap.add_argument("--everywhere", action="store_true", help="every *.sh of the checkout (tests/, scripts/ too)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="verl-corpus-") as tmp:
         root = checkout(args.repo, tmp)
-        scripts = scripts_in(root)
+        scripts = scripts_in(root, args.everywhere)
         t0, c0 = time.perf_counter(), time.process_time()
         from verl_pdbg_conf.context import Options
         from verl_pdbg_conf.core.findings import Severity

@@ -7,6 +7,8 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from verl_pdbg_conf.context import Options
 from verl_pdbg_conf.core.document import Unknown
@@ -384,3 +386,25 @@ def test_guide_cli_inserted_into_a_realistic_script(tmp_path, script, plant):
         return
     (f,) = pdbg_errors
     assert (f.rule, f.file, f.line, f.column) == (expect[0], str(dst), first + expect[1], 3)
+
+
+_TOKENS = ["python3", "-m", "verl.trainer.main_ppo", "bash", "./base.sh", "source", ".", "env.sh", "cd", "..",
+           "A=(", ")", "A+=(", '"${A[@]}"', "${A[*]}", "${A[0]}", "$A", '"$@"', "$1", "X=1", "X=$(pwd)",
+           "--config-path", "--config-path=", "-cp", "-cn", "-cd", "config", "$X/config", "ppo_trainer", "--",
+           "ray", "job", "submit", "a.b=1", "+c.d='[1,2]'", "~e.f", "global_profiler.steps=[0]", "{a,b}",
+           "'", '"', "\\", "\\\n", "\n", " ", ";", "&&", "|", "#", "<<EOF", "EOF", "if", "then", "fi", "for",
+           "do", "done", "$(", "${", "}", "`", "(", "<", ">", "2>&1"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.sampled_from(_TOKENS), max_size=40), st.sampled_from([" ", "", "\n"]))
+def test_any_token_soup_reads_without_raising(tmp_path, tokens, sep):
+    """Bad input never gives a traceback: any mix of shell pieces is read (not composed: the
+    composition is Hydra's, exercised by the tests above)."""
+    p = tmp_path / "run.sh"
+    p.write_text(sep.join(tokens))
+    (tmp_path / "base.sh").write_text('python3 -m verl.trainer.main_ppo "$@" x.y=$1\n')
+    (tmp_path / "env.sh").write_text("A=(q.q=1)\nX=2\n")
+    invocations, findings = read_script(str(p))
+    for inv in invocations:
+        assert inv.unjudged or all(isinstance(o.text, str) for o in inv.overrides)

@@ -23,7 +23,10 @@ E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
 # config_name="ppo_trainer")` in verl/trainer/main_ppo.py).
 ENTRY_POINTS = {"verl.trainer.main_ppo": "ppo_trainer"}
 _HYDRA_MAIN = re.compile(r"@hydra\.main\(([^)]*)\)")
-_MAIN_PPO_LIKE = re.compile(r"(?:^|[./])main_ppo\w*(?:\.py)?$")
+# A trainer entry point by its name (a copy of main_ppo under another name: recipes' main_dapo,
+# main_grpo...): when its source is not found it gets the one "not judged" warning; any other
+# Python command (data preparation, model conversion, generation) is not a training launch.
+_MAIN_PPO_LIKE = re.compile(r"(?:^|[./])main_\w*(?:ppo|dapo|grpo|gspo|rl|train)\w*(?:\.py)?$|^recipe[./]\S*main\w*")
 _PYTHON = re.compile(r"(?:.*/)?python(?:\d+(?:\.\d+)?)?$")
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
 _OVERRIDE_LIKE = re.compile(r"^(?:\+\+?|~)?[A-Za-z_][\w-]*(?:\.[\w-]+)+(?:=|$)")
@@ -212,11 +215,11 @@ def _wrapped(script: _Script, cmd: Command) -> list[Invocation] | None:
     words = cmd.words
     if script.depth >= MAX_DEPTH or cmd.depth > 0:
         return None
-    i = 1 if words[0].known and words[0].text in ("bash", "sh", "source", ".") else 0
-    if i >= len(words) - 1 or i == 0 and not words[0].text.endswith(".sh"):
+    i = 1 if words[0].known and words[0].text in ("bash", "sh") else 0
+    while 0 < i < len(words) and words[i].known and words[i].text.startswith("-"):  # bash -x base.sh
+        i += 1
+    if i >= len(words) - 1 or i == 0 and not words[0].text.endswith((".sh", ".bash")):
         return None  # no arguments: a plain call, not a wrapper
-    if words[0].text in ("source", "."):
-        return None
     target, _ = locate(words[i], script, os.path.isfile)
     if target is None or os.path.samefile(target, script.path):
         return None
@@ -426,6 +429,8 @@ def _entry(target: str, script: _Script) -> Entry | None:
     (data preparation, model conversion...: not a training launch)."""
     if target in ENTRY_POINTS or target.endswith("verl/trainer/main_ppo.py"):
         return Entry("verl.trainer.main_ppo", ENTRY_POINTS["verl.trainer.main_ppo"], "config", None)
+    if target.startswith("verl.") or re.search(r"(?:^|/)verl/\w+/", target):
+        return None  # verl's other entry points (main_generation, SFT trainers): other configs, not profiled runs
     rel = target if target.endswith(".py") or "/" in target else target.replace(".", "/") + ".py"
     src = rel if os.path.isabs(rel) and os.path.isfile(rel) else None
     if src is None and not os.path.isabs(rel):
@@ -498,8 +503,10 @@ def _resolve_config(inv: Invocation, script: _Script) -> None:
         if not w.known:
             found, _ = locate(w, script, lambda d: os.path.isdir(d) and _has_config(d, name))
             if found is None:
-                return unjudged(w, f"{flag} is {w.raw}, which cannot be known here ({w.unknown}), and no "
-                                   f"directory holding {name}.yaml is found at its end next to the script",
+                near, _ = locate(w, script, os.path.isdir)
+                seen = f"; {near} is found at its end but holds no {name}.yaml" if near else \
+                    f", and no directory holding {name}.yaml is found at its end next to the script"
+                return unjudged(w, f"{flag} is {w.raw}, which cannot be known here ({w.unknown}){seen}",
                                 "write the config directory literally (or relative to the script) to have "
                                 "the overrides checked")
             where = found
