@@ -408,3 +408,13 @@ def test_any_token_soup_reads_without_raising(tmp_path, tokens, sep):
     invocations, findings = read_script(str(p))
     for inv in invocations:
         assert inv.unjudged or all(isinstance(o.text, str) for o in inv.overrides)
+
+
+@pytest.mark.parametrize("release,bad_line", [("0.8.0", 3), ("0.9.1", 2)])
+def test_release_only_keys_in_a_script_are_judged_by_the_chosen_release(tmp_path, release, bad_line):
+    """A key only 0.8.0 has (router_replay) and one only 0.9.1 has: each release rejects the other's."""
+    p = tmp_path / "run.sh"
+    p.write_text("python3 -m verl.trainer.main_ppo \\\n  actor_rollout_ref.actor.router_replay.mode=R2 \\\n"
+                 "  actor_rollout_ref.actor.fsdp_config.use_no_sync_for_gradient_accumulation=True\n")
+    (e,) = errors(validate_script(str(p), Options(base_dir=str(tmp_path), verl_version=release)).findings)
+    assert (e.rule, e.line, e.column) == ("override", bad_line, 3)
