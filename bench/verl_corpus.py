@@ -21,7 +21,6 @@ import argparse
 import collections
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile

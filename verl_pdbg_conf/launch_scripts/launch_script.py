@@ -1,10 +1,13 @@
-"""Launch scripts: find the `python3 -m verl.trainer.main_ppo ...` invocations in a shell
-script, take their Hydra overrides as bash would pass them, compose verl's config with them
-and validate it, with every finding at the script's line and column.
+"""Launch scripts: find the main_ppo invocations in a shell script (after `ray job submit --`,
+through wrapper scripts that pass overrides to a base script), take their Hydra overrides as
+bash would pass them, compose the config Hydra would (hydra_config.py) with them and validate
+it, with every finding at the script's line and column.
 
-A value that depends on the environment (`$HOME`, `${MODEL_PATH:-...}` with no assignment in
-the script, `$(...)`, `$@`) is an Unknown: composed as a placeholder, then not judged.
-Simple `VAR=value` assignments earlier in the script are substituted."""
+Bash as far as it can be known before the run (shell_words.py): variables and literal arrays
+assigned earlier in the script or in a file it sources (found by locate.py), word splitting,
+quoting. A value that depends on the environment (`$HOME`, `${MODEL_PATH:-...}` with no
+assignment in the script, `$(...)`, `$@`) is an Unknown: composed as a placeholder, then not
+judged. A config that cannot be known gives one warning and no judging."""
 
 from __future__ import annotations
 
@@ -14,19 +17,13 @@ from dataclasses import dataclass, field, replace
 
 from verl_pdbg_conf.core.document import Unknown
 from verl_pdbg_conf.core.findings import Finding, Report, Severity
+from verl_pdbg_conf.launch_scripts.hydra_config import ConfigChoice, Entry, choose_config, find_entry
+from verl_pdbg_conf.launch_scripts.locate import Script, locate
 from verl_pdbg_conf.launch_scripts.shell_words import Command, Reader, Variables, Word
 
 RULE = "launch-script"
 E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
 
-# verl's entry point this tool composes, with the config it loads (`@hydra.main(config_path="config",
-# config_name="ppo_trainer")` in verl/trainer/main_ppo.py).
-ENTRY_POINTS = {"verl.trainer.main_ppo": "ppo_trainer"}
-_HYDRA_MAIN = re.compile(r"@hydra\.main\(([^)]*)\)")
-# A trainer entry point by its name (a copy of main_ppo under another name: recipes' main_dapo,
-# main_grpo...): when its source is not found it gets the one "not judged" warning; any other
-# Python command (data preparation, model conversion, generation) is not a training launch.
-_MAIN_PPO_LIKE = re.compile(r"(?:^|[./])main_\w*(?:ppo|dapo|grpo|gspo|rl|train)\w*(?:\.py)?$|^recipe[./]\S*main\w*")
 _PYTHON = re.compile(r"(?:.*/)?python(?:\d+(?:\.\d+)?)?$")
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
 _OVERRIDE_LIKE = re.compile(r"^(?:\+\+?|~)?[A-Za-z_][\w-]*(?:\.[\w-]+)+(?:=|$)")
@@ -65,19 +62,6 @@ class ScriptOverride:
 
 
 @dataclass
-class Entry:
-    """What `python ...` runs: verl's main_ppo, or a copy of it (a project's or a recipe's own
-    `main_ppo.py` with its own `@hydra.main`)."""
-
-    module: str  # as the script names it
-    config_name: str  # @hydra.main's config_name
-    config_path: str | None  # @hydra.main's config_path
-    base: str | None  # directory a relative --config-path resolves against (None: verl's verl/trainer)
-    verl: bool = True  # verl's own main_ppo
-    source: str | None = None  # the copy's file, when found
-
-
-@dataclass
 class Invocation:
     file: str
     line: int  # of the python word
@@ -91,79 +75,13 @@ class Invocation:
     entry: Entry | None = None
     flags: dict = field(default_factory=dict)  # --config-path/-name/-dir -> (Word, value)
     unjudged: bool = False  # the config cannot be known: the overrides are not judged
+    anchor: Word | None = None  # where a finding about the primary config points
 
 
 # ----------------------------------------------------------------------------- reading
 
 MAX_DEPTH = 3  # sourced files and wrapped scripts followed, nested at most this deep
-_UP = 6  # directories above a script searched for what it names (its repository)
 
-
-@dataclass
-class _Script:
-    """The script being read and where the files it names are looked for."""
-
-    path: str
-    depth: int = 0
-
-    @property
-    def dir(self) -> str:
-        return os.path.dirname(os.path.abspath(self.path))
-
-    def bases(self) -> list[str]:
-        """The script's directory and its parents up to its repository's root (`.git`), at most
-        _UP levels: where a path written relative to the launch directory or to a variable
-        derived from the script's location (`$(dirname $0)`, `$PROJECT_DIR=$(pwd)`) lives."""
-        return _bases(self.dir)
-
-
-_BASES: dict[str, list[str]] = {}
-
-
-def _bases(d: str) -> list[str]:
-    if d not in _BASES:
-        out = [d]
-        while len(out) <= _UP and not os.path.exists(os.path.join(out[-1], ".git")):
-            up = os.path.dirname(out[-1])
-            if up == out[-1]:
-                break
-            out.append(up)
-        _BASES[d] = out
-    return _BASES[d]
-
-
-def known_suffix(w: Word) -> str:
-    """The known text after the last unknown part of a word (`$PROJECT_DIR/examples/config` ->
-    `/examples/config`); the whole text when the word is known."""
-    if w.known:
-        return w.text
-    tail = []
-    for text, known, _ in reversed(w.parts):
-        if not known:
-            break
-        tail.append(text)
-    return "".join(reversed(tail))
-
-
-def locate(w: Word, script: _Script, want=os.path.exists, text: str | None = None) -> tuple[str | None, bool]:
-    """The existing path a word names (`text`: the part of the word that is the path), and
-    whether it was found by searching: absolute as written; relative, or an unknown prefix with
-    a known `/...` tail, under the script's directory or a parent of it up to its repository's
-    root (where `$(dirname $0)/x`, `$PROJECT_DIR/x` or a launch from the repository root put it)."""
-    known = w.known
-    text = known_suffix(w) if text is None or not known else text
-    if known and os.path.isabs(text):
-        return (text, False) if want(text) else (None, False)
-    if not known and not text.startswith("/"):
-        return None, False
-    rel = text.lstrip("/")
-    if not rel:
-        return None, False
-    for b in script.bases():
-        cand = os.path.normpath(os.path.join(b, rel))
-        if want(cand):
-            return cand, not known or b != script.dir
-    return None, False
 
 
 def read_script(path: str, text: str | None = None, positional: list | None = None,
@@ -176,7 +94,7 @@ def read_script(path: str, text: str | None = None, positional: list | None = No
                 text = fh.read()
         except OSError:
             return [], []
-    script = _Script(path, depth)
+    script = Script(path, depth)
     variables = Variables()
     variables.positional = positional
     reader = Reader(text, variables)
@@ -209,7 +127,7 @@ def read_script(path: str, text: str | None = None, positional: list | None = No
     return invocations, findings
 
 
-def _wrapped(script: _Script, cmd: Command) -> list[Invocation] | None:
+def _wrapped(script: Script, cmd: Command) -> list[Invocation] | None:
     """`bash other.sh ARGS` / `./other.sh ARGS` with `other.sh` next to the script: its
     invocations, with ARGS as its `$@` (a wrapper passing overrides to a base script)."""
     words = cmd.words
@@ -251,7 +169,7 @@ def _only_assignments(words: list[Word]) -> bool:
     return all(_is_assignment(w) for w in words)
 
 
-def _track(cmd: Command, variables: Variables, cwd: str | None, script: _Script) -> str | None:
+def _track(cmd: Command, variables: Variables, cwd: str | None, script: Script) -> str | None:
     """Record the variables a command assigns, and where a `cd` moves; returns the new cwd."""
     words = cmd.words
     where = f"line {cmd.line}"
@@ -304,7 +222,7 @@ def _track(cmd: Command, variables: Variables, cwd: str | None, script: _Script)
     return cwd
 
 
-def _source(w: Word, variables: Variables, script: _Script, cmd: Command, where: str) -> None:
+def _source(w: Word, variables: Variables, script: Script, cmd: Command, where: str) -> None:
     """`source FILE` / `. FILE`: a file found next to the script (or in its repository) is read for
     its variables; otherwise every variable assigned so far may have been changed by it."""
     found, _ = locate(w, script, os.path.isfile) if cmd.depth == 0 and script.depth < MAX_DEPTH else (None, False)
@@ -317,13 +235,13 @@ def _source(w: Word, variables: Variables, script: _Script, cmd: Command, where:
     except OSError:
         variables.taint_all(f"`source {w.raw}` ({where}) may change it")
         return
-    inner = _Script(found, script.depth + 1)
+    inner = Script(found, script.depth + 1)
     cwd = None
     for c in Reader(text, variables).commands():
         cwd = _track(c, variables, cwd, inner)
 
 
-def _invocation(script: _Script, cmd: Command, cwd: str | None) -> Invocation | None:
+def _invocation(script: Script, cmd: Command, cwd: str | None) -> Invocation | None:
     words = cmd.words
     if words[0].known and words[0].text in _NOT_LAUNCHERS:
         return None
@@ -333,7 +251,7 @@ def _invocation(script: _Script, cmd: Command, cwd: str | None) -> Invocation | 
         module, j = _python_module(words, i + 1)
         if module is None:
             continue
-        entry = _entry(module, script)
+        entry = find_entry(module, script)
         if entry is None:
             return None
         inv = Invocation(script.path, w.line, w.column, entry.module, entry.config_name, cwd=cwd, entry=entry)
@@ -422,150 +340,11 @@ def _hydra_flag(inv: Invocation, flag: str, w: Word, value: str | None = None) -
     inv.flags[_FLAGS[flag]] = (w, w.text if value is None else value, flag)
 
 
-def _entry(target: str, script: _Script) -> Entry | None:
-    """verl's main_ppo; a copy of it (`-m recipe.x.main_ppo`, `python3 main_ppo_split.py`) whose
-    source is found next to the script or in its repository and declares `@hydra.main`; a
-    main_ppo-named module whose source is not found (its config cannot be known); else None
-    (data preparation, model conversion...: not a training launch)."""
-    if target in ENTRY_POINTS or target.endswith("verl/trainer/main_ppo.py"):
-        return Entry("verl.trainer.main_ppo", ENTRY_POINTS["verl.trainer.main_ppo"], "config", None)
-    if target.startswith("verl.") or re.search(r"(?:^|/)verl/\w+/", target):
-        return None  # verl's other entry points (main_generation, SFT trainers): other configs, not profiled runs
-    rel = target if target.endswith(".py") or "/" in target else target.replace(".", "/") + ".py"
-    src = rel if os.path.isabs(rel) and os.path.isfile(rel) else None
-    if src is None and not os.path.isabs(rel):
-        src, _ = locate(Word(rel, 0, 0), script, os.path.isfile)
-    if src is not None:
-        m = None
-        try:
-            with open(src, encoding="utf-8", errors="replace") as fh:
-                m = _HYDRA_MAIN.search(fh.read(1 << 20))
-        except OSError:
-            pass
-        if m is not None:
-            args = dict(re.findall(r"(config_path|config_name)\s*=\s*[\"']([^\"']*)[\"']", m.group(1)))
-            return Entry(target, args.get("config_name", ""), args.get("config_path"),
-                         os.path.dirname(os.path.abspath(src)), verl=False, source=src)
-    if _MAIN_PPO_LIKE.search(target):
-        return Entry(target, "", None, None, verl=False)
-    return None
-
-
-def _verl_trainer_dir(script: _Script) -> str | None:
-    """verl/trainer of the verl that `python -m verl.trainer.main_ppo` imports: a verl checkout
-    containing the script (run from its root, `-m` puts it first on sys.path), else the
-    installed one (found without importing verl)."""
-    for b in script.bases():
-        d = os.path.join(b, "verl", "trainer")
-        if os.path.isfile(os.path.join(d, "main_ppo.py")):
-            return d
-    from verl_pdbg_conf.verl_facts.compose import verl_config_dir
-
-    cfg = verl_config_dir()
-    return os.path.dirname(cfg) if cfg else None
-
-
-def _has_config(d: str, name: str) -> bool:
-    return bool(name) and os.path.isfile(os.path.join(d, name + ".yaml"))
-
-
-def _resolve_config(inv: Invocation, script: _Script) -> None:
-    """Which primary config Hydra loads for this invocation, as Hydra decides it: a relative
-    --config-path against the directory of the module declaring @hydra.main (verl/trainer/ for
-    verl's main_ppo, so `config` and `./config` are verl's own tree); an absolute one as it is;
-    one built from a variable when its known tail is found next to the script or in its
-    repository and holds the config. When that cannot be known: ONE warning, and the overrides
-    are not judged (composing them against some other config would only make noise)."""
-    entry = inv.entry
-    anchor = Word(inv.module, inv.line, inv.column)
-
-    def unjudged(w: Word | None, msg: str, hint: str, sev: Severity = W) -> None:
-        inv.unjudged = True
-        inv.findings.append(_at(inv, w or anchor, sev, msg + "; the overrides are not judged", hint))
-
-    if not entry.verl and entry.source is None:
-        return unjudged(None, f"`{entry.module}` is not verl's main_ppo and its source is not found next to the "
-                              "script or in its repository, so the config it composes cannot be known",
-                        "lint the script inside the project that holds that module")
-    name = entry.config_name
-    if "name" in inv.flags:
-        w, v, flag = inv.flags["name"]
-        if not w.known:
-            return unjudged(w, f"{flag} is {w.raw}, which cannot be known here ({w.unknown})",
-                            "write the config name literally to have the overrides checked")
-        name = v[:-5] if v.endswith((".yaml", ".yml")) else v
-    inv.config_name = name
-    where = "verl"  # the primary config directory; "verl": verl's own trainer/config
-    flag_word = anchor
-    if "path" in inv.flags:
-        w, v, flag = inv.flags["path"]
-        flag_word = w
-        if not w.known:
-            found, _ = locate(w, script, lambda d: os.path.isdir(d) and _has_config(d, name))
-            if found is None:
-                near, _ = locate(w, script, os.path.isdir)
-                seen = f"; {near} is found at its end but holds no {name}.yaml" if near else \
-                    f", and no directory holding {name}.yaml is found at its end next to the script"
-                return unjudged(w, f"{flag} is {w.raw}, which cannot be known here ({w.unknown}){seen}",
-                                "write the config directory literally (or relative to the script) to have "
-                                "the overrides checked")
-            where = found
-            inv.findings.append(_at(inv, w, I, f"`{w.raw}` is taken as {found}: the known end of its value, "
-                                    "found next to the script or in its repository", ""))
-        elif v.startswith("pkg://"):
-            if v.rstrip("/") not in ("pkg://verl.trainer.config", "pkg://verl/trainer/config"):
-                return unjudged(w, f"{flag} {v}: a package's configs that this check does not have", "")
-        elif os.path.isabs(v):
-            if not os.path.isdir(v):
-                return unjudged(w, f"{flag} {v} does not exist on this machine", "lint where that directory exists")
-            where = os.path.normpath(v)
-        elif entry.verl:
-            if os.path.normpath(v) != "config":
-                trainer = _verl_trainer_dir(script)
-                d = os.path.normpath(os.path.join(trainer, v)) if trainer else None
-                if d is None or not os.path.isdir(d):
-                    return unjudged(w, f"{flag} {v} is resolved by Hydra against verl/trainer/ (the directory of "
-                                       "the module declaring @hydra.main), where it does not exist here",
-                                    "give an absolute path, or `config` for verl's own configs")
-                where = d
-        else:
-            where = os.path.normpath(os.path.join(entry.base, v))
-    elif not entry.verl:
-        cp = entry.config_path
-        if cp is None:
-            return unjudged(None, f"{entry.module}'s @hydra.main names no config_path", "")
-        if cp.rstrip("/") in ("pkg://verl.trainer.config", "pkg://verl/trainer/config"):
-            where = "verl"
-        elif cp.startswith("pkg://"):
-            return unjudged(None, f"{entry.module}'s @hydra.main config_path {cp}: a package this check does not "
-                                  "have", "")
-        else:
-            where = os.path.normpath(os.path.join(entry.base, cp))
-    if "dir" in inv.flags:
-        w, v, flag = inv.flags["dir"]
-        found = None
-        if w.known:
-            found, _ = locate(w, script, os.path.isdir, text=v)
-        if found is None:
-            return unjudged(w, f"{flag} {w.raw}: the additional config directory is not found here "
-                               f"({w.unknown or 'relative to the launch directory'})",
-                            "lint where that directory exists")
-        if where == "verl" or not _has_config(where, name):
-            if _has_config(found, name):
-                where, flag_word = found, w
-    if where != "verl":
-        if not os.path.isdir(where):
-            return unjudged(flag_word, f"the config directory {where} does not exist",
-                            "Hydra fails with `Primary config directory not found`", E)
-        if not _has_config(where, name):
-            return unjudged(flag_word, f"{where} holds no {name}.yaml: Hydra fails with `Cannot find primary "
-                                       f"config '{name}'`", "check --config-path and --config-name", E)
-        if entry.verl and os.path.basename(where) == "config" and \
-                os.path.isfile(os.path.join(os.path.dirname(where), "main_ppo.py")) and \
-                os.path.basename(os.path.dirname(where)) == "trainer":
-            where = "verl"  # a verl checkout's own tree: the judging release's
-    inv.config_dir = None if where == "verl" else where
-    inv.flags["anchor"] = inv.flags["name"][0] if "name" in inv.flags else flag_word
+def _resolve_config(inv: Invocation, script: Script) -> None:
+    choice: ConfigChoice = choose_config(inv.entry, inv.flags, script, Word(inv.module, inv.line, inv.column))
+    inv.config_name, inv.config_dir, inv.anchor = choice.config_name, choice.config_dir, choice.anchor
+    inv.unjudged = choice.unjudged
+    inv.findings += [_at(inv, n.word, n.severity, n.message, n.hint) for n in choice.notes]
 
 
 def _override(inv: Invocation, w: Word) -> None:
@@ -640,7 +419,7 @@ def compose_invocation(inv: Invocation, release: str | None = None) -> ComposedI
     result = compose_verl([], overrides, config_name=inv.config_name, config_dir=inv.config_dir, release=release)
     problem = primary_problem(inv, release) if result.document is None else ""
     if problem:  # the primary config itself fails: one finding, not one per override
-        w = inv.flags.get("anchor") or Word(inv.module, inv.line, inv.column)
+        w = inv.anchor or Word(inv.module, inv.line, inv.column)
         where = f"{inv.config_dir}/{inv.config_name}.yaml" if inv.config_dir else \
             f"verl's {inv.config_name}"
         problem = re.sub(r"^\S+ does not compose: ", "", problem).rstrip(". ")
