@@ -174,6 +174,19 @@ def test_negative_script_finding_at_script_line_and_column(path):
             f"  {f.rule} {f.file}:{f.line}:{f.column} {f.message}" for f in findings)
 
 
+UNJUDGED = sorted((EX / "unjudged").glob("*.sh"))
+
+
+@pytest.mark.parametrize("path", UNJUDGED, ids=lambda p: p.name)
+def test_unknowable_config_script_gives_exactly_one_warning(path):
+    """Scripts whose config cannot be known here, each with mistakes in its overrides: exactly one
+    finding, a warning at the word that makes it unknowable, and nothing judged."""
+    (rule, line, col), = EXPECT.findall(path.read_text())
+    (f,) = run(path)
+    assert (f.rule, f.severity, f.file, f.line, f.column) == (rule, Severity.WARNING, str(path), int(line), int(col))
+    assert "not judged" in f.message
+
+
 def test_unknown_config_path_is_not_judged(tmp_path):
     p = tmp_path / "run.sh"
     p.write_text("python3 -m verl.trainer.main_ppo \\\n  global_profiler.tool=precision_debugger \\\n"
