@@ -38,6 +38,19 @@ TOOL_FAILURE = re.compile(
     re.I)
 
 
+def _hide(package: str) -> None:
+    """Make `package` unimportable and invisible to importlib.util.find_spec in this process."""
+    import importlib.abc
+
+    class Hidden(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == package or name.startswith(package + "."):
+                raise ModuleNotFoundError(f"No module named {name!r} (hidden by --hide-verl)")
+            return None
+
+    sys.meta_path.insert(0, Hidden())
+
+
 def checkout(repo: str | None, tmp: str) -> str:
     dst = os.path.join(tmp, "verl")
     if repo is None:
@@ -84,7 +97,11 @@ def main() -> int:
     ap.add_argument("--verbose", action="store_true", help="print every finding")
     ap.add_argument("--no-single", action="store_true", help="skip the one-script-per-process timing")
     ap.add_argument("--everywhere", action="store_true", help="every *.sh of the checkout (tests/, scripts/ too)")
+    ap.add_argument("--hide-verl", action="store_true",
+                    help="run as if verl were not installed (its import and find_spec fail), as in a pre-commit env")
     args = ap.parse_args()
+    if args.hide_verl:
+        _hide("verl")
     with tempfile.TemporaryDirectory(prefix="verl-corpus-") as tmp:
         root = checkout(args.repo, tmp)
         scripts = scripts_in(root, args.everywhere)
@@ -119,7 +136,13 @@ def main() -> int:
                     notes.append(line)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         failing_scripts = {ln.split(":", 1)[0] for ln in tool_failures}
-        print(f"verl checkout: {root}")
+        import importlib.util
+
+        try:
+            seen = importlib.util.find_spec("verl") is not None
+        except ImportError:
+            seen = False
+        print(f"verl checkout: {root}; verl installed and visible here: {seen}")
         print(f"scripts: {len(scripts)}")
         print(f"one process: {wall:.1f} s wall, {len(scripts) / wall:.1f} scripts/s (target >= 10; CPU {cpu:.1f} s, "
               f"{len(scripts) / cpu:.1f} scripts per CPU second; load average now {os.getloadavg()[0]:.1f} "
