@@ -12,7 +12,7 @@ import pytest
 from verl_pdbg_conf.verl_facts import releases
 from verl_pdbg_conf.verl_facts.releases.extract import Tree, extract
 
-pytestmark = pytest.mark.usefixtures("verl_config_dir")
+
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +120,7 @@ def _facts(release, name, overrides, user_dir=None):
 
 
 def primaries(release):
-    return sorted(n for n in releases.load(release)["configs"] if "/" not in n)
+    return sorted(releases.primary_configs(release))
 
 
 def test_primaries_are_the_release_files(installed, verl_config_dir):
@@ -185,8 +185,38 @@ def test_user_dir_with_verl_on_search_path(installed, verl_config_dir, tmp_path,
         assert _facts(installed, "mine", overrides, str(tmp_path)) == real, sp
 
 
-def test_user_dir_without_searchpath_finds_verl(installed, verl_config_dir, tmp_path):
+def test_user_dir_without_searchpath_finds_verl(tmp_path):
+    """Runs without verl too: the facts alone."""
     (tmp_path / "mine.yaml").write_text("defaults:\n  - ppo_trainer\n  - _self_\ntrainer:\n  project_name: mine\n")
-    got = _facts(installed, "mine", ["+profiler=precision_debugger_l1"], str(tmp_path))
+    got = _facts(releases.judging()[0], "mine", ["+profiler=precision_debugger_l1"], str(tmp_path))
     assert got[0] == "ok" and got[1]["trainer"]["project_name"] == "mine"
     assert got[1]["global_profiler"]["tool"] == "precision_debugger"
+
+
+# ---------------------------------------------------------------- other releases, from their wheels
+
+WHEELS = os.environ.get("VERL_PDBG_CONF_WHEELS")  # a directory of `pip download --no-deps verl==X` wheels
+
+
+@pytest.mark.skipif(not WHEELS, reason="set VERL_PDBG_CONF_WHEELS to a directory of verl wheels")
+@pytest.mark.parametrize("release", releases.shipped())
+def test_shipped_release_against_its_wheel(release, tmp_path):
+    """Regenerated from the wheel: the shipped file, byte for byte; composed: what Hydra composes
+    on the wheel's own config tree."""
+    import zipfile
+
+    from verl_pdbg_conf.verl_facts.releases.extract import dumps, path_for
+
+    wheel = os.path.join(WHEELS, f"verl-{release}-py3-none-any.whl")
+    if not os.path.isfile(wheel):
+        pytest.skip(f"no {wheel}")
+    with open(path_for(release), "rb") as f:
+        assert dumps(extract(Tree.from_wheel(wheel))) == f.read()
+    with zipfile.ZipFile(wheel) as z:
+        z.extractall(tmp_path, [n for n in z.namelist() if n.startswith("verl/trainer/config/")])
+    real_dir = str(tmp_path / "verl" / "trainer" / "config")
+    for overrides in CASES:
+        assert _facts(release, "ppo_trainer", overrides) == _real(real_dir, "ppo_trainer", overrides), overrides
+    for name in primaries(release):
+        assert _facts(release, name, ["+profiler=precision_debugger_l1"]) == \
+            _real(real_dir, name, ["+profiler=precision_debugger_l1"]), name

@@ -1,10 +1,11 @@
-"""Compose verl's installed PPO config with the user's YAML files and Hydra overrides, the way
+"""Compose verl's PPO config with the user's YAML files and Hydra overrides, the way
 `python3 -m verl.trainer.main_ppo [--config-name ...] OVERRIDES` composes it, and hand back a
 Document: the composed, resolved config as plain containers, with the file, line and column
 that set every value.
 
-- verl's config directory is located with importlib.util.find_spec (verl is not imported: it
-  imports torch and Ray); hydra is imported only inside `compose_verl`.
+- verl's config tree is the judging release's shipped facts (releases/), served to real Hydra
+  by facts_source.py: verl need not be installed and is never imported; hydra is imported only
+  inside `compose_verl`. Many compositions in one process are cached (Composer).
 - The user's files act as the primary config a user writes on top of verl's:
   `defaults: [ppo_trainer, _self_]` plus the files' content (later files win). Overrides are
   applied as on the command line: `+group=option` appends after the files, `key=value` wins
@@ -279,7 +280,7 @@ def _node_keys(cfg, dotted: str):
 
 
 def _override_finding(o: Override, h, e: Exception, base_cfg_fn, config_name: str = "ppo_trainer",
-                      earlier: list | None = None) -> Finding:
+                      earlier: list | None = None, release: str | None = None) -> Finding:
     """Finding for an override that does not compose, with the form that works as hint."""
     from hydra.errors import MissingConfigException
 
@@ -292,7 +293,7 @@ def _override_finding(o: Override, h, e: Exception, base_cfg_fn, config_name: st
     key = h.key_or_group if h is not None else ""
     if "An item is already at" in raw:
         bare = text.lstrip("+")
-        hint = (f"`{key}` already exists in verl's config: set it with `{bare}` "
+        hint = (f"`{key}` already exists in {_tree_name(release)}: set it with `{bare}` "
                 f"(or `++{bare}` to add or override)")
     elif "No match in the defaults list" in raw:
         hint = f"`{key}` is not in {config_name}'s defaults list: append the option with `+{text.lstrip('+')}`"
@@ -335,12 +336,16 @@ def _override_finding(o: Override, h, e: Exception, base_cfg_fn, config_name: st
                 hint = f"did you mean `{suggestion}`? ('{missing}' is not a key of {where})"
             else:
                 shown = ", ".join(sorted(keys)[:12]) + (", ..." if len(keys) > 12 else "")
-                hint = (f"'{missing}' is not a key of {where} in verl's config (keys there: {shown})"
+                hint = (f"'{missing}' is not a key of {where} in {_tree_name(release)} (keys there: {shown})"
                         + ("" if text.startswith(("+", "~")) else
                            f"; `+{text}` would add it, but verl ignores keys it does not know"))
     elif h is None:
         hint = f"fix the override syntax, quoting values with brackets or commas for the shell: key='[1,2]' ({_GRAMMAR})"
     return _at(o, "override", Severity.ERROR, msg, hint, key)
+
+
+def _tree_name(release: str | None) -> str:
+    return f"verl {release}'s config" if release else "verl's config"
 
 
 # ---------------------------------------------------------------- resolution
@@ -349,6 +354,11 @@ def _to_plain(cfg, findings_out: list, origin_fn) -> object:
     """The whole tree as plain containers, every interpolation resolved against the root;
     an unresolvable one keeps its raw string and yields an `interpolation` warning."""
     from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    try:  # one pass when everything resolves (the usual case); value by value only on failure
+        return OmegaConf.to_container(cfg, resolve=True)
+    except Exception:
+        pass
 
     def conv(node, path):
         if isinstance(node, DictConfig):
@@ -428,14 +438,11 @@ def _positions(raw_final, raw_base, key_overrides, group_overrides, file_pos, de
     file_pos: positions from the user's files."""
     default = (1, 1, default_file)
     direct: dict = {}
-    last = {}  # key path -> index of the last override setting it (the last one applied wins)
-    for i, (o, kp) in enumerate(key_overrides):
-        if kp:
-            last[kp] = i
+    by_key = {kp: (i, o) for i, (o, kp) in enumerate(key_overrides) if kp}  # the last one per key wins
     for path, value in _walk(raw_final):
         spath = tuple(str(p) for p in path)
-        idx = max((last.get(spath[:n], -1) for n in range(1, len(spath) + 1)), default=-1) if last else -1
-        hit = key_overrides[idx][0] if idx >= 0 else None
+        hits = [by_key[spath[:n]] for n in range(1, len(spath) + 1) if spath[:n] in by_key]
+        hit = max(hits, key=lambda x: x[0])[1] if hits else None
         if hit is not None:
             direct[path] = (hit.line or 1, hit.column, hit.file)
             continue
@@ -519,7 +526,7 @@ def compose_verl(files: list[str], overrides: list, config_name: str = "ppo_trai
 
     _ensure_search_path_plugin()
     facts_source.ensure_registered()
-    register_configs()
+    _register_structured(register_configs)
     verl_main = f"{facts_source.SCHEME}://{result.release}"
     main, searchpath = verl_main, None
     if config_dir is not None:
@@ -585,7 +592,8 @@ def compose_verl(files: list[str], overrides: list, config_name: str = "ppo_trai
                 if i is None:
                     i, e = _bisect(compose, primary, remaining, e)
                 o, h = remaining.pop(i)
-                result.findings.append(_override_finding(o, h, e, base_cfg, config_name, remaining[:i]))
+                result.findings.append(_override_finding(o, h, e, base_cfg, config_name, remaining[:i],
+                                                         result.release))
         if cfg is None:
             return result
         result.applied = [o for o, _ in remaining]
@@ -593,7 +601,7 @@ def compose_verl(files: list[str], overrides: list, config_name: str = "ppo_trai
         for o, h in remaining:
             if h.key_or_group == "hydra" or h.key_or_group.startswith("hydra.") or h.is_delete():
                 continue
-            if _is_group_override(h):
+            if _is_group_override(h, composer):
                 group_overrides.append(o)
             else:
                 key_overrides.append((o, _key_path(h.key_or_group)))
@@ -625,6 +633,20 @@ def compose_verl(files: list[str], overrides: list, config_name: str = "ppo_trai
             doc.keys[path] = p
     result.document = doc
     return result
+
+
+def _register_structured(register_configs) -> None:
+    """This package's structured configs in Hydra's ConfigStore, stored again only when they are
+    not there (storing them costs ~50 ms: OmegaConf builds each dataclass's node)."""
+    from hydra.core.config_store import ConfigStore
+
+    from verl_pdbg_conf.verl_facts.structured import CONFIG_GROUP, NODES
+
+    repo = ConfigStore.instance().repo
+    for part in CONFIG_GROUP.split("/"):
+        repo = repo.get(part) if isinstance(repo, dict) else None
+    if not isinstance(repo, dict) or any(f"{n}.yaml" not in repo for n in NODES):
+        register_configs()
 
 
 # ---------------------------------------------------------------- verl's tree beside a user directory
@@ -814,19 +836,13 @@ def _root_failures(findings: list[Finding]) -> list[Finding]:
     return out
 
 
-def _is_group_override(h) -> bool:
-    """A config-group selection (`+profiler=x`, `critic=megatron_critic`) rather than a value."""
+def _is_group_override(h, composer: "Composer") -> bool:
+    """A config-group selection (`+profiler=x`, `critic=megatron_critic`) rather than a value:
+    Hydra's own test, on the composition's search path."""
     key = h.key_or_group
     if "/" in key or h.package is not None:
         return True
-    if "." in key:
-        return False
-    from hydra.core.global_hydra import GlobalHydra
-
-    try:
-        return key in GlobalHydra.instance().config_loader().list_groups("")
-    except Exception:  # pragma: no cover - hydra internals
-        return False
+    return composer._group_exists(key) and not isinstance(h.value(), dict)
 
 
 def _bisect(compose, primary, remaining, first_error):

@@ -95,3 +95,14 @@ def judging(requested: str | None = None) -> tuple[str, str]:
     if inst:
         return newest(), f"newest shipped; the installed verl {inst} has no shipped facts"
     return newest(), "newest shipped; verl is not installed"
+
+
+def config_names(version: str) -> tuple[str, ...]:
+    """Every config of the release's trainer/config (`ppo_trainer`, `actor/dp_actor`, ...)."""
+    return tuple(load(version)["configs"])
+
+
+def primary_configs(version: str) -> tuple[str, ...]:
+    """The configs at the top of the release's trainer/config, the ones `--config-name` can name
+    with verl's own `--config-path=config`."""
+    return tuple(n for n in config_names(version) if "/" not in n)
