@@ -415,6 +415,19 @@ def compose_invocation(inv: Invocation, release: str | None = None) -> ComposedI
 
     if inv.unjudged:
         return ComposedInvocation(inv, None, [])
+    if inv.config_dir is None:  # verl's own tree: its primary configs are known per release
+        from verl_pdbg_conf.core.suggest import did_you_mean
+        from verl_pdbg_conf.verl_facts import releases
+
+        rel = release or releases.judging()[0]
+        names = releases.primary_configs(rel) if rel in releases.shipped() else ()
+        if names and inv.config_name not in names:
+            w = inv.anchor or Word(inv.module, inv.line, inv.column)
+            guess = did_you_mean(inv.config_name, [n for n in names if not n.startswith("_")])
+            return ComposedInvocation(inv, None, [_at(
+                inv, w, E, f"verl {rel} has no primary config `{inv.config_name}` in its trainer/config: Hydra "
+                f"fails with `Cannot find primary config '{inv.config_name}'`; the overrides are not judged",
+                "one of " + ", ".join(n for n in names if not n.startswith("_")) + guess)])
     overrides = [Override(o.text, o.file or inv.file, o.line, o.column) for o in inv.overrides]
     result = compose_verl([], overrides, config_name=inv.config_name, config_dir=inv.config_dir, release=release)
     problem = primary_problem(inv, release) if result.document is None else ""
