@@ -7,6 +7,8 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from verl_pdbg_conf.context import Options
 from verl_pdbg_conf.core.document import Unknown
@@ -156,6 +158,7 @@ def run(path: Path):
 def test_positive_script_has_no_error(path):
     findings = run(path)
     assert [f for f in findings if f.severity is Severity.ERROR] == []
+    assert not [f for f in findings if "not judged" in f.message]  # composed and judged, not skipped
     assert all(f.file == str(path) or f.file.endswith(".json") for f in findings)
 
 
@@ -169,6 +172,19 @@ def test_negative_script_finding_at_script_line_and_column(path):
                and f.column == int(col) and f.severity is Severity.ERROR]
         assert hit, f"no {rule} at {line}:{col} in\n" + "\n".join(
             f"  {f.rule} {f.file}:{f.line}:{f.column} {f.message}" for f in findings)
+
+
+UNJUDGED = sorted((EX / "unjudged").glob("*.sh"))
+
+
+@pytest.mark.parametrize("path", UNJUDGED, ids=lambda p: p.name)
+def test_unknowable_config_script_gives_exactly_one_warning(path):
+    """Scripts whose config cannot be known here, each with mistakes in its overrides: exactly one
+    finding, a warning at the word that makes it unknowable, and nothing judged."""
+    (rule, line, col), = EXPECT.findall(path.read_text())
+    (f,) = run(path)
+    assert (f.rule, f.severity, f.file, f.line, f.column) == (rule, Severity.WARNING, str(path), int(line), int(col))
+    assert "not judged" in f.message
 
 
 def test_unknown_config_path_is_not_judged(tmp_path):
@@ -199,3 +215,219 @@ def test_cli_launch_script_mode(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert out.startswith("negative/stage_typo.sh:15:5: error stage-unknown ")
     assert main(["--verl", "negative/stage_typo.sh"]) == 2
+
+
+# ------------------------------------------------------------------ Hydra's command line, as main_ppo reads it
+
+def errors(findings):
+    return [f for f in findings if f.severity is Severity.ERROR]
+
+
+MEGATRON_ONLY = "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"  # not a key of ppo_trainer
+
+
+@pytest.mark.parametrize("flags", [
+    "--config-path=config --config-name=ppo_megatron_trainer",
+    "--config-path config --config-name ppo_megatron_trainer.yaml",
+    "-cp config -cn ppo_megatron_trainer",
+    "-cp=./config -cn='ppo_megatron_trainer'",
+    "--config-path=./config --config-name='ppo_megatron_trainer.yaml'",
+    "--config-name=ppo_megatron_trainer",
+])
+def test_relative_config_path_is_verls_own_tree(tmp_path, flags):
+    """Hydra resolves a relative --config-path against verl/trainer/ (the directory of the module
+    declaring @hydra.main), so `config` is verl's tree wherever the script is launched from."""
+    p = tmp_path / "run.sh"
+    p.write_text(f"python3 -m verl.trainer.main_ppo {flags} \\\n  {MEGATRON_ONLY}\n")
+    (inv,), _ = read_script(str(p))
+    assert (inv.config_dir, inv.config_name, inv.unjudged) == (None, "ppo_megatron_trainer", False)
+    assert errors(validate_script(str(p), Options(base_dir=str(tmp_path))).findings) == []
+    p.write_text(f"python3 -m verl.trainer.main_ppo \\\n  {MEGATRON_ONLY}\n")  # ppo_trainer has no such key
+    (e,) = errors(validate_script(str(p), Options(base_dir=str(tmp_path))).findings)
+    assert e.rule == "override" and (e.line, e.column) == (2, 3)
+
+
+BAD_OVERRIDES = "".join(f"  no_such_section.key{i}=1 \\\n" for i in range(20)) + "  global_profiler.steps=[0]\n"
+
+
+@pytest.mark.parametrize("line,why", [
+    ('--config-path="$CONFIG_PATH" --config-name=ppo_trainer', "$CONFIG_PATH"),
+    ("--config-path=config --config-name=$CONFIG_NAME", "$CONFIG_NAME"),
+    ("-cp /no/such/dir/anywhere -cn ppo_trainer", "does not exist"),
+    ("--config-path=../../somewhere_else", "verl/trainer"),
+    ("-cd $EXTRA_CONFIGS", "EXTRA_CONFIGS"),
+])
+def test_unknowable_config_gives_one_warning_and_no_judging(tmp_path, line, why):
+    p = tmp_path / "run.sh"
+    p.write_text(f"python3 -m verl.trainer.main_ppo {line} \\\n{BAD_OVERRIDES}")
+    findings = validate_script(str(p), Options(base_dir=str(tmp_path))).findings
+    (w,) = findings
+    assert w.severity is Severity.WARNING and why in w.message and "not judged" in w.message
+    assert (w.file, w.line) == (str(p), 1)
+
+
+def test_unknown_entry_point_copy_gives_one_warning(tmp_path):
+    p = tmp_path / "run.sh"
+    p.write_text(f"python3 -m someproject.trainer.main_ppo \\\n{BAD_OVERRIDES}")
+    (w,) = validate_script(str(p), Options(base_dir=str(tmp_path))).findings
+    assert w.severity is Severity.WARNING and "someproject.trainer.main_ppo" in w.message
+    p.write_text("python3 examples/data_preprocess/gsm8k.py --local_dir x\npython3 -m tools.convert a.b=1\n")
+    assert read_script(str(p))[0] == []  # not training launches: not entry points
+
+
+def test_config_name_missing_from_verls_tree_is_one_error(tmp_path):
+    p = tmp_path / "run.sh"
+    p.write_text(f"python3 -m verl.trainer.main_ppo --config-path=config \\\n  --config-name=ppo_trainer_v9 \\\n"
+                 f"{BAD_OVERRIDES}")
+    (e,) = validate_script(str(p), Options(base_dir=str(tmp_path))).findings
+    assert e.severity is Severity.ERROR and "ppo_trainer_v9" in e.message and (e.line, e.column) == (2, 3)
+
+
+def test_user_config_dir_next_to_the_script_composes_with_verls_defaults(tmp_path):
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "mine.yaml").write_text(
+        "hydra:\n  searchpath:\n    - pkg://verl.trainer.config\ndefaults:\n  - ppo_trainer\n  - _self_\n"
+        "global_profiler:\n  tool: precision_debugger\n  steps: [0]\n")
+    for cp in ('"$(dirname "$0")/cfg"', '"$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/cfg"', "cfg",
+               str(tmp_path / "cfg")):
+        p = tmp_path / "run.sh"
+        p.write_text(f"python3 -m verl.trainer.main_ppo --config-path={cp} --config-name=mine \\\n"
+                     "  trainer.total_epochs=1\n")
+        (inv,), _ = read_script(str(p))
+        assert inv.config_dir == str(tmp_path / "cfg") or cp == "cfg", cp
+        if cp == "cfg":  # relative: Hydra reads it against verl/trainer/, not the script's directory
+            assert inv.unjudged
+            continue
+        found = errors(validate_script(str(p), Options(base_dir=str(tmp_path))).findings)
+        assert "steps-range" in [f.rule for f in found], found  # mine.yaml's step 0, composed and judged
+
+
+# ------------------------------------------------------------------ arrays, sourced files, wrappers
+
+def test_arrays_expand_with_each_elements_position(tmp_path):
+    src = ('A=(x.a=1 "x.b=two words"\n   # a comment line inside the array\n   x.c=$HOME)\nA+=(x.d=4)\n'
+           'declare -a B=(y.a=1)\nC="z.a=1 z.b=2"\n'
+           'python3 -m verl.trainer.main_ppo "${A[@]}" ${B[*]} $C "$C" "${B[0]}" "${NOPE[@]}"\n')
+    (inv,), _ = invocation(src, tmp_path)
+    got = [(o.text.split("=")[0], o.line, o.column, o.unknown is None) for o in inv.overrides]
+    assert got == [("x.a", 1, 4, True), ("x.b", 1, 10, True), ("x.c", 3, 4, False), ("x.d", 4, 5, True),
+                   ("y.a", 5, 15, True),  # array elements at their own positions
+                   ("z.a", 7, 52, True), ("z.b", 7, 52, True),  # an unquoted $C is split, at its use
+                   ("z.a", 7, 55, True), ("y.a", 7, 60, True)]
+    assert inv.overrides[7].text == "z.a=1 z.b=2"  # quoted: one word, as bash passes it
+    assert any("NOPE" in f.message for f in inv.findings)  # an unknown array: noted, not judged
+
+
+def test_array_assigned_in_a_block_is_unknown(tmp_path):
+    (inv,), _ = invocation("if [ x ]; then\n  A=(a.b=1)\nfi\npython3 -m verl.trainer.main_ppo \"${A[@]}\"\n",
+                           tmp_path)
+    assert inv.overrides == [] and any("block" in f.message for f in inv.findings)
+
+
+def test_sourced_file_next_to_the_script_is_read(tmp_path):
+    (tmp_path / "env").mkdir()
+    (tmp_path / "env" / "common.sh").write_text("STEPS='[1,2]'\nARGS=(k.a=1)\n")
+    for how in ('source "$(dirname "$0")/env/common.sh"', ". ./env/common.sh", "source env/common.sh",
+                'SCRIPT_DIR=$(cd $(dirname $0); pwd)\n. "$SCRIPT_DIR/env/common.sh"'):
+        (inv,), _ = invocation(f"{how}\npython3 -m verl.trainer.main_ppo s.s=$STEPS \"${{ARGS[@]}}\"\n", tmp_path)
+        assert [o.text for o in inv.overrides] == ["s.s=[1,2]", "k.a=1"], how
+    (inv,), _ = invocation("X=1\nsource /etc/no-such-env.sh\npython3 -m verl.trainer.main_ppo x.x=$X\n", tmp_path)
+    assert inv.overrides[0].unknown is not None  # a file that is not here may change anything
+
+
+def test_wrapper_passes_its_overrides_through_dollar_at(tmp_path):
+    (tmp_path / "base.sh").write_text("python3 -m verl.trainer.main_ppo a.a=1 \"$@\" b.b=$1\n")
+    (tmp_path / "wrap.sh").write_text("set -x\nbash $(dirname $0)/base.sh c.c=3 \\\n  d.d=4\n")
+    invs, _ = read_script(str(tmp_path / "wrap.sh"))
+    (inv,) = invs
+    assert [(o.text, o.file or inv.file) for o in inv.overrides] == [
+        ("a.a=1", str(tmp_path / "base.sh")), ("c.c=3", str(tmp_path / "wrap.sh")),
+        ("d.d=4", str(tmp_path / "wrap.sh")), ("b.b=c.c=3", str(tmp_path / "base.sh"))]
+    assert [(o.line, o.column) for o in inv.overrides[1:3]] == [(2, 28), (3, 3)]
+
+
+def test_reader_never_raises_on_odd_scripts(tmp_path):
+    odd = ["A=(", "A=(a b", 'x "unterminated', "$(", "${", "python3 -m verl.trainer.main_ppo ${A[@", "B=(())",
+           "python3 -m verl.trainer.main_ppo -cp", "python3 -m verl.trainer.main_ppo --config-name=",
+           "bash ./missing.sh a.b=1", "source", "cat <<EOF\nx", "f() { python3 -m verl.trainer.main_ppo x=1; }",
+           "python3 -m verl.trainer.main_ppo \"${A[@]:1}\" ${#A[@]} ${A[-1]}", "bash run.sh x=1"]
+    for src in odd:
+        p = tmp_path / "run.sh"
+        p.write_text(src)
+        validate_script(str(p), Options(base_dir=str(tmp_path)))
+
+
+# ------------------------------------------------------------------ the guide's CLI lines in a realistic script
+
+# The guide's "Minimal CLI example" (Precision Debugger (msprobe) in verl), with a real config.json.
+GUIDE_CLI = """\
+  global_profiler.tool=precision_debugger \\
+  global_profiler.steps='[1,2]' \\
+  global_profiler.save_path=outputs/profile \\
+  +global_profiler.global_tool_config.precision_debugger.config_path=configs/statistics_l1.json \\
+  actor_rollout_ref.actor.profiler.enable=True \\
+  actor_rollout_ref.ref.profiler.enable=True \\
+  +global_profiler.global_tool_config.precision_debugger.stages='[actor_compute_log_prob,ref_compute_log_prob,actor_update]' \\
+"""
+
+
+def _insert_guide_lines(script: Path, dst: Path, cli: str) -> int:
+    """The guide's lines right after the script's main_ppo line; returns the first inserted line."""
+    lines = script.read_text().splitlines(keepends=True)
+    (k,) = [i for i, ln in enumerate(lines) if "verl.trainer.main_ppo" in ln]
+    dst.write_text("".join(lines[:k + 1]) + cli + "".join(lines[k + 1:]))
+    return k + 2
+
+
+@pytest.mark.parametrize("script", ["run_deepseek7b_no_profiler.sh", "run_gemma_ppo_critic_no_profiler.sh",
+                                    "run_qwen2.5-7b_megatron_arrays_no_profiler.sh"])
+@pytest.mark.parametrize("plant", [None, "stage", "step0"])
+def test_guide_cli_inserted_into_a_realistic_script(tmp_path, script, plant):
+    cli, expect = GUIDE_CLI, None
+    if plant == "stage":
+        cli = cli.replace("ref_compute_log_prob,", "ref_compute_logprob,")
+        expect = ("stage-unknown", 6)
+    elif plant == "step0":
+        cli = cli.replace("steps='[1,2]'", "steps='[0,2]'")
+        expect = ("steps-range", 1)
+    dst = tmp_path / script
+    first = _insert_guide_lines(EX / "positive" / script, dst, cli)
+    findings = validate_script(str(dst), Options(base_dir=str(EX))).findings
+    pdbg_errors = [f for f in errors(findings) if f.rule != "override" or "profiler" in f.message]
+    if expect is None:
+        assert pdbg_errors == [], pdbg_errors
+        return
+    (f,) = pdbg_errors
+    assert (f.rule, f.file, f.line, f.column) == (expect[0], str(dst), first + expect[1], 3)
+
+
+_TOKENS = ["python3", "-m", "verl.trainer.main_ppo", "bash", "./base.sh", "source", ".", "env.sh", "cd", "..",
+           "A=(", ")", "A+=(", '"${A[@]}"', "${A[*]}", "${A[0]}", "$A", '"$@"', "$1", "X=1", "X=$(pwd)",
+           "--config-path", "--config-path=", "-cp", "-cn", "-cd", "config", "$X/config", "ppo_trainer", "--",
+           "ray", "job", "submit", "a.b=1", "+c.d='[1,2]'", "~e.f", "global_profiler.steps=[0]", "{a,b}",
+           "'", '"', "\\", "\\\n", "\n", " ", ";", "&&", "|", "#", "<<EOF", "EOF", "if", "then", "fi", "for",
+           "do", "done", "$(", "${", "}", "`", "(", "<", ">", "2>&1"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.sampled_from(_TOKENS), max_size=40), st.sampled_from([" ", "", "\n"]))
+def test_any_token_soup_reads_without_raising(tmp_path, tokens, sep):
+    """Bad input never gives a traceback: any mix of shell pieces is read (not composed: the
+    composition is Hydra's, exercised by the tests above)."""
+    p = tmp_path / "run.sh"
+    p.write_text(sep.join(tokens))
+    (tmp_path / "base.sh").write_text('python3 -m verl.trainer.main_ppo "$@" x.y=$1\n')
+    (tmp_path / "env.sh").write_text("A=(q.q=1)\nX=2\n")
+    invocations, findings = read_script(str(p))
+    for inv in invocations:
+        assert inv.unjudged or all(isinstance(o.text, str) for o in inv.overrides)
+
+
+@pytest.mark.parametrize("release,bad_line", [("0.8.0", 3), ("0.9.1", 2)])
+def test_release_only_keys_in_a_script_are_judged_by_the_chosen_release(tmp_path, release, bad_line):
+    """A key only 0.8.0 has (router_replay) and one only 0.9.1 has: each release rejects the other's."""
+    p = tmp_path / "run.sh"
+    p.write_text("python3 -m verl.trainer.main_ppo \\\n  actor_rollout_ref.actor.router_replay.mode=R2 \\\n"
+                 "  actor_rollout_ref.actor.fsdp_config.use_no_sync_for_gradient_accumulation=True\n")
+    (e,) = errors(validate_script(str(p), Options(base_dir=str(tmp_path), verl_version=release)).findings)
+    assert (e.rule, e.line, e.column) == ("override", bad_line, 3)

@@ -20,6 +20,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 EX = REPO / "tests" / "examples"
 HOOKS = yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text())
+EXPECT_LINE = re.compile(r"^# expect: (\S+) (\d+) (\d+)$", re.M)  # a negative launch script's planted mistake
 (HOOK,) = [h for h in HOOKS if h["id"] == "verl-pdbg-validate"]
 
 # Example folders, with the `args:` a user's .pre-commit-config.yaml would give the hook for them
@@ -154,3 +155,49 @@ def test_pre_commit_try_repo(tmp_path):
         assert f"{f.relative_to(work)}:" in out
     assert not [ln for ln in out.splitlines() if any(f"{g.relative_to(work)}:" in ln and " error " in ln
                                                      for g in good)]
+
+
+@pytest.mark.slow
+def test_pre_commit_try_repo_launch_scripts_without_verl(tmp_path):
+    """Launch scripts through `pre-commit try-repo` with no additional_dependencies: the hook's
+    own environment has this package and its base dependencies only (no verl, no torch), so the
+    scripts are composed against the shipped verl facts. Good scripts pass; each planted mistake
+    is reported at its line and column."""
+    pre_commit = shutil.which("pre-commit")
+    if pre_commit is None:
+        pytest.skip("pre-commit is not installed (pip install pre-commit)")
+    work = tmp_path / "work"
+    src = EX / "scripts"
+    shutil.copytree(src, work / "tests" / "examples" / "scripts")  # same layout: scripts name paths in it
+    shutil.copytree(src / "configs", work / "configs")  # config_path values resolve from the launch dir
+    good = sorted((work / "tests" / "examples" / "scripts" / "positive").glob("*.sh"))
+    bad = {f: EXPECT_LINE.findall(f.read_text())
+           for f in sorted((work / "tests" / "examples" / "scripts" / "negative").glob("*.sh"))}
+    assert len(good) >= 8 and len(bad) >= 10 and all(bad.values())
+    git = ["git", "-c", "user.email=t@example.com", "-c", "user.name=t"]
+    subprocess.run(git + ["init", "-q"], cwd=work, check=True)
+    subprocess.run(git + ["add", "-A"], cwd=work, check=True)
+    subprocess.run(git + ["commit", "-qm", "scripts"], cwd=work, check=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_ACTIONS", "PYTHONPATH", "VIRTUAL_ENV")}
+    env["PRE_COMMIT_HOME"] = str(tmp_path / "cache")
+
+    def try_repo(files):
+        return subprocess.run([pre_commit, "try-repo", str(REPO), HOOK["id"], "--verbose", "--files",
+                               *[str(f.relative_to(work)) for f in files]],
+                              cwd=work, env=env, capture_output=True, text=True, timeout=1200)
+
+    ok = try_repo(good)
+    out = ok.stdout + ok.stderr
+    if "An unexpected error has occurred" in out or "An error has occurred" in out:
+        pytest.skip("pre-commit could not build the hook environment here:\n" + out[-1500:])
+    assert ok.returncode == 0, out
+    assert "judged as verl" in out and "not installed" in out  # no verl in the hook's environment
+    hook_envs = tmp_path / "cache"
+    assert not list(hook_envs.glob("repo*/py_env-*/lib/python*/site-packages/verl/__init__.py"))
+    proc = try_repo(list(bad))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    for f, expects in bad.items():
+        for rule, line, col in expects:
+            assert f"{f.relative_to(work)}:{line}:{col}: error {rule} " in out, (f.name, rule, line, col, out[-3000:])
+    assert "Traceback" not in out

@@ -143,6 +143,7 @@ def _validate_inputs(files: list[str], options, validate_files):
 
         for f in scripts:
             report.extend(validate_script(f, options))
+        report.findings = list(dict.fromkeys(report.findings))  # a base script linted and reached by a wrapper
     return report
 
 

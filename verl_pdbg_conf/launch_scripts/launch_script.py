@@ -1,26 +1,29 @@
-"""Launch scripts: find the `python3 -m verl.trainer.main_ppo ...` invocations in a shell
-script, take their Hydra overrides as bash would pass them, compose verl's config with them
-and validate it, with every finding at the script's line and column.
+"""Launch scripts: find the main_ppo invocations in a shell script (after `ray job submit --`,
+through wrapper scripts that pass overrides to a base script), take their Hydra overrides as
+bash would pass them, compose the config Hydra would (hydra_config.py) with them and validate
+it, with every finding at the script's line and column.
 
-A value that depends on the environment (`$HOME`, `${MODEL_PATH:-...}` with no assignment in
-the script, `$(...)`, `$@`) is an Unknown: composed as a placeholder, then not judged.
-Simple `VAR=value` assignments earlier in the script are substituted."""
+Bash as far as it can be known before the run (shell_words.py): variables and literal arrays
+assigned earlier in the script or in a file it sources (found by locate.py), word splitting,
+quoting. A value that depends on the environment (`$HOME`, `${MODEL_PATH:-...}` with no
+assignment in the script, `$(...)`, `$@`) is an Unknown: composed as a placeholder, then not
+judged. A config that cannot be known gives one warning and no judging."""
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from verl_pdbg_conf.core.document import Unknown
 from verl_pdbg_conf.core.findings import Finding, Report, Severity
+from verl_pdbg_conf.launch_scripts.hydra_config import ConfigChoice, Entry, choose_config, find_entry
+from verl_pdbg_conf.launch_scripts.locate import Script, locate
 from verl_pdbg_conf.launch_scripts.shell_words import Command, Reader, Variables, Word
 
 RULE = "launch-script"
 E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
 
-# Entry points this tool composes, with the config each one loads.
-ENTRY_POINTS = {"verl.trainer.main_ppo": "ppo_trainer"}
 _PYTHON = re.compile(r"(?:.*/)?python(?:\d+(?:\.\d+)?)?$")
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
 _OVERRIDE_LIKE = re.compile(r"^(?:\+\+?|~)?[A-Za-z_][\w-]*(?:\.[\w-]+)+(?:=|$)")
@@ -55,6 +58,7 @@ class ScriptOverride:
     key: str
     unknown: Unknown | None = None  # the value, when it cannot be known here
     placeholder: str = ""
+    file: str = ""  # where it is written, when not in the invocation's script (a wrapper's call)
 
 
 @dataclass
@@ -65,19 +69,34 @@ class Invocation:
     module: str
     config_name: str
     overrides: list[ScriptOverride] = field(default_factory=list)
-    config_dir: str | None = None  # --config-path, when given
+    config_dir: str | None = None  # the primary config's directory; None: verl's own tree
     cwd: str | None = None  # directory after the script's `cd`s ("" = unknown); None = launch dir
     findings: list[Finding] = field(default_factory=list)
+    entry: Entry | None = None
+    flags: dict = field(default_factory=dict)  # --config-path/-name/-dir -> (Word, value)
+    unjudged: bool = False  # the config cannot be known: the overrides are not judged
+    anchor: Word | None = None  # where a finding about the primary config points
 
 
 # ----------------------------------------------------------------------------- reading
 
-def read_script(path: str, text: str | None = None) -> tuple[list[Invocation], list[Finding]]:
-    """The script's main_ppo invocations and the findings about the script itself."""
+MAX_DEPTH = 3  # sourced files and wrapped scripts followed, nested at most this deep
+
+
+
+def read_script(path: str, text: str | None = None, positional: list | None = None,
+                depth: int = 0) -> tuple[list[Invocation], list[Finding]]:
+    """The script's main_ppo invocations and the findings about the script itself.
+    `positional`: the words a wrapper passes to it (`"$@"`, `$1`...), when known."""
     if text is None:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            text = fh.read()
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                text = fh.read()
+        except OSError:
+            return [], []
+    script = Script(path, depth)
     variables = Variables()
+    variables.positional = positional
     reader = Reader(text, variables)
     invocations: list[Invocation] = []
     findings: list[Finding] = []
@@ -85,7 +104,7 @@ def read_script(path: str, text: str | None = None) -> tuple[list[Invocation], l
     last: Invocation | None = None
     for cmd in reader.commands():
         words = cmd.words
-        inv = _invocation(path, cmd, cwd)
+        inv = _invocation(script, cmd, cwd)
         if inv is not None:
             invocations.append(inv)
             last = inv
@@ -100,8 +119,33 @@ def read_script(path: str, text: str | None = None) -> tuple[list[Invocation], l
                      "out of the command"))
             continue
         last = None if not _only_assignments(words) else last
-        cwd = _track(cmd, variables, cwd)
+        wrapped = _wrapped(script, cmd)
+        if wrapped is not None:
+            invocations += wrapped
+            continue
+        cwd = _track(cmd, variables, cwd, script)
     return invocations, findings
+
+
+def _wrapped(script: Script, cmd: Command) -> list[Invocation] | None:
+    """`bash other.sh ARGS` / `./other.sh ARGS` with `other.sh` next to the script: its
+    invocations, with ARGS as its `$@` (a wrapper passing overrides to a base script)."""
+    words = cmd.words
+    if script.depth >= MAX_DEPTH or cmd.depth > 0:
+        return None
+    i = 1 if words[0].known and words[0].text in ("bash", "sh") else 0
+    while 0 < i < len(words) and words[i].known and words[i].text.startswith("-"):  # bash -x base.sh
+        i += 1
+    if i >= len(words) - 1 or i == 0 and not words[0].text.endswith((".sh", ".bash")):
+        return None  # no arguments: a plain call, not a wrapper
+    target, _ = locate(words[i], script, os.path.isfile)
+    if target is None or os.path.samefile(target, script.path):
+        return None
+    args = []
+    for w in words[i + 1:]:
+        args.append(w if w.file else replace(w, file=script.path))
+    invs, _ = read_script(target, positional=args, depth=script.depth + 1)
+    return invs
 
 
 def _is_assignment(w: Word) -> bool:
@@ -109,11 +153,23 @@ def _is_assignment(w: Word) -> bool:
     return bool(m) and (w.unknown_at == -1 or w.unknown_at >= m.start(3))
 
 
+def _after(parts: list, k: int) -> list:
+    """The (text, known, quoted) pieces of a word from character k on."""
+    out = []
+    for text, known, quoted in parts:
+        if k >= len(text):
+            k -= len(text)
+            continue
+        out.append((text[k:], known, quoted))
+        k = 0
+    return out
+
+
 def _only_assignments(words: list[Word]) -> bool:
     return all(_is_assignment(w) for w in words)
 
 
-def _track(cmd: Command, variables: Variables, cwd: str | None) -> str | None:
+def _track(cmd: Command, variables: Variables, cwd: str | None, script: Script) -> str | None:
     """Record the variables a command assigns, and where a `cd` moves; returns the new cwd."""
     words = cmd.words
     where = f"line {cmd.line}"
@@ -125,8 +181,12 @@ def _track(cmd: Command, variables: Variables, cwd: str | None) -> str | None:
         name, append, value = m.group(1), m.group(2), m.group(3)
         if cmd.depth > 0:
             variables.set(name, None, f"${name} is assigned inside an if/for/while block or a function ({where})")
+            variables.arrays.pop(name, None)
+        elif w.array is not None:
+            variables.set_array(name, w.array, append=bool(append))
         elif not w.known:
-            variables.set(name, None, f"${name} is set from a value that cannot be known here ({w.unknown})")
+            variables.set(name, None, f"${name} is set from a value that cannot be known here ({w.unknown})",
+                          _after(w.parts, m.start(3)))
         elif append:
             old, _ = variables.get(name)
             variables.set(name, None if old is None else old + value, f"${name} is appended to ({where})")
@@ -145,8 +205,9 @@ def _track(cmd: Command, variables: Variables, cwd: str | None) -> str | None:
     elif head == "unset":
         for w in words[1:]:
             variables.values.pop(w.text, None)
-    elif head in ("source", "."):
-        variables.taint_all(f"`{' '.join(w.raw for w in words)}` ({where}) may change it")
+            variables.arrays.pop(w.text, None)
+    elif head in ("source", ".") and len(words) > 1:
+        _source(words[1], variables, script, cmd, where)
     elif head in ("read", "mapfile", "readarray", "getopts"):
         for w in words[1:]:
             if re.fullmatch(r"[A-Za-z_]\w*", w.text):
@@ -161,7 +222,26 @@ def _track(cmd: Command, variables: Variables, cwd: str | None) -> str | None:
     return cwd
 
 
-def _invocation(path: str, cmd: Command, cwd: str | None) -> Invocation | None:
+def _source(w: Word, variables: Variables, script: Script, cmd: Command, where: str) -> None:
+    """`source FILE` / `. FILE`: a file found next to the script (or in its repository) is read for
+    its variables; otherwise every variable assigned so far may have been changed by it."""
+    found, _ = locate(w, script, os.path.isfile) if cmd.depth == 0 and script.depth < MAX_DEPTH else (None, False)
+    if found is None or os.path.getsize(found) > 1 << 20:
+        variables.taint_all(f"`source {w.raw}` ({where}) may change it")
+        return
+    try:
+        with open(found, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+    except OSError:
+        variables.taint_all(f"`source {w.raw}` ({where}) may change it")
+        return
+    inner = Script(found, script.depth + 1)
+    cwd = None
+    for c in Reader(text, variables).commands():
+        cwd = _track(c, variables, cwd, inner)
+
+
+def _invocation(script: Script, cmd: Command, cwd: str | None) -> Invocation | None:
     words = cmd.words
     if words[0].known and words[0].text in _NOT_LAUNCHERS:
         return None
@@ -171,10 +251,12 @@ def _invocation(path: str, cmd: Command, cwd: str | None) -> Invocation | None:
         module, j = _python_module(words, i + 1)
         if module is None:
             continue
-        if module not in ENTRY_POINTS:
+        entry = find_entry(module, script)
+        if entry is None:
             return None
-        inv = Invocation(path, w.line, w.column, module, ENTRY_POINTS[module], cwd=cwd)
+        inv = Invocation(script.path, w.line, w.column, entry.module, entry.config_name, cwd=cwd, entry=entry)
         _hydra_args(inv, words[j:])
+        _resolve_config(inv, script)
         return inv
     return None
 
@@ -236,7 +318,7 @@ def _hydra_args(inv: Invocation, words: list[Word]) -> None:
             _hydra_flag(inv, t, words[k + 1])
             k += 2
             continue
-        m = re.match(r"^(--config-path|--config-name|--config-dir)=(.*)$", t)
+        m = re.match(r"^(--config-path|--config-name|--config-dir|-cp|-cn|-cd)=(.*)$", t, re.S)
         if m:
             _hydra_flag(inv, m.group(1), w, m.group(2))
             k += 1
@@ -248,20 +330,21 @@ def _hydra_args(inv: Invocation, words: list[Word]) -> None:
         k += 1
 
 
+_FLAGS = {"--config-path": "path", "-cp": "path", "--config-name": "name", "-cn": "name",
+          "--config-dir": "dir", "-cd": "dir"}
+
+
 def _hydra_flag(inv: Invocation, flag: str, w: Word, value: str | None = None) -> None:
-    value = w.text if value is None else value
-    if not w.known:
-        inv.findings.append(_at(inv, w, W, f"{flag} is {w.raw}, which cannot be known here ({w.unknown}); "
-                                "verl's default config is composed instead", "pass it literally to check it"))
-        return
-    if flag in ("--config-name", "-cn"):
-        inv.config_name = value[:-5] if value.endswith(".yaml") else value
-    elif flag in ("--config-path", "-cp"):
-        base = os.path.dirname(os.path.abspath(inv.file))
-        inv.config_dir = value if os.path.isabs(value) else os.path.normpath(os.path.join(base, value))
-    else:
-        inv.findings.append(_at(inv, w, I, f"{flag} {value}: its configs are not on this check's search path",
-                                ""))
+    """Record --config-path/-name/-dir (the last one wins, as in argparse); resolved once all
+    arguments are read (a relative path's meaning depends on the entry point)."""
+    inv.flags[_FLAGS[flag]] = (w, w.text if value is None else value, flag)
+
+
+def _resolve_config(inv: Invocation, script: Script) -> None:
+    choice: ConfigChoice = choose_config(inv.entry, inv.flags, script, Word(inv.module, inv.line, inv.column))
+    inv.config_name, inv.config_dir, inv.anchor = choice.config_name, choice.config_dir, choice.anchor
+    inv.unjudged = choice.unjudged
+    inv.findings += [_at(inv, n.word, n.severity, n.message, n.hint) for n in choice.notes]
 
 
 def _override(inv: Invocation, w: Word) -> None:
@@ -279,11 +362,12 @@ def _override(inv: Invocation, w: Word) -> None:
     if key.startswith("hydra.") or bare.startswith("hydra."):
         return  # Hydra's own settings (run dir, job name): nothing this tool checks
     if w.known:
-        inv.overrides.append(ScriptOverride(t, w.line, w.column, bare))
+        inv.overrides.append(ScriptOverride(t, w.line, w.column, bare, file=w.file))
         return
     ph = PLACEHOLDER.format(len(inv.overrides))
     shown = _shown(w.raw.partition("=")[2] or value)
-    inv.overrides.append(ScriptOverride(f"{key}={ph}", w.line, w.column, bare, Unknown(shown, w.unknown), ph))
+    inv.overrides.append(ScriptOverride(f"{key}={ph}", w.line, w.column, bare, Unknown(shown, w.unknown), ph,
+                                        file=w.file))
 
 
 def _shown(raw: str) -> str:
@@ -294,7 +378,7 @@ def _shown(raw: str) -> str:
 
 
 def _at(inv: Invocation, w: Word, sev: Severity, msg: str, hint: str) -> Finding:
-    return Finding(RULE, sev, msg, inv.file, w.line, w.column, "", hint)
+    return Finding(RULE, sev, msg, w.file or inv.file, w.line, w.column, "", hint)
 
 
 # ----------------------------------------------------------------------------- composing
@@ -306,12 +390,54 @@ class ComposedInvocation:
     findings: list[Finding]
 
 
-def compose_invocation(inv: Invocation) -> ComposedInvocation:
-    """Compose verl's config with the invocation's overrides; unknown values become Unknown."""
+_PRIMARY: dict = {}  # (config_dir, config_name) -> the reason the primary config does not compose, or ""
+
+
+def primary_problem(inv: Invocation, release: str | None = None) -> str:
+    """Why the invocation's primary config does not compose on its own (empty: it does).
+    Cached: every script of a repository shares a handful of primary configs."""
+    key = (inv.config_dir, inv.config_name, release)
+    if key not in _PRIMARY:
+        from verl_pdbg_conf.verl_facts.compose import compose_verl
+
+        result = compose_verl([], [], config_name=inv.config_name, config_dir=inv.config_dir, release=release)
+        errs = [f for f in result.findings if f.severity is Severity.ERROR]
+        _PRIMARY[key] = "" if result.document is not None and not errs else \
+            (errs[0].message if errs else "it does not compose")
+    return _PRIMARY[key]
+
+
+def compose_invocation(inv: Invocation, release: str | None = None) -> ComposedInvocation:
+    """Compose verl's config (of `release`, default: the judging one) with the invocation's
+    overrides; unknown values become Unknown. An invocation whose config cannot be known
+    (`unjudged`) composes nothing."""
     from verl_pdbg_conf.verl_facts.compose import Override, compose_verl
 
-    overrides = [Override(o.text, inv.file, o.line, o.column) for o in inv.overrides]
-    result = compose_verl([], overrides, config_name=inv.config_name, config_dir=inv.config_dir)
+    if inv.unjudged:
+        return ComposedInvocation(inv, None, [])
+    if inv.config_dir is None:  # verl's own tree: its primary configs are known per release
+        from verl_pdbg_conf.core.suggest import did_you_mean
+        from verl_pdbg_conf.verl_facts import releases
+
+        rel = release or releases.judging()[0]
+        names = releases.primary_configs(rel) if rel in releases.shipped() else ()
+        if names and inv.config_name not in names:
+            w = inv.anchor or Word(inv.module, inv.line, inv.column)
+            guess = did_you_mean(inv.config_name, [n for n in names if not n.startswith("_")])
+            return ComposedInvocation(inv, None, [_at(
+                inv, w, E, f"verl {rel} has no primary config `{inv.config_name}` in its trainer/config: Hydra "
+                f"fails with `Cannot find primary config '{inv.config_name}'`; the overrides are not judged",
+                "one of " + ", ".join(n for n in names if not n.startswith("_")) + guess)])
+    overrides = [Override(o.text, o.file or inv.file, o.line, o.column) for o in inv.overrides]
+    result = compose_verl([], overrides, config_name=inv.config_name, config_dir=inv.config_dir, release=release)
+    problem = primary_problem(inv, release) if result.document is None else ""
+    if problem:  # the primary config itself fails: one finding, not one per override
+        w = inv.anchor or Word(inv.module, inv.line, inv.column)
+        where = f"{inv.config_dir}/{inv.config_name}.yaml" if inv.config_dir else \
+            f"verl's {inv.config_name}"
+        problem = re.sub(r"^\S+ does not compose: ", "", problem).rstrip(". ")
+        return ComposedInvocation(inv, None, [_at(inv, w, E, f"Hydra cannot compose {where}: {problem}; the "
+                                                  "overrides are not judged", "check --config-path and --config-name")])
     doc = result.document
     if doc is not None:
         unknowns = {o.placeholder: o.unknown for o in inv.overrides if o.unknown is not None}
@@ -319,7 +445,19 @@ def compose_invocation(inv: Invocation) -> ComposedInvocation:
             doc.data = _replace(doc.data, unknowns)
         if inv.cwd == "":
             doc.data = _unknown_relative_config_path(doc.data)
-    return ComposedInvocation(inv, doc, list(result.findings))
+    shown = {o.placeholder: o.unknown for o in inv.overrides if o.unknown is not None}
+    findings = [_unplaceholder(f, shown) for f in result.findings] if shown else list(result.findings)
+    return ComposedInvocation(inv, doc, findings)
+
+
+def _unplaceholder(f: Finding, shown: dict) -> Finding:
+    """A composition message quotes the override as composed: put the script's text back."""
+    if "__verl_pdbg_unknown_" not in f.message + f.hint:
+        return f
+    msg, hint = f.message, f.hint
+    for ph, u in shown.items():
+        msg, hint = msg.replace(ph, str(u)), hint.replace(ph, str(u))
+    return replace(f, message=msg, hint=hint)
 
 
 def _replace(data, unknowns: dict):
@@ -365,8 +503,11 @@ def validate_script(path: str, options=None) -> Report:
             "check", path, 1, 1))
         return report
     for inv in invocations:
+        if inv.unjudged:  # one root cause, one finding: no notes about words that are not judged anyway
+            report.findings += [f for f in inv.findings if f.severity is not I]
+            continue
         report.findings += inv.findings
-        composed = compose_invocation(inv)
+        composed = compose_invocation(inv, options.release[0])
         report.findings += [_relocate(f, inv) for f in composed.findings]
         if composed.document is None:
             continue
@@ -378,6 +519,7 @@ def validate_script(path: str, options=None) -> Report:
         sub = validate_document(composed.document, opts)
         report.findings += [_relocate(f, inv) for f in sub.findings]
         report.files += [f for f in sub.files if f not in report.files and not f.startswith("<")]
+    report.findings = list(dict.fromkeys(report.findings))  # a base script reached twice through wrappers
     return report
 
 

@@ -4,6 +4,10 @@ comments, heredocs, `$VAR` / `${VAR:-default}` / `$(...)`), keeping the line and
 where each word starts. It never runs anything: a word whose value depends on the
 environment or on a command's output is marked unknown, with the reason.
 
+Bash arrays written literally in the script (`A=(x "y z")`, `A+=(...)`, `declare -a A=(...)`)
+are kept with each element's own position, and `"${A[@]}"` / `${A[*]}` expand to those
+elements; an unquoted `$VAR` whose known value holds blanks is split into words, as bash does.
+
 Not a full shell: no aliases, no arithmetic, no globbing; `{a,b}` brace expansion is
 reported, not performed."""
 
@@ -30,6 +34,9 @@ class Word:
     unknown_at: int = -1  # index in `text` of the first unknown part (-1: none)
     parts: list = field(default_factory=list)  # (text, known: bool, quoted: bool)
     brace: bool = False  # unquoted {a,b}: bash expands it into several words
+    array: list | None = None  # `NAME=(...)`: the elements (Words, with their own positions)
+    split: list | None = None  # the Words bash passes instead of this one (`"${A[@]}"`, unquoted `$V`)
+    file: str = ""  # the file the word is written in, when not the script being read (a wrapper's caller)
 
     @property
     def known(self) -> bool:
@@ -54,6 +61,9 @@ class Variables:
     def __init__(self):
         self.values: dict[str, str | None] = {}
         self.why: dict[str, str] = {}
+        self.arrays: dict[str, list | None] = {}  # name -> element Words (None: cannot be known)
+        self.positional: list | None = None  # $1.. / "$@" when a wrapper script's call is known
+        self.parts: dict[str, list] = {}  # name -> pieces of a value that cannot be known
 
     def get(self, name: str) -> tuple[str | None, str]:
         if name in self.values:
@@ -61,15 +71,40 @@ class Variables:
             return v, ("" if v is not None else self.why.get(name, f"${name} cannot be known here"))
         return None, f"${name} comes from the environment"
 
-    def set(self, name: str, value: str | None, why: str = "") -> None:
+    def set(self, name: str, value: str | None, why: str = "", parts: list | None = None) -> None:
+        """`parts`: for a value that cannot be known, its (text, known, quoted) pieces, so that
+        `$NAME` keeps the known tail (`$(pwd)/examples/config` -> unknown + `/examples/config`)."""
         self.values[name] = value
+        self.parts.pop(name, None)
         if value is None:
             self.why[name] = why or f"${name} cannot be known here"
+            if parts:
+                self.parts[name] = parts
+
+    def set_array(self, name: str, elements: list | None, why: str = "", append: bool = False) -> None:
+        if append and elements is not None:
+            old = self.arrays.get(name, [] if name not in self.values else None)
+            elements = None if old is None else old + elements
+        self.arrays[name] = elements
+        self.values.pop(name, None)
+        if elements is None:
+            self.why[name] = why or f"${{{name}[@]}} cannot be known here"
+
+    def get_array(self, name: str) -> tuple[list | None, str]:
+        if name in self.arrays:
+            a = self.arrays[name]
+            return a, ("" if a is not None else self.why.get(name, f"${{{name}[@]}} cannot be known here"))
+        if name in self.values:  # a scalar is a one-element array
+            return None, ("" if self.values[name] is not None else self.why.get(name, f"${name} cannot be known"))
+        return None, f"${{{name}[@]}} comes from the environment"
 
     def taint_all(self, why: str) -> None:
         for k, v in list(self.values.items()):
             if v is not None:
                 self.set(k, None, why)
+        for k, v in list(self.arrays.items()):
+            if v is not None:
+                self.set_array(k, None, why)
 
 
 class _Lines:
@@ -138,7 +173,12 @@ class Reader:
             if not words:
                 cmd_line = self.lines.pos(i)[0]
             w, i = self.word(i)
-            words.append(w)
+            if i < self.n and self.src[i] == "(" and _ARRAY_ASSIGN.fullmatch(w.raw):
+                w.array, i = self._array(i + 1)
+            if w.split is not None:
+                words.extend(w.split)
+            else:
+                words.append(w)
         if words:
             yield from self._emit(words, cmd_line)
 
@@ -156,6 +196,29 @@ class Reader:
         if first in _OPEN or (last == "{" and first != "{"):
             self.depth += 1
         # `if ...; then` / `for ...; do` open a block; the closer is its own command
+
+    def _array(self, i: int) -> tuple[list, int]:
+        """The elements of `NAME=( ... )` from just after `(`; index after `)`."""
+        out: list[Word] = []
+        while i < self.n:
+            c = self.src[i]
+            if c in " \t\r\n":
+                i += 1
+            elif c == "\\" and self.src.startswith("\\\n", i):
+                i += 2
+            elif c == "#":
+                j = self.src.find("\n", i)
+                i = self.n if j < 0 else j
+            elif c == ")":
+                return out, i + 1
+            else:
+                w, j = self.word(i)
+                if j == i:  # an operator inside the parentheses: not a plain list
+                    j = i + 1
+                else:
+                    out.extend(w.split if w.split is not None else [w])
+                i = j
+        return out, i
 
     def _skip_blank(self, i: int) -> int:
         while i < self.n and self.src[i] in " \t":
@@ -188,6 +251,8 @@ class Reader:
         reasons: list[str] = []
         brace = False
         src, n = self.src, self.n
+        self._expanded = []  # (index in parts, [Word] | None) of whole-word expansions
+        self._parts = parts
 
         def lit(s: str, quoted: bool = False):
             parts.append((s, True, quoted))
@@ -235,6 +300,12 @@ class Reader:
                 lit(src[i:j])
                 i = j
         text = "".join(p for p, _, _ in parts)
+        split = None
+        if self._expanded:
+            split = self._split(parts, line, col, src[start:i])
+            if split is None:  # an array expanded inside a longer word: not followed
+                return Word(text, line, col, src[start:i], "an array expansion inside a longer word is not followed",
+                            0, parts, brace), i
         first_unknown = -1
         pos = 0
         for p, known, _ in parts:
@@ -243,7 +314,15 @@ class Reader:
                 break
             pos += len(p)
         return Word(text, line, col, src[start:i], "; ".join(dict.fromkeys(reasons)), first_unknown, parts,
-                    brace), i
+                    brace, split=split), i
+
+    def _split(self, parts, line: int, col: int, raw: str) -> list | None:
+        """The words an expansion that fills the whole word becomes (`"${A[@]}"`, `${A[*]}`, an
+        unquoted `$V` with blanks); None when the expansion is only part of a longer word."""
+        (k, ws), = self._expanded[-1:]
+        if any(p for j, (p, _, _) in enumerate(parts) if j != k) or len(self._expanded) > 1:
+            return None
+        return ws if ws is not None else [Word(t, line, col, raw) for t in parts[k][0].split()]
 
     def _double(self, i: int, lit, unk) -> int:
         src, n = self.src, self.n
@@ -298,6 +377,17 @@ class Reader:
         if m:
             self._param(m.group(0), src[i:m.end()], lit, unk, quoted)
             return m.end()
+        if nxt in ("@", "*") and self.vars.positional is not None:
+            self._expanded.append((len(self._parts), list(self.vars.positional)))
+            lit("", quoted)
+            return i + 2
+        if nxt and nxt in "123456789" and self.vars.positional is not None:
+            k = int(nxt) - 1
+            if k < len(self.vars.positional) and self.vars.positional[k].known:
+                lit(self.vars.positional[k].text, quoted)
+            else:
+                unk(src[i:i + 2], f"${nxt} is not given by the caller", quoted)
+            return i + 2
         if nxt and nxt in _SPECIAL:
             what = {"@": "the script's arguments", "*": "the script's arguments", "#": "the argument count",
                     "?": "the last exit status", "$": "the shell's pid", "!": "the last background pid",
@@ -308,6 +398,28 @@ class Reader:
         return i + 1
 
     def _param(self, body: str, raw: str, lit, unk, quoted: bool) -> None:
+        a = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)\[(@|\*|\d+)\]", body)
+        if a:
+            elements, why = self.vars.get_array(a.group(1))
+            if elements is None and not why:  # a scalar used as an array
+                return self._param(a.group(1), raw, lit, unk, quoted)
+            if elements is None:
+                unk(raw, why, quoted)
+            elif a.group(2).isdigit():
+                k = int(a.group(2))
+                if k < len(elements) and elements[k].known:
+                    lit(elements[k].text, quoted)
+                else:
+                    unk(raw, f"{raw} is not a known element", quoted)
+            elif a.group(2) == "*" and quoted:
+                if all(e.known for e in elements):
+                    lit(" ".join(e.text for e in elements), quoted)
+                else:
+                    unk(raw, f"{raw} joins elements that cannot be known here", quoted)
+            else:
+                self._expanded.append((len(self._parts), list(elements)))
+                lit("", quoted)
+            return
         m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-=+?])(.*))?", body, re.S)
         if not m:
             unk(raw, f"{raw} is expanded at launch time", quoted)
@@ -315,8 +427,14 @@ class Reader:
         name, op, arg = m.group(1), m.group(2), m.group(3)
         value, why = self.vars.get(name)
         if op is None:
-            if value is None:
+            if value is None and name in self.vars.parts:
+                for text, known, _ in self.vars.parts[name]:
+                    lit(text, quoted) if known else unk(text, why, quoted)
+            elif value is None:
                 unk(raw, why, quoted)
+            elif not quoted and re.search(r"\s", value.strip()):  # word splitting
+                self._expanded.append((len(self._parts), None))
+                lit(value, quoted)
             else:
                 lit(value, quoted)
         elif op in (":-", "-", ":=", "="):
@@ -334,6 +452,9 @@ class Reader:
         """Expand a `${VAR:-default}` default (quotes removed) for the reason text."""
         w, _ = Reader(s.replace(" ", "\\ "), self.vars).word(0)
         return w.text
+
+
+_ARRAY_ASSIGN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")
 
 
 def _redirection(src: str, i: int) -> tuple[int, str]:

@@ -38,7 +38,7 @@ def run_configs(files: list[str], options: Options, *, verl: bool = False, overr
         if is_launch_script(f):
             invocations, _ = read_script(f)
             for inv in invocations:
-                composed = compose_invocation(inv)
+                composed = compose_invocation(inv, options.release[0])
                 if composed.document is None:
                     continue
                 opts = replace(options, base_dir=os.path.join(options.base_dir, inv.cwd)) if inv.cwd else options

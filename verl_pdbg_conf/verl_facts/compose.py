@@ -795,6 +795,12 @@ class Composer:
                 return compose(name, overrides=texts)
         ckey = (self.main, self.files_key, name, tuple(h.input_line for h in structural))
         hit = _COMPOSE_CACHE.get(ckey)
+        on_disk = self.files_key is None and self.searchpath is None and self.main.startswith("verl-facts://")
+        if hit is None and on_disk:
+            from verl_pdbg_conf.verl_facts import disk_cache
+
+            blob = disk_cache.get(ckey)
+            hit = (blob, None) if blob is not None else None
         if hit is None:
             try:
                 with warnings.catch_warnings():
@@ -803,6 +809,10 @@ class Composer:
                 # a pickled copy: loading it is about 3x faster than deepcopy, and as exact
                 # (OmegaConf pickles nodes with their types and flags)
                 hit = (pickle.dumps(base, protocol=pickle.HIGHEST_PROTOCOL), None)
+                if on_disk:
+                    from verl_pdbg_conf.verl_facts import disk_cache
+
+                    disk_cache.put(ckey, hit[0])
             except Exception as e:
                 hit = (None, e)
             _COMPOSE_CACHE[ckey] = hit

@@ -180,5 +180,8 @@ def register_configs() -> None:
     from hydra.core.config_store import ConfigStore
 
     cs = ConfigStore.instance()
+    if getattr(cs, "_verl_pdbg_conf_registered", False):  # storing costs ~50 ms: once per ConfigStore
+        return
     for name, node in NODES.items():
         cs.store(group=CONFIG_GROUP, name=name, node=node, provider="verl-pdbg-conf")
+    cs._verl_pdbg_conf_registered = True

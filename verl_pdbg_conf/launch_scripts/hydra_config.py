@@ -1,0 +1,208 @@
+"""Which config a launch script's Python command composes, as Hydra decides it.
+
+The entry point: verl's `verl.trainer.main_ppo`, or a copy of it whose source is found next to
+the script (its `@hydra.main(config_path=..., config_name=...)` read from the file, verl not
+imported). Then `--config-name/-cn`, `--config-path/-cp`, `--config-dir/-cd` with Hydra's
+semantics: a relative config path is relative to the directory of the module that declares
+`@hydra.main` (verl/trainer/ for main_ppo), so `config` is verl's own tree. When the config
+cannot be known, the choice says so with ONE note, and the overrides are not judged."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+from verl_pdbg_conf.core.findings import Severity
+from verl_pdbg_conf.launch_scripts.locate import Script, locate
+from verl_pdbg_conf.launch_scripts.shell_words import Word
+
+E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
+
+# verl's entry point this tool composes, with the config it loads (`@hydra.main(config_path="config",
+# config_name="ppo_trainer")` in verl/trainer/main_ppo.py).
+ENTRY_POINTS = {"verl.trainer.main_ppo": "ppo_trainer"}
+_HYDRA_MAIN = re.compile(r"@hydra\.main\(([^)]*)\)")
+# A trainer entry point by its name (a copy of main_ppo under another name: recipes' main_dapo,
+# main_grpo...): when its source is not found it gets the one "not judged" warning; any other
+# Python command (data preparation, model conversion, generation) is not a training launch.
+_MAIN_PPO_LIKE = re.compile(r"(?:^|[./])main_\w*(?:ppo|dapo|grpo|gspo|rl|train)\w*(?:\.py)?$|^recipe[./]\S*main\w*")
+
+
+@dataclass
+class Entry:
+    """What `python ...` runs: verl's main_ppo, or a copy of it (a project's or a recipe's own
+    `main_ppo.py` with its own `@hydra.main`)."""
+
+    module: str  # as the script names it
+    config_name: str  # @hydra.main's config_name
+    config_path: str | None  # @hydra.main's config_path
+    base: str | None  # directory a relative --config-path resolves against (None: verl's verl/trainer)
+    verl: bool = True  # verl's own main_ppo
+    source: str | None = None  # the copy's file, when found
+
+
+@dataclass
+class Note:
+    """A finding about the config choice, at a word of the script."""
+
+    word: Word
+    severity: Severity
+    message: str
+    hint: str
+
+
+@dataclass
+class ConfigChoice:
+    config_name: str
+    config_dir: str | None  # the primary config's directory; None: verl's own tree (the judging release's)
+    anchor: Word  # where a finding about the primary config itself points (-cn, else -cp, else python)
+    unjudged: bool = False  # the config cannot be known: the overrides are not judged
+    notes: list[Note] = field(default_factory=list)
+
+
+def find_entry(target: str, script: Script) -> Entry | None:
+    """verl's main_ppo; a copy of it (`-m recipe.x.main_ppo`, `python3 main_ppo_split.py`) whose
+    source is found next to the script or in its repository and declares `@hydra.main`; a
+    main_ppo-named module whose source is not found (its config cannot be known); else None
+    (data preparation, model conversion...: not a training launch)."""
+    if target in ENTRY_POINTS or target.endswith("verl/trainer/main_ppo.py"):
+        return Entry("verl.trainer.main_ppo", ENTRY_POINTS["verl.trainer.main_ppo"], "config", None)
+    if target.startswith("verl.") or re.search(r"(?:^|/)verl/\w+/", target):
+        return None  # verl's other entry points (main_generation, SFT trainers): other configs, not profiled runs
+    rel = target if target.endswith(".py") or "/" in target else target.replace(".", "/") + ".py"
+    src = rel if os.path.isabs(rel) and os.path.isfile(rel) else None
+    if src is None and not os.path.isabs(rel):
+        src, _ = locate(Word(rel, 0, 0), script, os.path.isfile)
+    if src is not None:
+        m = None
+        try:
+            with open(src, encoding="utf-8", errors="replace") as fh:
+                m = _HYDRA_MAIN.search(fh.read(1 << 20))
+        except OSError:
+            pass
+        if m is not None:
+            args = dict(re.findall(r"(config_path|config_name)\s*=\s*[\"']([^\"']*)[\"']", m.group(1)))
+            return Entry(target, args.get("config_name", ""), args.get("config_path"),
+                         os.path.dirname(os.path.abspath(src)), verl=False, source=src)
+    if _MAIN_PPO_LIKE.search(target):
+        return Entry(target, "", None, None, verl=False)
+    return None
+
+
+def _verl_trainer_dir(script: Script) -> str | None:
+    """verl/trainer of the verl that `python -m verl.trainer.main_ppo` imports: a verl checkout
+    containing the script (run from its root, `-m` puts it first on sys.path), else the
+    installed one (found without importing verl)."""
+    for b in script.bases():
+        d = os.path.join(b, "verl", "trainer")
+        if os.path.isfile(os.path.join(d, "main_ppo.py")):
+            return d
+    from verl_pdbg_conf.verl_facts.compose import verl_config_dir
+
+    cfg = verl_config_dir()
+    return os.path.dirname(cfg) if cfg else None
+
+
+def _has_config(d: str, name: str) -> bool:
+    return bool(name) and os.path.isfile(os.path.join(d, name + ".yaml"))
+
+
+def choose_config(entry: Entry, flags: dict, script: Script, anchor: Word) -> ConfigChoice:
+    """Which primary config Hydra loads for this invocation, as Hydra decides it: a relative
+    --config-path against the directory of the module declaring @hydra.main (verl/trainer/ for
+    verl's main_ppo, so `config` and `./config` are verl's own tree); an absolute one as it is;
+    one built from a variable when its known tail is found next to the script or in its
+    repository and holds the config. When that cannot be known: ONE warning, and the overrides
+    are not judged (composing them against some other config would only make noise)."""
+    choice = ConfigChoice(entry.config_name, None, anchor)
+
+    def unjudged(w: Word | None, msg: str, hint: str, sev: Severity = W) -> ConfigChoice:
+        choice.unjudged = True
+        choice.notes.append(Note(w or anchor, sev, msg + "; the overrides are not judged", hint))
+        return choice
+
+    if not entry.verl and entry.source is None:
+        return unjudged(None, f"`{entry.module}` is not verl's main_ppo and its source is not found next to the "
+                              "script or in its repository, so the config it composes cannot be known",
+                        "lint the script inside the project that holds that module")
+    name = entry.config_name
+    if "name" in flags:
+        w, v, flag = flags["name"]
+        if not w.known:
+            return unjudged(w, f"{flag} is {w.raw}, which cannot be known here ({w.unknown})",
+                            "write the config name literally to have the overrides checked")
+        name = v[:-5] if v.endswith((".yaml", ".yml")) else v
+    choice.config_name = name
+    where = "verl"  # the primary config directory; "verl": verl's own trainer/config
+    flag_word = anchor
+    if "path" in flags:
+        w, v, flag = flags["path"]
+        flag_word = w
+        if not w.known:
+            found, _ = locate(w, script, lambda d: os.path.isdir(d) and _has_config(d, name))
+            if found is None:
+                near, _ = locate(w, script, os.path.isdir)
+                seen = f"; {near} is found at its end but holds no {name}.yaml" if near else \
+                    f", and no directory holding {name}.yaml is found at its end next to the script"
+                return unjudged(w, f"{flag} is {w.raw}, which cannot be known here ({w.unknown}){seen}",
+                                "write the config directory literally (or relative to the script) to have "
+                                "the overrides checked")
+            where = found
+            choice.notes.append(Note(w, I, f"`{w.raw}` is taken as {found}: the known end of its value, found "
+                                     "next to the script or in its repository", ""))
+        elif v.startswith("pkg://"):
+            if v.rstrip("/") not in ("pkg://verl.trainer.config", "pkg://verl/trainer/config"):
+                return unjudged(w, f"{flag} {v}: a package's configs that this check does not have", "")
+        elif os.path.isabs(v):
+            if not os.path.isdir(v):
+                return unjudged(w, f"{flag} {v} does not exist on this machine", "lint where that directory exists")
+            where = os.path.normpath(v)
+        elif entry.verl:
+            if os.path.normpath(v) != "config":
+                trainer = _verl_trainer_dir(script)
+                d = os.path.normpath(os.path.join(trainer, v)) if trainer else None
+                if d is None or not os.path.isdir(d):
+                    return unjudged(w, f"{flag} {v} is resolved by Hydra against verl/trainer/ (the directory of "
+                                       "the module declaring @hydra.main), where it does not exist here",
+                                    "give an absolute path, or `config` for verl's own configs")
+                where = d
+        else:
+            where = os.path.normpath(os.path.join(entry.base, v))
+    elif not entry.verl:
+        cp = entry.config_path
+        if cp is None:
+            return unjudged(None, f"{entry.module}'s @hydra.main names no config_path", "")
+        if cp.rstrip("/") in ("pkg://verl.trainer.config", "pkg://verl/trainer/config"):
+            where = "verl"
+        elif cp.startswith("pkg://"):
+            return unjudged(None, f"{entry.module}'s @hydra.main config_path {cp}: a package this check does not "
+                                  "have", "")
+        else:
+            where = os.path.normpath(os.path.join(entry.base, cp))
+    if "dir" in flags:
+        w, v, flag = flags["dir"]
+        found = None
+        if w.known:
+            found, _ = locate(w, script, os.path.isdir, text=v)
+        if found is None:
+            return unjudged(w, f"{flag} {w.raw}: the additional config directory is not found here "
+                               f"({w.unknown or 'relative to the launch directory'})",
+                            "lint where that directory exists")
+        if where == "verl" or not _has_config(where, name):
+            if _has_config(found, name):
+                where, flag_word = found, w
+    if where != "verl":
+        if not os.path.isdir(where):
+            return unjudged(flag_word, f"the config directory {where} does not exist",
+                            "Hydra fails with `Primary config directory not found`", E)
+        if not _has_config(where, name):
+            return unjudged(flag_word, f"{where} holds no {name}.yaml: Hydra fails with `Cannot find primary "
+                                       f"config '{name}'`", "check --config-path and --config-name", E)
+        if entry.verl and os.path.basename(where) == "config" and \
+                os.path.isfile(os.path.join(os.path.dirname(where), "main_ppo.py")) and \
+                os.path.basename(os.path.dirname(where)) == "trainer":
+            where = "verl"  # a verl checkout's own tree: the judging release's
+    choice.config_dir = None if where == "verl" else where
+    choice.anchor = flags["name"][0] if "name" in flags else flag_word
+    return choice
