@@ -49,3 +49,14 @@ def test_any_input_change_is_a_miss_and_failures_are_misses(tmp_path, monkeypatc
     (tmp_path / "file").write_text("not a directory")
     disk_cache.put(key, b"x")  # cannot be written: no error
     assert disk_cache.get(key) is None
+
+
+def test_an_entry_others_can_change_is_never_read(tmp_path, monkeypatch):
+    """Entries are unpickled: one that another user could have written is a miss."""
+    monkeypatch.setenv("VERL_PDBG_CONF_CACHE", str(tmp_path))
+    key = ("verl-facts://0.9.1", None, "ppo_trainer", ("tampered",))
+    disk_cache.put(key, b"blob")
+    (entry,) = tmp_path.glob("compose-*.pickle")
+    assert disk_cache.get(key) == b"blob" and (entry.stat().st_mode & 0o077) == 0
+    entry.chmod(0o666)
+    assert disk_cache.get(key) is None

@@ -65,6 +65,10 @@ def get(key) -> bytes | None:
         if p is None:
             return None
         with open(p, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            # The entry is unpickled: only a file this user wrote and nobody else can change.
+            if st.st_uid != os.getuid() or st.st_mode & 0o022:
+                return None
             return fh.read()
     except Exception:
         return None
@@ -75,7 +79,7 @@ def put(key, blob: bytes) -> None:
         p = _path(key)
         if p is None:
             return
-        os.makedirs(os.path.dirname(p), exist_ok=True)
+        os.makedirs(os.path.dirname(p), mode=0o700, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(p), prefix=".compose-")
         with os.fdopen(fd, "wb") as fh:
             fh.write(blob)
