@@ -57,8 +57,13 @@ WORKER_OF_STAGE = {"actor_compute_log_prob": "actor", "actor_update": "actor", "
 # child: the run itself
 # ---------------------------------------------------------------------------------------------
 
+_WARNING_SOURCES = ("verl", "verl_pdbg_conf", "msprobe")
+
+
 class _Capture:
-    """Log records from every logger: warnings (verl's and ours) and the runtime's debug lines."""
+    """Warnings of verl, msprobe and this package, and the runtime's debug lines. Other libraries'
+    warnings are not the profiler's (transformers logs the value head's load report, and its
+    records reach the root logger only where CI is set)."""
 
     def __init__(self):
         import logging
@@ -70,7 +75,7 @@ class _Capture:
         class Handler(logging.Handler):
             def emit(self, record):
                 msg = record.getMessage()
-                if record.levelno >= logging.WARNING:
+                if record.levelno >= logging.WARNING and record.name.split(".")[0] in _WARNING_SOURCES:
                     outer.warnings.append(f"{record.name}: {msg}")
                 elif record.name.startswith("verl_pdbg_conf") and "model resolved" in msg:
                     outer.resolved.append(msg)
