@@ -63,9 +63,8 @@ def _eq(a, b) -> bool:
     return a == b
 
 
-def _ref(root, ref: str):
-    if not ref.startswith("#"):
-        raise _Undecided(ref)
+def resolve_pointer(root, ref: str):
+    """The node a local `$ref` ('#/$defs/x') names in `root`; LookupError when there is none."""
     node = root
     for part in ref[1:].split("/"):
         if not part:
@@ -76,8 +75,17 @@ def _ref(root, ref: str):
         elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
             node = node[int(part)]
         else:
-            raise _Undecided(ref)
+            raise LookupError(ref)
     return node
+
+
+def _ref(root, ref: str):
+    if not ref.startswith("#"):
+        raise _Undecided(ref)
+    try:
+        return resolve_pointer(root, ref)
+    except LookupError:
+        raise _Undecided(ref) from None
 
 
 def _valid(root, schema, x, depth: int) -> bool:

@@ -14,6 +14,7 @@ import json
 import re
 from importlib.resources import files
 
+from verl_pdbg_conf.core.fast_schema import is_valid, resolve_pointer
 from verl_pdbg_conf.core.document import Document
 from verl_pdbg_conf.core.findings import Finding, Severity, format_path
 from verl_pdbg_conf.core.suggest import did_you_mean
@@ -50,17 +51,10 @@ def resolve(schema: dict, node):
     """Follow a local `$ref` ('#/$defs/x') in `schema`; other nodes come back as they are."""
     seen = 0
     while isinstance(node, dict) and isinstance(node.get("$ref"), str) and node["$ref"].startswith("#") and seen < 20:
-        target = schema
-        for part in node["$ref"][1:].split("/"):
-            if not part:
-                continue
-            part = part.replace("~1", "/").replace("~0", "~")
-            if isinstance(target, dict) and part in target:
-                target = target[part]
-            elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
-                target = target[int(part)]
-            else:
-                return node
+        try:
+            target = resolve_pointer(schema, node["$ref"])
+        except LookupError:
+            return node
         node, seen = target, seen + 1
     return node
 
@@ -273,8 +267,6 @@ def schema_findings(doc: Document, schema_name: str, rule: str = "msprobe-schema
     if not doc.ok:
         return []
     root = load_schema(schema_name)
-    from verl_pdbg_conf.core.fast_schema import is_valid
-
     if is_valid(root, doc.data) is True:  # the common case, without importing jsonschema
         return []
     errors = list(validator(schema_name).iter_errors(doc.data))
