@@ -79,3 +79,14 @@ class Unknown(str):
 
 def is_unknown(value) -> bool:
     return isinstance(value, Unknown)
+
+
+def walk(data, path: Path = ()):
+    """(path, value) of `data` itself and of every value below it, depth first."""
+    yield path, data
+    if isinstance(data, dict):
+        for k, v in data.items():
+            yield from walk(v, path + (k,))
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            yield from walk(v, path + (i,))

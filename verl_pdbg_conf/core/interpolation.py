@@ -4,25 +4,18 @@ resolved here becomes an Unknown instead of failing the whole file."""
 
 from __future__ import annotations
 
-from verl_pdbg_conf.core.document import MISSING, Document, Unknown, get, is_unknown
+from verl_pdbg_conf.core.document import MISSING, Document, Unknown, get, is_unknown, walk
 
 MAX_INTERPOLATION = 4096  # a real interpolation is a line; OmegaConf's grammar is slow on huge ones
 
 
-def _paths_with_interpolation(data, path=()):
-    if isinstance(data, dict):
-        for k, v in data.items():
-            yield from _paths_with_interpolation(v, path + (k,))
-    elif isinstance(data, list):
-        for i, v in enumerate(data):
-            yield from _paths_with_interpolation(v, path + (i,))
-    elif isinstance(data, str) and "${" in data and not is_unknown(data):
-        yield path
+def _paths_with_interpolation(data):
+    return [p for p, v in walk(data) if isinstance(v, str) and "${" in v and not is_unknown(v)]
 
 
 def resolve(doc: Document) -> None:
     """Resolve in place. Cheap when the file has no `${`: omegaconf is not imported."""
-    paths = list(_paths_with_interpolation(doc.data))
+    paths = _paths_with_interpolation(doc.data)
     if not paths or not isinstance(doc.data, dict):
         return
     from omegaconf import OmegaConf

@@ -28,7 +28,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from verl_pdbg_conf.core.document import Document, get
+from verl_pdbg_conf.core.document import Document, get, walk
 from verl_pdbg_conf.core.findings import Finding, Severity, format_path
 from verl_pdbg_conf.core.loaders import load_yaml
 
@@ -408,16 +408,6 @@ def _to_plain(cfg, findings_out: list, origin_fn) -> object:
 _PURE_REF = re.compile(r"^\$\{(?:oc\.select:)?([A-Za-z_][\w\-]*(?:\.[\w\-]+)*)(?:,[^{}]*)?\}$")
 
 
-def _walk(data, path=()):
-    yield path, data
-    if isinstance(data, dict):
-        for k, v in data.items():
-            yield from _walk(v, path + (k,))
-    elif isinstance(data, list):
-        for i, v in enumerate(data):
-            yield from _walk(v, path + (i,))
-
-
 _ABSENT = object()
 
 
@@ -439,7 +429,7 @@ def _positions(raw_final, raw_base, key_overrides, group_overrides, file_pos, de
     default = (1, 1, default_file)
     direct: dict = {}
     by_key = {kp: (i, o) for i, (o, kp) in enumerate(key_overrides) if kp}  # the last one per key wins
-    for path, value in _walk(raw_final):
+    for path, value in walk(raw_final):
         spath = tuple(str(p) for p in path)
         hits = [by_key[spath[:n]] for n in range(1, len(spath) + 1) if spath[:n] in by_key]
         hit = max(hits, key=lambda x: x[0])[1] if hits else None
@@ -472,7 +462,7 @@ def _positions(raw_final, raw_base, key_overrides, group_overrides, file_pos, de
                         return o
         return default
 
-    for path, _ in _walk(raw_final):
+    for path, _ in walk(raw_final):
         out[path] = origin(path)
     return out
 
@@ -621,7 +611,7 @@ def compose_verl(files: list[str], overrides: list, config_name: str = "ppo_trai
     plain = _to_plain(cfg, interp, origin)
     result.findings += _root_failures(interp)
     doc = Document(default_file, plain, kind="yaml")
-    for path, _ in _walk(plain):
+    for path, _ in walk(plain):
         p = positions.get(path)
         if p is None:  # a path only the resolved value has (an interpolation to a mapping)
             q = path
