@@ -516,7 +516,7 @@ def compose_verl(files: list[str], overrides: list, config_name: str = "ppo_trai
 
     _ensure_search_path_plugin()
     facts_source.ensure_registered()
-    _register_structured(register_configs)
+    register_configs()
     verl_main = f"{facts_source.SCHEME}://{result.release}"
     main, searchpath = verl_main, None
     if config_dir is not None:
@@ -623,20 +623,6 @@ def compose_verl(files: list[str], overrides: list, config_name: str = "ppo_trai
             doc.keys[path] = p
     result.document = doc
     return result
-
-
-def _register_structured(register_configs) -> None:
-    """This package's structured configs in Hydra's ConfigStore, stored again only when they are
-    not there (storing them costs ~50 ms: OmegaConf builds each dataclass's node)."""
-    from hydra.core.config_store import ConfigStore
-
-    from verl_pdbg_conf.verl_facts.structured import CONFIG_GROUP, NODES
-
-    repo = ConfigStore.instance().repo
-    for part in CONFIG_GROUP.split("/"):
-        repo = repo.get(part) if isinstance(repo, dict) else None
-    if not isinstance(repo, dict) or any(f"{n}.yaml" not in repo for n in NODES):
-        register_configs()
 
 
 # ---------------------------------------------------------------- verl's tree beside a user directory

@@ -180,8 +180,10 @@ def register_configs() -> None:
     from hydra.core.config_store import ConfigStore
 
     cs = ConfigStore.instance()
-    if getattr(cs, "_verl_pdbg_conf_registered", False):  # storing costs ~50 ms: once per ConfigStore
-        return
+    repo = cs.repo
+    for part in CONFIG_GROUP.split("/"):
+        repo = repo.get(part) if isinstance(repo, dict) else None
+    if isinstance(repo, dict) and all(f"{n}.yaml" in repo for n in NODES):
+        return  # stored already: storing again costs ~50 ms (OmegaConf builds each dataclass's node)
     for name, node in NODES.items():
         cs.store(group=CONFIG_GROUP, name=name, node=node, provider="verl-pdbg-conf")
-    cs._verl_pdbg_conf_registered = True
