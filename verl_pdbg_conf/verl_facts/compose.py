@@ -704,8 +704,6 @@ def _memoize_interpolation_parser() -> None:
     one (about 2 ms each; a composed verl config has over a hundred). The parse is a pure
     function of the string (the tree's tokens keep their own input), so memoize it; a string
     that does not parse raises as before and is not cached."""
-    import functools
-
     import omegaconf.base as base
 
     if not hasattr(base.parse, "cache_info"):
@@ -772,9 +770,9 @@ class Composer:
         ckey = (self.main, self.files_key, name, tuple(h.input_line for h in structural))
         hit = _COMPOSE_CACHE.get(ckey)
         on_disk = self.files_key is None and self.searchpath is None and self.main.startswith("verl-facts://")
-        if hit is None and on_disk:
+        if on_disk:
             from verl_pdbg_conf.verl_facts import disk_cache
-
+        if hit is None and on_disk:
             blob = disk_cache.get(ckey)
             hit = (blob, None) if blob is not None else None
         if hit is None:
@@ -786,8 +784,6 @@ class Composer:
                 # (OmegaConf pickles nodes with their types and flags)
                 hit = (pickle.dumps(base, protocol=pickle.HIGHEST_PROTOCOL), None)
                 if on_disk:
-                    from verl_pdbg_conf.verl_facts import disk_cache
-
                     disk_cache.put(ckey, hit[0])
             except Exception as e:
                 hit = (None, e)
