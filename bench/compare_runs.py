@@ -68,7 +68,7 @@ def by_hand(todo, out: str) -> float:
 
 
 def ours(target: str, golden: str, out: str, jobs: int | None) -> tuple[float, dict]:
-    argv = [sys.executable, "-m", "verl_pdbg_conf.run.compare_cli", target, golden, "--format", "json", "-o", out]
+    argv = [sys.executable, "-m", "verl_pdbg_conf.compare.cli", target, golden, "--format", "json", "-o", out]
     if jobs:
         argv += ["--jobs", str(jobs)]
     t0 = time.perf_counter()
@@ -81,7 +81,7 @@ def ours(target: str, golden: str, out: str, jobs: int | None) -> tuple[float, d
 
 def agree(doc: dict, hand_out: str, target: str) -> int:
     """Pairs whose by-hand CSV's first row over the threshold is the first divergence ours names."""
-    from verl_pdbg_conf.run.compare_csv import read_result
+    from verl_pdbg_conf.compare.msprobe_csv import read_result
 
     n = 0
     for p in doc["pairs"]:
@@ -123,7 +123,7 @@ def main() -> None:
                 sys.exit("verl-pdbg-compare and the by-hand results disagree")
         h, o = statistics.median(hand_t), statistics.median(ours_t)
         print(f"by hand (sequential msprobe compare x {len(todo)}): median {h:.2f} s")
-        from verl_pdbg_conf.run.compare import default_jobs
+        from verl_pdbg_conf.compare.runs import default_jobs
 
         print(f"verl-pdbg-compare (jobs {a.jobs or default_jobs()}): median {o:.2f} s")
         print(f"ratio by hand / verl-pdbg-compare: {h / o:.2f}x")

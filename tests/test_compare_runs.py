@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from verl_pdbg_conf.run.compare import (EXIT_DIVERGED, EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, UsageError, as_dict,
+from verl_pdbg_conf.compare.runs import (EXIT_DIVERGED, EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, UsageError, as_dict,
                                         compare_runs, worker_pool)
-from verl_pdbg_conf.run.compare_cli import main
+from verl_pdbg_conf.compare.cli import main
 
 pytestmark = pytest.mark.slow
 
@@ -218,7 +218,7 @@ def test_command_json_html_and_read_only_inputs(runs, tmp_path):
     target, golden = runs / "l1" / "scaled", runs / "l1" / "golden"
     before = tree_hash(target), tree_hash(golden)
     out, html = tmp_path / "out", tmp_path / "report.html"
-    probe = ("import sys; from verl_pdbg_conf.run.compare_cli import main; code = main(sys.argv[1:]); "
+    probe = ("import sys; from verl_pdbg_conf.compare.cli import main; code = main(sys.argv[1:]); "
              "sys.stderr.write('HEAVY %s' % sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'msprobe'})); "
              "sys.exit(code)")
     proc = subprocess.run([sys.executable, "-c", probe, str(target), str(golden),
@@ -243,7 +243,7 @@ def test_pairing_rules():
     """pair_up alone: save_paths pair by step and stage strictly; several proc<pid> per side pair by
     sorted pid with a warning; rank<N> by name."""
     from verl_pdbg_conf.core.findings import Severity
-    from verl_pdbg_conf.run.compare import Side, pair_up
+    from verl_pdbg_conf.compare.runs import Side, pair_up
 
     def side(key, rank):
         return Side(tuple(key.split("/")), rank, f"/x/{key}/{rank}/dump.json")
@@ -261,7 +261,7 @@ def test_pairing_rules():
 
 
 def test_progress_bar_draws_in_place(capsys):
-    from verl_pdbg_conf.run.compare_cli import _progress_bar
+    from verl_pdbg_conf.compare.cli import _progress_bar
 
     bar = _progress_bar()
     bar(0, 4)

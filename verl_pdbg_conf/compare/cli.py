@@ -12,8 +12,8 @@ import json
 import math
 import sys
 
-from verl_pdbg_conf.run.compare import DEFAULT_TOP, EXIT_USAGE, UsageError, as_dict, compare_runs
-from verl_pdbg_conf.run.compare_csv import DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS
+from verl_pdbg_conf.compare.runs import DEFAULT_TOP, EXIT_USAGE, UsageError, as_dict, compare_runs
+from verl_pdbg_conf.compare.nodes import DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS
 
 PROG = "verl-pdbg-compare"
 TOP_SHOWN = 3  # pairs whose top list the text output prints
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"{PROG}: error: --threshold and --top must be >= 0, --jobs >= 1\n")
         return EXIT_USAGE
     if args.html:
-        from verl_pdbg_conf.run.report_html import matplotlib_missing
+        from verl_pdbg_conf.compare.report_html import matplotlib_missing
 
         missing = matplotlib_missing()
         if missing:
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             progress.close()
     doc = as_dict(cmp)
     if args.html:
-        from verl_pdbg_conf.run.report_html import write_html
+        from verl_pdbg_conf.compare.report_html import write_html
 
         write_html(cmp, args.html)
     sys.stdout.write(json.dumps(doc, indent=2) + "\n" if args.format == "json" else render_text(cmp, doc))

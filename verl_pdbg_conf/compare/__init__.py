@@ -1,0 +1,1 @@
+"""verl-pdbg-compare: pair two runs' dumps and find the first node where they part."""
