@@ -79,11 +79,26 @@ class Node:
 
 
 @dataclass
+class LayerStat:
+    """One layer or module of a pair, aggregated over its nodes in execution order: what a plot and
+    an overview show at any dump size (a pair's nodes are not all kept)."""
+    label: str  # layers.3.mlp, or the API's enclosing module; "" for nodes outside any
+    first_order: int  # execution order of its first node
+    n_nodes: int = 0
+    worst: float | None = None  # the largest metric badness among its nodes
+    nan: bool = False  # a node is NaN on one side and not the other (or differently)
+    inf: bool = False
+    diverged: bool = False  # holds the pair's first divergence
+
+
+@dataclass
 class Analysis:
     task: str  # statistics | tensor | md5
-    nodes: list[Node] = field(default_factory=list)  # execution order
+    nodes: list[Node] = field(default_factory=list)  # execution order (may be left empty at scale)
     first: Node | None = None
     top: list[Node] = field(default_factory=list)
+    layers: list[LayerStat] = field(default_factory=list)  # execution order, bounded
+    n_nodes: int = 0  # nodes compared, whether or not kept in `nodes`
 
 
 def _json_number(v):
