@@ -135,9 +135,47 @@ def test_assignments_inside_blocks_and_after_source_are_unknown(tmp_path):
     assert b.unknown is not None and "source" in b.unknown.reason
 
 
-def test_cd_makes_relative_config_path_unknown(tmp_path):
-    (inv,), _ = invocation("cd $(dirname $0)\npython3 -m verl.trainer.main_ppo x.y=1\n", tmp_path)
-    assert inv.cwd == ""
+@pytest.mark.parametrize("cd,where", [
+    ("", "."), ("cd sub", "sub"), ("cd /abs/dir", "/abs/dir"), ("pushd sub/deeper\npopd", "."),
+    ('cd "$(dirname "$0")/.."', ".."), ("cd $(dirname $0)", "."), ('cd "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"', "."),
+    ('ROOT=$(cd "$(dirname "$0")/.." && pwd)\ncd $ROOT/sub', "../sub"), ("cd sub\ncd $PWD/deeper", "sub/deeper"),
+    ("cd $WORKDIR", None), ("cd ~/x", None), ("if [ -d x ]; then\n  cd x\nfi", None), ("cd sub\ncd $(git rev-parse --show-toplevel)", None),
+])
+def test_cwd_follows_the_scripts_cds_from_the_launch_directory(tmp_path, cd, where):
+    """The directory each invocation runs in, absolute: the launch directory (the repository root), moved
+    by `cd`/`pushd`; `$(dirname "$0")` is the script's directory; None where a `cd` cannot be known."""
+    (tmp_path / "scripts").mkdir()
+    p = tmp_path / "scripts" / "run.sh"
+    p.write_text(f"{cd}\npython3 -m verl.trainer.main_ppo x.y=1\n")
+    (inv,), _ = read_script(str(p), launch_dir=str(tmp_path))
+    base = tmp_path / "scripts" if "$0" in cd or "BASH_SOURCE" in cd else tmp_path
+    expect = None if where is None else where if where.startswith("/") else str((base / where).resolve())
+    assert inv.cwd == expect
+
+
+@pytest.mark.parametrize("set_pp,expect", [
+    ("export PYTHONPATH=$PYTHONPATH:lib", ["lib"]),
+    ('export PYTHONPATH="${PYTHONPATH}:$(pwd)/lib:/opt/x"', ["lib", "/opt/x"]),
+    ('PYTHONPATH="$(dirname "$0")/..":$PYTHONPATH', [".."]),
+    ("export PYTHONPATH=a\nexport PYTHONPATH=$PYTHONPATH:b", ["a", "b"]),
+    ("export PYTHONPATH=a\nexport PYTHONPATH=b", ["b"]),
+    ("export PYTHONPATH=$SOMEWHERE:a", ["a"]),
+    ("cd sub\nexport PYTHONPATH=$PWD:$PYTHONPATH", ["sub"]),
+    ("", []),
+])
+def test_pythonpath_entries_set_in_the_script(tmp_path, set_pp, expect):
+    p = tmp_path / "run.sh"
+    p.write_text(f"{set_pp}\npython3 -m verl.trainer.main_ppo x.y=1\n")
+    (inv,), _ = read_script(str(p), launch_dir=str(tmp_path))
+    assert inv.pythonpath == [e if e.startswith("/") else str((tmp_path / e).resolve()) for e in expect]
+
+
+def test_pythonpath_on_the_command_line_counts_for_that_command_only(tmp_path):
+    p = tmp_path / "run.sh"
+    p.write_text("PYTHONPATH=lib:$PYTHONPATH python3 -m verl.trainer.main_ppo a.a=1\n"
+                 "env PYTHONPATH=/x python3 -m verl.trainer.main_ppo b.b=1\npython3 -m verl.trainer.main_ppo c.c=1\n")
+    a, b, c = read_script(str(p), launch_dir=str(tmp_path))[0]
+    assert (a.pythonpath, b.pythonpath, c.pythonpath) == ([str(tmp_path / "lib")], ["/x"], [])
 
 
 def test_is_launch_script(tmp_path):
