@@ -283,7 +283,9 @@ def _stub_verl(root: str) -> None:
         d = os.path.join(root, *name.split("."))
         if not os.path.isdir(d):
             break
-        spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+        init = os.path.join(d, "__init__.py")  # its loader reads resources only: the file is never run
+        spec = importlib.machinery.ModuleSpec(name, importlib.machinery.SourceFileLoader(name, init),
+                                              origin=init, is_package=True)
         spec.submodule_search_locations = [d]
         mod = importlib.util.module_from_spec(spec)
         mod.__file__ = os.path.join(d, "__init__.py")
@@ -398,6 +400,8 @@ def main() -> int:
     ap.add_argument("--fetched", help="folder of already-extracted trees, one per repository (owner__name)")
     ap.add_argument("--bare", help="folder of bare git dirs (owner+name or owner+name/repo) to extract")
     ap.add_argument("--keep", help="extract/clone into this folder (kept, reusable as --fetched)")
+    ap.add_argument("--code", default=REPO, help="checkout whose verl_pdbg_conf is judged (default: this one), "
+                    "e.g. the main branch's for a baseline")
     ap.add_argument("--verbose", action="store_true", help="print every false error and missed refusal")
     ap.add_argument("--truth-worker", metavar="ROOT", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -407,6 +411,8 @@ def main() -> int:
 
     sys.path.insert(0, HERE)
     from verl_corpus import _hide
+
+    sys.path.insert(0, os.path.abspath(args.code))  # after verl_corpus, which puts this checkout first
 
     _hide("verl")
     tmp = tempfile.mkdtemp(prefix="verl-inplace-")
@@ -514,7 +520,10 @@ def main() -> int:
             shutil.rmtree(tmp, ignore_errors=True)
     n = totals["scripts"]
     judged = totals["judged"]
-    print(f"\nrepositories: {len(planted_rows)}; scripts mentioning main_ppo: {n}; judged by Hydra: {judged} "
+    import verl_pdbg_conf
+
+    print(f"\ncode judged: {os.path.dirname(os.path.dirname(os.path.abspath(verl_pdbg_conf.__file__)))}")
+    print(f"repositories: {len(planted_rows)}; scripts mentioning main_ppo: {n}; judged by Hydra: {judged} "
           f"(not judged: {totals['not judged by the truth (unknowable)']} unknowable before the run, "
           f"{totals['no main_ppo command (truth)']} without a main_ppo command)")
     print(f"ours: {our_wall:.1f} s wall, {n / our_wall:.1f} scripts/s (target >= 5; each repository's first "
