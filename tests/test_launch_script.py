@@ -98,6 +98,9 @@ def test_brace_expansion_is_flagged_not_performed():
     "exec `command -v python3` -m verl.trainer.main_ppo",
     "PY=/usr/bin/python3.10; exec $PY -m verl.trainer.main_ppo",
     'PYTHON_BIN=$(which python3)\nexec "$PYTHON_BIN" -m verl.trainer.main_ppo',
+    'LAUNCH=(python3)\nif [ -n "$UV" ]; then\n  LAUNCH=(uv run python3)\nfi\n"${LAUNCH[@]}" -m verl.trainer.main_ppo',
+    "RUN=python3\n$RUN -m verl.trainer.main_ppo",
+    "$RUNNER -m verl.trainer.main_ppo",
 ])
 def test_invocation_forms(tmp_path, line):
     invs, _ = invocation(line + " \\\n  trainer.nnodes=1\n", tmp_path)
@@ -107,7 +110,8 @@ def test_invocation_forms(tmp_path, line):
 
 @pytest.mark.parametrize("line", ["python3 -m verl.trainer.main_generation x=1", "python3 -c 'import verl' x=1",
                                   "echo python3 -m verl.trainer.main_ppo", "torchrun -m other x=1",
-                                  "$TOOL -m verl.trainer.main_ppo x=1", "exec $HOME/bin/run -m verl.trainer.main_ppo",
+                                  "$TOOL run verl.trainer.main_ppo x=1", "exec $HOME/bin/run -m verl.trainer.main_ppo",
+                                  "$RUNNER -m tools.convert x=1",
                                   "$PYTHON -c 'import verl.trainer.main_ppo' x=1"])
 def test_not_an_invocation(tmp_path, line):
     invs, _ = invocation(line + "\n", tmp_path)

@@ -338,7 +338,7 @@ def _invocation(script: Script, cmd: Command, where: Where) -> Invocation | None
     if words[0].known and words[0].text in _NOT_LAUNCHERS:
         return None
     for i, w in enumerate(words):
-        if not _is_interpreter(w):
+        if not _is_interpreter(w, words[i + 1] if i + 1 < len(words) else None):
             continue
         module, j = _python_module(words, i + 1)
         if module is None:
@@ -361,10 +361,18 @@ _PYTHON_VAR = re.compile(r'^"?(?:\$\{?(?:[Pp][Yy]\w*|\w*(?:PYTHON|[Pp]ython)\w*)
                          r'(?:\$\(|`)\s*(?:which|command\s+-v|type\s+-p)\s+python[\d.]*\s*(?:\)|`))"?$')
 
 
-def _is_interpreter(w: Word) -> bool:
+# One expansion that is the whole word (`$RUN`, `"${LAUNCH[@]}"` set in an if/else, `$(...)`): followed
+# by `-m MODULE`, it can only be a Python launcher (`uv run python3`, a venv's python).
+_WHOLE_EXPANSION = re.compile(r'^"?(?:\$\{?[A-Za-z_]\w*(?:\[[@*]\])?\}?|\$\([^()]*\))"?$')
+
+
+def _is_interpreter(w: Word, nxt: Word | None) -> bool:
     if w.known:
         return bool(_PYTHON.match(w.text))
-    return bool(_PYTHON_VAR.match(w.raw))
+    if _PYTHON_VAR.match(w.raw):
+        return True
+    return bool(_WHOLE_EXPANSION.match(w.raw)) and nxt is not None and nxt.known and \
+        bool(re.fullmatch(r"-[A-Za-z]*m\S*", nxt.text))
 
 
 def _python_module(words: list[Word], i: int) -> tuple[str | None, int]:
