@@ -505,11 +505,13 @@ def main() -> int:
                         row = (repo, version, backend, composes, bool(ours_err) == want_error,
                                f"{os.path.relpath(s, root)}; ours: " + ("; ".join(
                                    f"{d['line'] - first + 1}:{d['rule']}" for d in ours_err) or "no error"))
-                    finally:
-                        os.remove(dst)
-                        os.remove(jpath)
+                    finally:  # the corpus is left as it was
+                        for f in (dst, jpath):
+                            with contextlib.suppress(OSError):
+                                os.remove(f)
                         if made_dir:
-                            os.rmdir(jdir)
+                            with contextlib.suppress(OSError):
+                                os.rmdir(jdir)
                     break
             planted_rows.append(row)
             print(f"  {repo} (verl {version or '?'}): {len(scripts)} scripts in {wall:.1f} s; false errors "
