@@ -402,24 +402,91 @@ def main() -> int:
     ap.add_argument("--keep", help="extract/clone into this folder (kept, reusable as --fetched)")
     ap.add_argument("--code", default=REPO, help="checkout whose verl_pdbg_conf is judged (default: this one), "
                     "e.g. the main branch's for a baseline")
+    ap.add_argument("--jobs", type=int, default=1, help="repositories split over this many processes (the "
+                    "scripts/s printed is per process: the scripts over the sum of their times)")
+    ap.add_argument("--summary-json", help=argparse.SUPPRESS)
+    ap.add_argument("--merge", nargs="+", metavar="JSON", help="print the summary of earlier --summary-json runs")
     ap.add_argument("--verbose", action="store_true", help="print every false error and missed refusal")
     ap.add_argument("--truth-worker", metavar="ROOT", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.truth_worker:
         truth_worker(args.truth_worker)
         return 0
+    if args.merge:
+        return report(merge([_load(f) for f in args.merge]), args.verbose)
+    repos = read_repos(args.repos_file)
+    if args.jobs > 1:
+        return report(merge(fan_out(repos, args)), args.verbose)
+    data = run(repos, args)
+    if args.summary_json:
+        with open(args.summary_json, "w") as fh:
+            json.dump(data, fh)
+        return 0
+    return report(data, args.verbose)
 
+
+def _load(path: str) -> dict:
+    with open(path) as fh:
+        return json.load(fh)
+
+
+def fan_out(repos: list[str], args) -> list[dict]:
+    """Each of --jobs processes takes a share of the repositories (balanced by script count)."""
+    sizes = {}
+    for r in repos:
+        d = os.path.join(args.fetched or "", r.replace("/", "__"))
+        sizes[r] = len(scripts_in(d)) if args.fetched and os.path.isdir(d) else 1
+    groups: list[list[str]] = [[] for _ in range(args.jobs)]
+    load = [0] * args.jobs
+    for r in sorted(repos, key=lambda r: -sizes[r]):
+        k = load.index(min(load))
+        groups[k].append(r)
+        load[k] += sizes[r]
+    tmp = tempfile.mkdtemp(prefix="verl-inplace-jobs-")
+    procs = []
+    for k, g in enumerate(x for x in groups if x):
+        rf, out = os.path.join(tmp, f"repos{k}.txt"), os.path.join(tmp, f"summary{k}.json")
+        with open(rf, "w") as fh:
+            fh.write("\n".join(g) + "\n")
+        cmd = [sys.executable, os.path.abspath(__file__), "--repos-file", rf, "--summary-json", out,
+               "--code", args.code]
+        for flag in ("fetched", "bare", "keep"):
+            if getattr(args, flag):
+                cmd += [f"--{flag}", getattr(args, flag)]
+        procs.append((subprocess.Popen(cmd), out))
+    data = []
+    for p, out in procs:
+        p.wait()
+        if os.path.isfile(out):
+            data.append(_load(out))
+    shutil.rmtree(tmp, ignore_errors=True)
+    return data
+
+
+def merge(parts: list[dict]) -> dict:
+    out = {"totals": collections.Counter(), "our_wall": 0.0, "false_msgs": collections.Counter(), "code": "",
+           "tracebacks": [], "false_errors": [], "missed": [], "found_refusals": [], "planted_rows": []}
+    for d in parts:
+        out["totals"].update(d["totals"])
+        out["false_msgs"].update(d["false_msgs"])
+        out["our_wall"] += d["our_wall"]
+        out["code"] = d["code"]
+        for k in ("tracebacks", "false_errors", "missed", "found_refusals", "planted_rows"):
+            out[k] += d[k]
+    return out
+
+
+def run(repos: list[str], args) -> dict:
+    """Ours and the truth on every repository, in this process."""
     sys.path.insert(0, HERE)
     from verl_corpus import _hide
 
     sys.path.insert(0, os.path.abspath(args.code))  # after verl_corpus, which puts this checkout first
-
     _hide("verl")
     tmp = tempfile.mkdtemp(prefix="verl-inplace-")
     os.environ["VERL_PDBG_CONF_CACHE"] = os.path.join(tmp, "cache")  # empty: first extractions are timed
     os.environ.pop("GITHUB_ACTIONS", None)
     into = args.keep or tmp
-    repos = read_repos(args.repos_file)
     here = os.getcwd()
     totals = collections.Counter()
     our_wall = 0.0
@@ -484,7 +551,7 @@ def main() -> int:
             row = (repo, version, backend, None, None, "")
             for s in scripts:
                 v = truth.get(s, [])
-                if len(v) == 1 and v[0]["verdict"] == "ok" and not [d for d in mine[s] if d.get("severity") == "error"]:
+                if len(v) == 1 and v[0]["verdict"] == "ok":  # Hydra composes it as it is
                     dst, first, last = plant(s, v[0]["line"])
                     if not dst:
                         continue
@@ -520,15 +587,26 @@ def main() -> int:
         os.chdir(here)
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
-    n = totals["scripts"]
-    judged = totals["judged"]
     import verl_pdbg_conf
 
-    print(f"\ncode judged: {os.path.dirname(os.path.dirname(os.path.abspath(verl_pdbg_conf.__file__)))}")
+    return {"totals": totals, "our_wall": our_wall, "false_msgs": false_msgs, "tracebacks": tracebacks,
+            "false_errors": false_errors, "missed": missed, "found_refusals": found_refusals,
+            "planted_rows": planted_rows,
+            "code": os.path.dirname(os.path.dirname(os.path.abspath(verl_pdbg_conf.__file__)))}
+
+
+def report(data: dict, verbose: bool) -> int:
+    totals, our_wall, false_msgs = collections.Counter(data["totals"]), data["our_wall"], \
+        collections.Counter(data["false_msgs"])
+    tracebacks, false_errors, missed = data["tracebacks"], data["false_errors"], data["missed"]
+    found_refusals, planted_rows = data["found_refusals"], data["planted_rows"]
+    n = totals["scripts"]
+    judged = totals["judged"]
+    print(f"\ncode judged: {data['code']}")
     print(f"repositories: {len(planted_rows)}; scripts mentioning main_ppo: {n}; judged by Hydra: {judged} "
           f"(not judged: {totals['not judged by the truth (unknowable)']} unknowable before the run, "
           f"{totals['no main_ppo command (truth)']} without a main_ppo command)")
-    print(f"ours: {our_wall:.1f} s wall, {n / our_wall:.1f} scripts/s (target >= 5; each repository's first "
+    print(f"ours: {our_wall:.1f} s wall, {n / max(our_wall, 1e-9):.2f} scripts/s (target >= 5; each repository's first "
           f"extraction included; load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
     print(f"scripts with a false error: {totals['false']} of {judged} judged ({100 * totals['false'] / max(judged, 1):.1f}%;"
           " target <= 2%)")
@@ -551,7 +629,7 @@ def main() -> int:
             continue
         print(f"  {'ok   ' if ok else 'WRONG'} {repo} (verl {version}): backend {backend}, Hydra composes "
               f"{composes}: {what}")
-    if args.verbose:
+    if verbose:
         for repo, rel, errs in false_errors:
             print(f"  false: {repo}/{rel}: " + " | ".join(f"{d['line']}:{d['rule']} {d['message'][:140]}"
                                                           for d in errs[:3]))
