@@ -2,7 +2,7 @@
 root, against real Hydra composing the config tree the run really imports.
 
     python bench/verl_corpus_inplace.py [--repos-file bench/verl_corpus_inplace_repos.txt]
-        [--fetched DIR] [--bare DIR] [--keep DIR] [--verbose]
+        [--fetched DIR] [--bare DIR] [--keep DIR] [--code CHECKOUT] [--jobs N] [--verbose]
 
 Repositories (`owner/name` lines of --repos-file) come from --fetched DIR (trees already extracted,
 one folder per repository named `owner__name`: no `+`, which msprobe refuses in paths), else from --bare
