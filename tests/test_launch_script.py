@@ -89,6 +89,18 @@ def test_brace_expansion_is_flagged_not_performed():
     "HYDRA_FULL_ERROR=1 nohup python3 -m verl.trainer.main_ppo",
     "ray job submit --address http://x:8265 -- python3 -m verl.trainer.main_ppo",
     "python3 verl/trainer/main_ppo.py",
+    "exec python3 -m verl.trainer.main_ppo",
+    'exec "${PYTHON_BIN}" -m verl.trainer.main_ppo',
+    "$PYTHON -m verl.trainer.main_ppo",
+    '"${PYTHON:-python3}" -u -m verl.trainer.main_ppo',
+    "${PY_EXE} -m verl.trainer.main_ppo",
+    "$(which python) -m verl.trainer.main_ppo",
+    "exec `command -v python3` -m verl.trainer.main_ppo",
+    "PY=/usr/bin/python3.10; exec $PY -m verl.trainer.main_ppo",
+    'PYTHON_BIN=$(which python3)\nexec "$PYTHON_BIN" -m verl.trainer.main_ppo',
+    'LAUNCH=(python3)\nif [ -n "$UV" ]; then\n  LAUNCH=(uv run python3)\nfi\n"${LAUNCH[@]}" -m verl.trainer.main_ppo',
+    "RUN=python3\n$RUN -m verl.trainer.main_ppo",
+    "$RUNNER -m verl.trainer.main_ppo",
 ])
 def test_invocation_forms(tmp_path, line):
     invs, _ = invocation(line + " \\\n  trainer.nnodes=1\n", tmp_path)
@@ -97,7 +109,10 @@ def test_invocation_forms(tmp_path, line):
 
 
 @pytest.mark.parametrize("line", ["python3 -m verl.trainer.main_generation x=1", "python3 -c 'import verl' x=1",
-                                  "echo python3 -m verl.trainer.main_ppo", "torchrun -m other x=1"])
+                                  "echo python3 -m verl.trainer.main_ppo", "torchrun -m other x=1",
+                                  "$TOOL run verl.trainer.main_ppo x=1", "exec $HOME/bin/run -m verl.trainer.main_ppo",
+                                  "$RUNNER -m tools.convert x=1",
+                                  "$PYTHON -c 'import verl.trainer.main_ppo' x=1"])
 def test_not_an_invocation(tmp_path, line):
     invs, _ = invocation(line + "\n", tmp_path)
     assert [i.module for i in invs] in ([], ["verl.trainer.main_ppo"][:0])
@@ -135,9 +150,88 @@ def test_assignments_inside_blocks_and_after_source_are_unknown(tmp_path):
     assert b.unknown is not None and "source" in b.unknown.reason
 
 
-def test_cd_makes_relative_config_path_unknown(tmp_path):
-    (inv,), _ = invocation("cd $(dirname $0)\npython3 -m verl.trainer.main_ppo x.y=1\n", tmp_path)
-    assert inv.cwd == ""
+@pytest.mark.parametrize("cd,where", [
+    ("", "."), ("cd sub", "sub"), ("cd /abs/dir", "/abs/dir"), ("pushd sub/deeper\npopd", "."),
+    ('cd "$(dirname "$0")/.."', ".."), ("cd $(dirname $0)", "."), ('cd "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"', "."),
+    ('ROOT=$(cd "$(dirname "$0")/.." && pwd)\ncd $ROOT/sub', "../sub"), ("cd sub\ncd $PWD/deeper", "sub/deeper"),
+    ("cd $WORKDIR", None), ("cd ~/x", None), ("if [ -d x ]; then\n  cd x\nfi", None), ("cd sub\ncd $(git rev-parse --show-toplevel)", None),
+])
+def test_cwd_follows_the_scripts_cds_from_the_launch_directory(tmp_path, cd, where):
+    """The directory each invocation runs in, absolute: the launch directory (the repository root), moved
+    by `cd`/`pushd`; `$(dirname "$0")` is the script's directory; None where a `cd` cannot be known."""
+    (tmp_path / "scripts").mkdir()
+    p = tmp_path / "scripts" / "run.sh"
+    p.write_text(f"{cd}\npython3 -m verl.trainer.main_ppo x.y=1\n")
+    (inv,), _ = read_script(str(p), launch_dir=str(tmp_path))
+    base = tmp_path / "scripts" if "$0" in cd or "BASH_SOURCE" in cd else tmp_path
+    expect = None if where is None else where if where.startswith("/") else str((base / where).resolve())
+    assert inv.cwd == expect
+
+
+@pytest.mark.parametrize("set_pp,expect", [
+    ("export PYTHONPATH=$PYTHONPATH:lib", ["lib"]),
+    ('export PYTHONPATH="${PYTHONPATH}:$(pwd)/lib:/opt/x"', ["lib", "/opt/x"]),
+    ('PYTHONPATH="$(dirname "$0")/..":$PYTHONPATH', [".."]),
+    ("export PYTHONPATH=a\nexport PYTHONPATH=$PYTHONPATH:b", ["a", "b"]),
+    ("export PYTHONPATH=a\nexport PYTHONPATH=b", ["b"]),
+    ("export PYTHONPATH=$SOMEWHERE:a", ["a"]),
+    ("cd sub\nexport PYTHONPATH=$PWD:$PYTHONPATH", ["sub"]),
+    ("", []),
+])
+def test_pythonpath_entries_set_in_the_script(tmp_path, set_pp, expect):
+    p = tmp_path / "run.sh"
+    p.write_text(f"{set_pp}\npython3 -m verl.trainer.main_ppo x.y=1\n")
+    (inv,), _ = read_script(str(p), launch_dir=str(tmp_path))
+    assert inv.pythonpath == [e if e.startswith("/") else str((tmp_path / e).resolve()) for e in expect]
+
+
+def _entry_module(root: Path, module: str, config_name: str) -> Path:
+    """A module declaring @hydra.main(config_path="config", config_name=...) with its config beside it."""
+    src = root / (module.replace(".", "/") + ".py")
+    src.parent.mkdir(parents=True, exist_ok=True)
+    src.write_text(f'import hydra\n\n@hydra.main(version_base=None,\n    config_path="config", config_name="{config_name}")\n'
+                   "def main(config):\n    pass\n")
+    (src.parent / "config").mkdir(exist_ok=True)
+    (src.parent / "config" / f"{config_name}.yaml").write_text("trainer:\n  total_epochs: 1\n")
+    return src
+
+
+@pytest.mark.parametrize("module", ["verl.trainer.main_ppo_format", "verl.trainer.main_ppo_async",
+                                    "recipe.dapo.main_dapo", "my_project.train.main_grpo"])
+def test_repository_module_with_hydra_main_is_an_entry(tmp_path, module):
+    """Any -m module of the repository whose source declares @hydra.main: its config_path and
+    config_name as Hydra reads them, relative to the module's file."""
+    src = _entry_module(tmp_path, module, "special_trainer")
+    p = tmp_path / "scripts" / "run.sh"
+    p.parent.mkdir()
+    p.write_text(f"exec $PYTHON -m {module} \\\n  trainer.total_epochs=2\n")
+    (inv,), _ = read_script(str(p), launch_dir=str(tmp_path))
+    assert (inv.module, inv.config_name, inv.entry.source) == (module, "special_trainer", str(src))
+    assert inv.config_dir == str(src.parent / "config") and not inv.unjudged
+    assert [o.text for o in inv.overrides] == ["trainer.total_epochs=2"]
+
+
+def test_module_is_resolved_as_python_does_from_the_launch_directory(tmp_path):
+    """`python -m` looks in the directory it runs in, then PYTHONPATH: with the module in both the
+    repository root and a sub-project, the `cd` and the PYTHONPATH decide which one runs."""
+    root_src = _entry_module(tmp_path, "proj.main_ppo", "root_trainer")
+    sub_src = _entry_module(tmp_path / "sub", "proj.main_ppo", "sub_trainer")
+    lib_src = _entry_module(tmp_path / "lib", "other.main_rl", "lib_trainer")
+    p = tmp_path / "run.sh"
+    p.write_text("python3 -m proj.main_ppo a.a=1\ncd sub\npython3 -m proj.main_ppo b.b=1\n"
+                 "PYTHONPATH=../lib python3 -m other.main_rl c.c=1\ncd /\n"
+                 "PYTHONPATH=" + str(tmp_path / "sub") + " python3 -m proj.main_ppo d.d=1\n")
+    a, b, c, d = read_script(str(p), launch_dir=str(tmp_path))[0]
+    assert [i.entry.source for i in (a, b, c, d)] == [str(root_src), str(sub_src), str(lib_src), str(sub_src)]
+    assert [i.config_name for i in (a, b, c, d)] == ["root_trainer", "sub_trainer", "lib_trainer", "sub_trainer"]
+
+
+def test_pythonpath_on_the_command_line_counts_for_that_command_only(tmp_path):
+    p = tmp_path / "run.sh"
+    p.write_text("PYTHONPATH=lib:$PYTHONPATH python3 -m verl.trainer.main_ppo a.a=1\n"
+                 "env PYTHONPATH=/x python3 -m verl.trainer.main_ppo b.b=1\npython3 -m verl.trainer.main_ppo c.c=1\n")
+    a, b, c = read_script(str(p), launch_dir=str(tmp_path))[0]
+    assert (a.pythonpath, b.pythonpath, c.pythonpath) == ([str(tmp_path / "lib")], ["/x"], [])
 
 
 def test_is_launch_script(tmp_path):
@@ -156,6 +250,7 @@ def run(path: Path):
 
 @pytest.mark.parametrize("path", POSITIVE, ids=lambda p: p.name)
 def test_positive_script_has_no_error(path):
+    assert read_script(str(path), launch_dir=str(EX))[0], "no main_ppo invocation seen"  # judged, not skipped
     findings = run(path)
     assert [f for f in findings if f.severity is Severity.ERROR] == []
     assert not [f for f in findings if "not judged" in f.message]  # composed and judged, not skipped

@@ -61,19 +61,20 @@ class ConfigChoice:
     notes: list[Note] = field(default_factory=list)
 
 
-def find_entry(target: str, script: Script) -> Entry | None:
-    """verl's main_ppo; a copy of it (`-m recipe.x.main_ppo`, `python3 main_ppo_split.py`) whose
-    source is found next to the script or in its repository and declares `@hydra.main`; a
-    main_ppo-named module whose source is not found (its config cannot be known); else None
-    (data preparation, model conversion...: not a training launch)."""
+def find_entry(target: str, script: Script, cwd: str | None = None, pythonpath: list[str] | None = None) -> Entry | None:
+    """verl's main_ppo; a copy of it (`-m recipe.x.main_ppo`, `-m verl.trainer.main_ppo_async`,
+    `python3 main_ppo_split.py`) whose source declares `@hydra.main`, found as Python finds it from
+    the launch directory `cwd` (then `pythonpath`), else next to the script or in its repository
+    (a project installed from its checkout); a main_ppo-named module whose source is not found
+    (its config cannot be known); else None (data preparation, model conversion...: not a
+    training launch)."""
     if target in ENTRY_POINTS or target.endswith("verl/trainer/main_ppo.py"):
         return Entry("verl.trainer.main_ppo", ENTRY_POINTS["verl.trainer.main_ppo"], "config", None)
-    if target.startswith("verl.") or re.search(r"(?:^|/)verl/\w+/", target):
+    like = _MAIN_PPO_LIKE.search(target)
+    if (target.startswith("verl.") or re.search(r"(?:^|/)verl/\w+/", target)) and not like:
         return None  # verl's other entry points (main_generation, SFT trainers): other configs, not profiled runs
-    rel = target if target.endswith(".py") or "/" in target else target.replace(".", "/") + ".py"
-    src = rel if os.path.isabs(rel) and os.path.isfile(rel) else None
-    if src is None and not os.path.isabs(rel):
-        src, _ = locate(Word(rel, 0, 0), script, os.path.isfile)
+    is_module = not (target.endswith(".py") or "/" in target)
+    src = _module_source(target, is_module, script, cwd, pythonpath or [])
     if src is not None:
         m = None
         try:
@@ -85,9 +86,27 @@ def find_entry(target: str, script: Script) -> Entry | None:
             args = dict(re.findall(r"(config_path|config_name)\s*=\s*[\"']([^\"']*)[\"']", m.group(1)))
             return Entry(target, args.get("config_name", ""), args.get("config_path"),
                          os.path.dirname(os.path.abspath(src)), verl=False, source=src)
-    if _MAIN_PPO_LIKE.search(target):
+    if like:
         return Entry(target, "", None, None, verl=False)
     return None
+
+
+def _module_source(target: str, is_module: bool, script: Script, cwd: str | None,
+                   pythonpath: list[str]) -> str | None:
+    """The file `python -m target` (or `python target`) runs: as Python resolves it from the
+    launch directory (sys.path[0] for -m) and PYTHONPATH; else found next to the script or in
+    its repository, where a launch from the repository root or an editable install finds it."""
+    rel = target.replace(".", "/") + ".py" if is_module else target
+    if os.path.isabs(rel):
+        return rel if os.path.isfile(rel) else None
+    roots = ([cwd] if cwd else []) + (list(pythonpath) if is_module else [])
+    for root in roots:
+        for cand in (rel, rel[:-3] + "/__main__.py") if is_module else (rel,):
+            path = os.path.join(root, cand)
+            if os.path.isfile(path):
+                return path
+    src, _ = locate(Word(rel, 0, 0), script, os.path.isfile)
+    return src
 
 
 def _verl_trainer_dir(script: Script) -> str | None:

@@ -70,7 +70,8 @@ class Invocation:
     config_name: str
     overrides: list[ScriptOverride] = field(default_factory=list)
     config_dir: str | None = None  # the primary config's directory; None: verl's own tree
-    cwd: str | None = None  # directory after the script's `cd`s ("" = unknown); None = launch dir
+    cwd: str | None = None  # absolute directory the command runs in (launch dir, then `cd`s); None: unknown
+    pythonpath: list[str] = field(default_factory=list)  # absolute PYTHONPATH entries the script sets
     findings: list[Finding] = field(default_factory=list)
     entry: Entry | None = None
     flags: dict = field(default_factory=dict)  # --config-path/-name/-dir -> (Word, value)
@@ -85,9 +86,12 @@ MAX_DEPTH = 3  # sourced files and wrapped scripts followed, nested at most this
 
 
 def read_script(path: str, text: str | None = None, positional: list | None = None,
-                depth: int = 0) -> tuple[list[Invocation], list[Finding]]:
+                depth: int = 0, launch_dir: str | None = None,
+                pythonpath: list[str] | None = None) -> tuple[list[Invocation], list[Finding]]:
     """The script's main_ppo invocations and the findings about the script itself.
-    `positional`: the words a wrapper passes to it (`"$@"`, `$1`...), when known."""
+    `positional`: the words a wrapper passes to it (`"$@"`, `$1`...), when known.
+    `launch_dir`: the directory the script is run from (default: the current directory; the
+    repository root when a user or pre-commit runs it), where `cd`s and `python -m` start."""
     if text is None:
         try:
             with open(path, encoding="utf-8", errors="replace") as fh:
@@ -100,11 +104,11 @@ def read_script(path: str, text: str | None = None, positional: list | None = No
     reader = Reader(text, variables)
     invocations: list[Invocation] = []
     findings: list[Finding] = []
-    cwd: str | None = None
+    where = Where(os.path.abspath(launch_dir or os.getcwd()), list(pythonpath or []), script.path)
     last: Invocation | None = None
     for cmd in reader.commands():
         words = cmd.words
-        inv = _invocation(script, cmd, cwd)
+        inv = _invocation(script, cmd, where)
         if inv is not None:
             invocations.append(inv)
             last = inv
@@ -119,15 +123,15 @@ def read_script(path: str, text: str | None = None, positional: list | None = No
                      "out of the command"))
             continue
         last = None if not _only_assignments(words) else last
-        wrapped = _wrapped(script, cmd)
+        wrapped = _wrapped(script, cmd, where)
         if wrapped is not None:
             invocations += wrapped
             continue
-        cwd = _track(cmd, variables, cwd, script)
+        _track(cmd, variables, where, script)
     return invocations, findings
 
 
-def _wrapped(script: Script, cmd: Command) -> list[Invocation] | None:
+def _wrapped(script: Script, cmd: Command, where: Where) -> list[Invocation] | None:
     """`bash other.sh ARGS` / `./other.sh ARGS` with `other.sh` next to the script: its
     invocations, with ARGS as its `$@` (a wrapper passing overrides to a base script)."""
     words = cmd.words
@@ -144,7 +148,11 @@ def _wrapped(script: Script, cmd: Command) -> list[Invocation] | None:
     args = []
     for w in words[i + 1:]:
         args.append(w if w.file else replace(w, file=script.path))
-    invs, _ = read_script(target, positional=args, depth=script.depth + 1)
+    invs, _ = read_script(target, positional=args, depth=script.depth + 1, launch_dir=where.cwd,
+                          pythonpath=_command_pythonpath(words[:i], where))
+    if where.cwd is None:
+        for inv in invs:
+            inv.cwd = None
     return invs
 
 
@@ -169,8 +177,8 @@ def _only_assignments(words: list[Word]) -> bool:
     return all(_is_assignment(w) for w in words)
 
 
-def _track(cmd: Command, variables: Variables, cwd: str | None, script: Script) -> str | None:
-    """Record the variables a command assigns, and where a `cd` moves; returns the new cwd."""
+def _track(cmd: Command, variables: Variables, place: Where, script: Script) -> None:
+    """Record the variables a command assigns, where a `cd` moves and what PYTHONPATH becomes."""
     words = cmd.words
     where = f"line {cmd.line}"
 
@@ -179,6 +187,8 @@ def _track(cmd: Command, variables: Variables, cwd: str | None, script: Script) 
             return
         m = _ASSIGN.match(w.text)
         name, append, value = m.group(1), m.group(2), m.group(3)
+        if name == "PYTHONPATH":
+            place.pythonpath = None if cmd.depth > 0 else _pythonpath_value(w, place)
         if cmd.depth > 0:
             variables.set(name, None, f"${name} is assigned inside an if/for/while block or a function ({where})")
             variables.arrays.pop(name, None)
@@ -196,7 +206,7 @@ def _track(cmd: Command, variables: Variables, cwd: str | None, script: Script) 
     if _only_assignments(words):
         for w in words:
             assign(w)
-        return cwd
+        return
     head = words[0].text if words[0].known else ""
     if head in ("export", "declare", "typeset", "local", "readonly"):
         for w in words[1:]:
@@ -207,22 +217,105 @@ def _track(cmd: Command, variables: Variables, cwd: str | None, script: Script) 
             variables.values.pop(w.text, None)
             variables.arrays.pop(w.text, None)
     elif head in ("source", ".") and len(words) > 1:
-        _source(words[1], variables, script, cmd, where)
+        _source(words[1], variables, script, cmd, where, place)
     elif head in ("read", "mapfile", "readarray", "getopts"):
         for w in words[1:]:
             if re.fullmatch(r"[A-Za-z_]\w*", w.text):
                 variables.set(w.text, None, f"${w.text} is read at launch time ({where})")
     elif head in ("cd", "pushd"):
-        target = words[1] if len(words) > 1 else None
-        if target is None or not target.known or cmd.depth > 0 or cwd == "":
-            return ""
-        return os.path.join(cwd or "", target.text) if not os.path.isabs(target.text) else target.text
+        args = [w for w in words[1:] if not (w.known and w.text in ("-P", "-L", "--"))]
+        if head == "pushd":
+            place.stack.append(place.cwd)
+        place.cwd = None if cmd.depth > 0 or len(args) != 1 else place.resolve(args[0])
     elif head == "popd":
-        return ""
-    return cwd
+        place.cwd = place.stack.pop() if place.stack and cmd.depth == 0 else None
 
 
-def _source(w: Word, variables: Variables, script: Script, cmd: Command, where: str) -> None:
+@dataclass
+class Where:
+    """Where the next command runs and what it imports: the directory (absolute; None when a
+    `cd` goes where this check cannot know) and the PYTHONPATH entries the script set (absolute;
+    None when set in a way that cannot be known)."""
+
+    cwd: str | None
+    pythonpath: list[str] | None
+    script0: str  # `$0`: the script bash runs (a sourced file keeps its caller's)
+    stack: list = field(default_factory=list)  # pushd's directories
+
+    def resolve(self, w: Word, base: str | None = None) -> str | None:
+        """The absolute directory a word names, from `base` (default: the current directory);
+        `$(dirname "$0")`-style and `$PWD`/`$(pwd)` prefixes are known here; None otherwise."""
+        base = self.cwd if base is None else base
+        if w.known:
+            if os.path.isabs(w.text):
+                return os.path.normpath(w.text)
+            return None if base is None or w.text in ("", "-") else os.path.normpath(os.path.join(base, w.text))
+        parts = [p for p in w.parts if p[0]]
+        if not parts or parts[0][1] or any(not known for _, known, _ in parts[1:]):
+            return None  # unknown other than a leading prefix
+        head, tail = parts[0][0], "".join(p[0] for p in parts[1:])
+        if _PWD.fullmatch(head):
+            start = self.cwd
+        else:
+            m = _SCRIPT_DIR.search(head)
+            if m is None:
+                return None
+            start = os.path.normpath(os.path.dirname(os.path.abspath(self.script0)) + (m.group(1) or ""))
+        if start is None:
+            return None
+        return os.path.normpath(start + tail) if tail.startswith("/") or not tail else None
+
+
+# `$PWD`, `$(pwd)`: the current directory; `$(dirname "$0")`, `$(cd "$(dirname "${BASH_SOURCE[0]}")/.." &&
+# pwd)`, `$(dirname $(realpath $0))`: the script's directory, with the path inside the substitution.
+_PWD = re.compile(r'"?(?:\$PWD|\$\{PWD\}|\$\(\s*pwd\s*\)|`\s*pwd\s*`)"?')
+_SCRIPT_DIR = re.compile(r'^[`$]\(?.*?dirname\s+(?:--\s+)?"?(?:\$\(\s*(?:realpath|readlink\s+-f)\s+"?)?'
+                         r'(?:\$0|\$\{0\}|\$\{BASH_SOURCE(?:\[0\])?\}|\$BASH_SOURCE)"?\)?"?\s*\)?"?'
+                         r'((?:/\.\.?)*)/?"?\s*(?:(?:&&|;)\s*pwd\s*)?\)?`?$', re.S)
+
+
+def _pythonpath_value(w: Word, place: Where) -> list[str] | None:
+    """The entries `PYTHONPATH=a:$PYTHONPATH:b` gives (the inherited `$PYTHONPATH` keeps the
+    entries set so far); an entry that cannot be known is left out."""
+    old = place.pythonpath or []
+    value_parts = _after(w.parts, w.text.index("=") + 1)
+    segments: list[list] = [[]]
+    for text, known, quoted in value_parts:
+        if not known:
+            segments[-1].append((text, known, quoted))
+            continue
+        pieces = text.split(":")
+        for k, piece in enumerate(pieces):
+            if k:
+                segments.append([])
+            if piece:
+                segments[-1].append((piece, True, quoted))
+    out: list[str] = []
+    for seg in segments:
+        if not seg:
+            continue
+        if len(seg) == 1 and not seg[0][1] and re.fullmatch(r'"?\$\{?PYTHONPATH(?::?[+-][^}]*)?\}?"?', seg[0][0]):
+            out += [p for p in old if p not in out]  # the inherited value
+            continue
+        text = "".join(t for t, _, _ in seg)
+        word = Word(text, w.line, w.column, text, "" if all(k for _, k, _ in seg) else "unknown",
+                    parts=seg)
+        d = place.resolve(word)
+        if d is not None and d not in out:
+            out.append(d)
+    return out
+
+
+def _command_pythonpath(prefix: list[Word], place: Where) -> list[str] | None:
+    """PYTHONPATH for one command: the script's, or `PYTHONPATH=x` written before the command."""
+    pp = place.pythonpath
+    for w in prefix:
+        if _is_assignment(w) and w.text.startswith("PYTHONPATH="):
+            pp = _pythonpath_value(w, place)
+    return pp
+
+
+def _source(w: Word, variables: Variables, script: Script, cmd: Command, where: str, place: Where) -> None:
     """`source FILE` / `. FILE`: a file found next to the script (or in its repository) is read for
     its variables; otherwise every variable assigned so far may have been changed by it."""
     found, _ = locate(w, script, os.path.isfile) if cmd.depth == 0 and script.depth < MAX_DEPTH else (None, False)
@@ -236,29 +329,50 @@ def _source(w: Word, variables: Variables, script: Script, cmd: Command, where: 
         variables.taint_all(f"`source {w.raw}` ({where}) may change it")
         return
     inner = Script(found, script.depth + 1)
-    cwd = None
-    for c in Reader(text, variables).commands():
-        cwd = _track(c, variables, cwd, inner)
+    for c in Reader(text, variables).commands():  # the same shell: its `cd`s and PYTHONPATH count
+        _track(c, variables, place, inner)
 
 
-def _invocation(script: Script, cmd: Command, cwd: str | None) -> Invocation | None:
+def _invocation(script: Script, cmd: Command, where: Where) -> Invocation | None:
     words = cmd.words
     if words[0].known and words[0].text in _NOT_LAUNCHERS:
         return None
     for i, w in enumerate(words):
-        if not (w.known and _PYTHON.match(w.text)):
+        if not _is_interpreter(w, words[i + 1] if i + 1 < len(words) else None):
             continue
         module, j = _python_module(words, i + 1)
         if module is None:
             continue
-        entry = find_entry(module, script)
+        pythonpath = list(_command_pythonpath(words[:i], where) or [])
+        entry = find_entry(module, script, where.cwd, pythonpath)
         if entry is None:
             return None
-        inv = Invocation(script.path, w.line, w.column, entry.module, entry.config_name, cwd=cwd, entry=entry)
+        inv = Invocation(script.path, w.line, w.column, entry.module, entry.config_name, cwd=where.cwd,
+                         pythonpath=pythonpath, entry=entry)
         _hydra_args(inv, words[j:])
         _resolve_config(inv, script)
         return inv
     return None
+
+
+# An interpreter named by a variable or a command substitution: `$PYTHON`, `"${PYTHON_BIN}"`,
+# `${PY:-python3}`, `$(which python3)`, `` `command -v python` ``.
+_PYTHON_VAR = re.compile(r'^"?(?:\$\{?(?:[Pp][Yy]\w*|\w*(?:PYTHON|[Pp]ython)\w*)(?::?[-=][^}]*)?\}?|'
+                         r'(?:\$\(|`)\s*(?:which|command\s+-v|type\s+-p)\s+python[\d.]*\s*(?:\)|`))"?$')
+
+
+# One expansion that is the whole word (`$RUN`, `"${LAUNCH[@]}"` set in an if/else, `$(...)`): followed
+# by `-m MODULE`, it can only be a Python launcher (`uv run python3`, a venv's python).
+_WHOLE_EXPANSION = re.compile(r'^"?(?:\$\{?[A-Za-z_]\w*(?:\[[@*]\])?\}?|\$\([^()]*\))"?$')
+
+
+def _is_interpreter(w: Word, nxt: Word | None) -> bool:
+    if w.known:
+        return bool(_PYTHON.match(w.text))
+    if _PYTHON_VAR.match(w.raw):
+        return True
+    return bool(_WHOLE_EXPANSION.match(w.raw)) and nxt is not None and nxt.known and \
+        bool(re.fullmatch(r"-[A-Za-z]*m\S*", nxt.text))
 
 
 def _python_module(words: list[Word], i: int) -> tuple[str | None, int]:
@@ -443,7 +557,7 @@ def compose_invocation(inv: Invocation, release: str | None = None) -> ComposedI
         unknowns = {o.placeholder: o.unknown for o in inv.overrides if o.unknown is not None}
         if unknowns:
             doc.data = _replace(doc.data, unknowns)
-        if inv.cwd == "":
+        if inv.cwd is None:
             doc.data = _unknown_relative_config_path(doc.data)
     shown = {o.placeholder: o.unknown for o in inv.overrides if o.unknown is not None}
     findings = [_unplaceholder(f, shown) for f in result.findings] if shown else list(result.findings)
@@ -495,7 +609,7 @@ def validate_script(path: str, options=None) -> Report:
     if text is None:
         report.findings += errs
         return report
-    invocations, findings = read_script(path, text)
+    invocations, findings = read_script(path, text, launch_dir=options.base_dir)
     report.findings += findings
     if not invocations:
         report.findings.append(Finding(
@@ -511,11 +625,7 @@ def validate_script(path: str, options=None) -> Report:
         report.findings += [_relocate(f, inv) for f in composed.findings]
         if composed.document is None:
             continue
-        opts = options
-        if inv.cwd:
-            from dataclasses import replace
-
-            opts = replace(options, base_dir=os.path.join(options.base_dir, inv.cwd))
+        opts = replace(options, base_dir=inv.cwd) if inv.cwd and inv.cwd != options.base_dir else options
         sub = validate_document(composed.document, opts)
         report.findings += [_relocate(f, inv) for f in sub.findings]
         report.files += [f for f in sub.files if f not in report.files and not f.startswith("<")]
@@ -527,7 +637,5 @@ def _relocate(f: Finding, inv: Invocation) -> Finding:
     """A finding about a value verl's defaults set (no line of its own) points at the invocation."""
     if not f.file.startswith("<"):
         return f
-    from dataclasses import replace
-
     return replace(f, file=inv.file, line=inv.line, column=inv.column,
                    message=f.message + f" (set by verl's {inv.config_name} defaults, not by this script)")

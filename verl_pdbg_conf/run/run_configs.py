@@ -36,12 +36,12 @@ def run_configs(files: list[str], options: Options, *, verl: bool = False, overr
 
     for f in files:
         if is_launch_script(f):
-            invocations, _ = read_script(f)
+            invocations, _ = read_script(f, launch_dir=options.base_dir)
             for inv in invocations:
                 composed = compose_invocation(inv, options.release[0])
                 if composed.document is None:
                     continue
-                opts = replace(options, base_dir=os.path.join(options.base_dir, inv.cwd)) if inv.cwd else options
+                opts = replace(options, base_dir=inv.cwd) if inv.cwd else options
                 out.append(RunConfig(f"{f}:{inv.line}", composed.document, opts))
         elif not f.lower().endswith(".json"):
             doc = load_yaml(f)
