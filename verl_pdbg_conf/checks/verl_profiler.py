@@ -96,6 +96,16 @@ def check_verl_config(doc: Document, options: Options) -> tuple[list[Finding], T
 
     tool = gp.get("tool")
     pd_present = has_pd_settings(data)
+    target = options.target
+    if target.global_profiler is False and data.get("global_profiler") is not None:
+        from verl_pdbg_conf.checks import verl_support
+
+        out = [doc.finding(verl_support.RULE, E, f"{target.label} has no `global_profiler` section in its "
+                           "ppo_trainer and no precision_debugger profiler: the keys added here are ignored and "
+                           "nothing is collected", GP, key=True,
+                           hint=f"profile with {verl_support.with_backend()}, or drop these settings")]
+        return out, None
+    tools = target.tools or TOOLS
     if is_unknown(tool):
         if not pd_present:
             return out, None
@@ -111,11 +121,19 @@ def check_verl_config(doc: Document, options: Options) -> tuple[list[Finding], T
             return out, None
         else:
             return out, None
-    elif not isinstance(tool, str) or tool not in TOOLS:
-        close = did_you_mean(str(tool), TOOLS)
+    elif tool == TOOL and TOOL not in tools:
+        from verl_pdbg_conf.checks import verl_support
+
+        out.append(doc.finding(
+            verl_support.RULE, E, f"global_profiler.tool {tool!r}: {target.label} has no precision_debugger "
+            f"profiler (its DistProfiler knows {', '.join(tools)}); {verl_support.unknown_tool_effect(target)}",
+            GP + ("tool",), hint=f"profile with {verl_support.with_backend()}"))
+        return out, None
+    elif not isinstance(tool, str) or tool not in tools:
+        close = did_you_mean(str(tool), tools)
         out.append(doc.finding(
             "tool-unknown", E, f"global_profiler.tool {tool!r} is not a verl profiler tool; verl falls back to a "
-            "no-op profiler and collects nothing", GP + ("tool",), hint=f"one of {', '.join(TOOLS)}{close}"))
+            "no-op profiler and collects nothing", GP + ("tool",), hint=f"one of {', '.join(tools)}{close}"))
         if not (pd_present or f"'{TOOL}'" in close):  # meant precision_debugger: check the rest too
             return out, None
     elif tool != TOOL:
