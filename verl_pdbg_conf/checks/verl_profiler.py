@@ -100,9 +100,11 @@ def check_verl_config(doc: Document, options: Options) -> tuple[list[Finding], T
     if target.global_profiler is False and data.get("global_profiler") is not None:
         from verl_pdbg_conf.checks import verl_support
 
+        set_at = sorted((p for p in doc.values if p[:1] == GP and p != GP and not doc.origin(p)[0].startswith("<")),
+                        key=lambda p: doc.origin(p)[1:])  # the first line that adds a key under it
         out = [doc.finding(verl_support.RULE, E, f"{target.label} has no `global_profiler` section in its "
                            "ppo_trainer and no precision_debugger profiler: the keys added here are ignored and "
-                           "nothing is collected", GP, key=True,
+                           "nothing is collected", GP, key=True, at=set_at[0] if set_at else None,
                            hint=f"profile with {verl_support.with_backend()}, or drop these settings")]
         return out, None
     tools = target.tools or TOOLS
