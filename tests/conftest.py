@@ -14,10 +14,7 @@ import zipfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
-
-# Releases before the precision_debugger backend (every layout from 0.2 to 0.7), and one with it.
-OLD_VERLS = ("0.2.0.post2", "0.3.0.post1", "0.4.1", "0.5.0", "0.6.1", "0.7.1")
-VERL_WHEELS = OLD_VERLS + ("0.9.1",)
+from real_verls import VERL_WHEELS  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import OLD_VERLS
+from real_verls import OLD_VERLS
 from verl_pdbg_conf.context import Options
 from verl_pdbg_conf.launch_scripts.launch_script import validate_script
 from verl_pdbg_conf.verl_facts import catalog, releases, source
