@@ -228,3 +228,19 @@ def test_second_script_costs_no_extraction(verl_tree, tmp_path, monkeypatch):
     source._TREES.clear()
     edited = source.from_tree(str(r), source.REPOSITORY)
     assert edited.facts != first.facts and calls == [1]
+
+
+def test_stage_the_copy_does_not_annotate(verl_tree, tmp_path):
+    """A fork of 0.9.1 that dropped the ref's annotation: its facts say the stage never fires."""
+    r = repo(tmp_path, verl_tree("0.9.1"), copy=True)
+    w = r / "verl" / "workers" / "engine_workers.py"
+    w.write_text(w.read_text().replace('    @DistProfiler.annotate(color="olive", role="ref_compute_log_prob")\n', ""))
+    text = GUIDE.replace("/path/to/config.json", str(ROOT / "tests/examples/scripts/configs/statistics_l1.json"))
+    text = text.replace("ref.profiler.enable=True", "ref.profiler.enable=True \\\n"
+                        "    +global_profiler.global_tool_config.precision_debugger.stages='[ref_compute_log_prob]' \\\n"
+                        "    actor_rollout_ref.actor.use_kl_loss=True")
+    errs = errors(validate_script(script(r, text)))
+    assert [(f.rule, f.line) for f in errs] == [("stage-not-run", 10)], [f.message for f in errs]
+    assert f"verl 0.9.1 (repository copy at {r}/verl)" in errs[0].message
+    plain = repo(tmp_path, verl_tree("0.9.1"), "plain")
+    assert errors(validate_script(script(plain, text))) == []

@@ -431,19 +431,21 @@ def _stages(doc, tc, options, runtime, in_use):
             out.append(doc.finding("stage-not-run", W, f"stage '{s}' is never collected: {why}", p,
                                    hint="remove it, or enable the role it needs"))
         elif s not in collectable:
-            why = (f"verl {target.version}'s workers never run a stage named '{s}'")
+            why = (f"{target.label or 'verl ' + target.version}'s workers never run a stage named '{s}'")
             alias = next((a for a, st in target.aliases.items() if st == s), None)
             hint = "remove it"
             if alias:
                 why += f" (the critic's update runs as '{alias}')"
                 hint = (f"run this package's runtime profiler, which collects '{alias}' as '{s}': "
                         f"ray_kwargs.ray_init.runtime_env.worker_process_setup_hook={RUNTIME_HOOK}")
+            else:  # read off its code: no worker method carries the annotation
+                why += " (no worker method of it is annotated with it): the stage never fires"
             out.append(doc.finding("stage-not-run", W, f"stage '{s}' is never collected: {why}", p, hint=hint))
         else:
             selected.add(s)
     if stages and not selected and not any(f.severity is E for f in out):
-        out.append(doc.finding("stage-not-run", E, f"none of the selected stages is ever collected on verl "
-                               f"{target.version}: the run collects nothing", at,
+        out.append(doc.finding("stage-not-run", E, f"none of the selected stages is ever collected on "
+                               f"{target.label or 'verl ' + target.version}: the run collects nothing", at,
                                hint=f"select one of {', '.join(sorted(collectable))}"))
     return out, selected
 
