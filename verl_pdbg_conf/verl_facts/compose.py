@@ -593,6 +593,20 @@ def compose_verl(files: list[str], overrides: list, config_name: str = "ppo_trai
     return result
 
 
+def compose_tree(release: str, config_name: str = "ppo_trainer", overrides=()):
+    """verl's own `config_name` of `release` (a catalog name), unresolved, composed exactly as
+    compose_verl composes it with no files (same set-up, same cached Composer)."""
+    from verl_pdbg_conf.verl_facts import facts_source
+    from verl_pdbg_conf.verl_facts.structured import register_configs
+
+    _ensure_search_path_plugin()
+    facts_source.ensure_registered()
+    register_configs()
+    main = f"{facts_source.SCHEME}://{release}"
+    with _hydra_session(main):
+        return Composer(main, None, None).compose(config_name, list(overrides))
+
+
 # ---------------------------------------------------------------- verl's tree beside a user directory
 
 _VERL_TREE = re.compile(r"(^|/)verl/trainer/config$")

@@ -292,7 +292,15 @@ def live_facts(tree) -> str:
         except ValueError:
             facts = None
     if facts is None or facts.get("digest") != tree.digest:
-        facts = extract(tree, strict=False)
+        def compose(partial, config_name, overrides):
+            # composed under the tree's own name, as the validator composes it next: the same
+            # cached composition (in memory and on disk), so a script pays for it once
+            from verl_pdbg_conf.verl_facts.compose import compose_tree
+
+            catalog.register(name, {**partial, "stages": {}})
+            return compose_tree(name, config_name, overrides)
+
+        facts = extract(tree, strict=False, compose=compose)
         disk_cache.put(("facts", tree.digest), json.dumps(facts).encode(), kind="facts")
     facts["name"] = name
     catalog.register(name, facts)

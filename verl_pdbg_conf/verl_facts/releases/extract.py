@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import gzip
 import io
 import json
@@ -158,15 +159,49 @@ class Tree:
 
 # ---------------------------------------------------------------- configs
 
-def load_config_text(text: str) -> dict:
-    """One YAML config as Hydra's FileConfigSource loads it: the header by Hydra's own parser
-    (first 512 characters), the body by OmegaConf's YAML loader; the defaults list apart."""
+@functools.lru_cache(maxsize=2)
+def _yaml_loader(fast: bool):
+    """OmegaConf's YAML loader; `fast`: the same resolvers, constructors and duplicate-key check
+    on libyaml's parser (values identical on every verl tree the tests fetch, 10x faster)."""
     import yaml
-    from hydra.plugins.config_source import ConfigSource
     from omegaconf._utils import get_yaml_loader
 
+    slow = get_yaml_loader()
+    if not fast or not getattr(yaml, "__with_libyaml__", False):
+        return slow
+
+    class FastLoader(yaml.CSafeLoader):
+        def construct_mapping(self, node, deep=False):
+            keys = set()
+            for key_node, _ in node.value:  # as OmegaConf's loader: a duplicate key is an error
+                if key_node.tag != yaml.resolver.BaseResolver.DEFAULT_SCALAR_TAG:
+                    continue
+                if key_node.value in keys:
+                    raise yaml.constructor.ConstructorError("while constructing a mapping", node.start_mark,
+                                                            f"found duplicate key {key_node.value}",
+                                                            key_node.start_mark)
+                keys.add(key_node.value)
+            return yaml.constructor.SafeConstructor.construct_mapping(self, node, deep=deep)
+
+    FastLoader.yaml_implicit_resolvers = slow.yaml_implicit_resolvers
+    FastLoader.yaml_constructors = slow.yaml_constructors
+    return FastLoader
+
+
+def load_config_text(text: str, fast: bool = False) -> dict:
+    """One YAML config as Hydra's FileConfigSource loads it: the header by Hydra's own parser
+    (first 512 characters), the body by OmegaConf's YAML loader; the defaults list apart.
+    `fast`: libyaml's parser first (a live copy), OmegaConf's own when it refuses the text."""
+    import yaml
+    from hydra.plugins.config_source import ConfigSource
+
     header = ConfigSource._get_header_dict(text[:512])
-    body = yaml.load(io.StringIO(text), Loader=get_yaml_loader())
+    try:
+        body = yaml.load(io.StringIO(text), Loader=_yaml_loader(fast))
+    except yaml.YAMLError:
+        if not fast:
+            raise
+        body = yaml.load(io.StringIO(text), Loader=_yaml_loader(False))
     entry: dict = {"package": header.get("package")}
     extra = {k: v for k, v in header.items() if k != "package"}
     if extra:
@@ -199,7 +234,7 @@ def extract_configs(tree: Tree, problems: list | None = None) -> tuple[dict, lis
             continue
         name = rel[:-len(".yaml")]
         try:
-            entry = load_config_text(tree.read(path))
+            entry = load_config_text(tree.read(path), fast=problems is not None)
             stored = json.loads(json.dumps(encode(entry)))
             if not same_typed(decode(stored), entry):  # the stored form must give back exactly what Hydra read
                 raise ExtractionError(f"{path}: does not survive the typed JSON encoding")
@@ -251,16 +286,25 @@ def _annotations(tree: Tree) -> list[dict]:
     return out
 
 
+def _self_calls(tree: Tree, file: str, cls_name: str) -> dict:
+    """method -> the `self.m(...)` it calls, for one class (memoized per tree)."""
+    key = ("self-calls", file, cls_name)
+    if key not in tree._ast:
+        mod = tree.parse(file)
+        cls = next(n for n in ast.walk(mod) if isinstance(n, ast.ClassDef) and n.name == cls_name)
+        calls = {}
+        for fn in cls.body:
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                calls[fn.name] = {c.func.attr for c in ast.walk(fn) if isinstance(c, ast.Call)
+                                  and isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)
+                                  and c.func.value.id == "self"}
+        tree._ast[key] = calls
+    return tree._ast[key]
+
+
 def _callers_in_class(tree: Tree, ann: dict) -> set[str]:
     """The annotated method and every method of its class that reaches it through `self.m(...)`."""
-    mod = tree.parse(ann["file"])
-    cls = next(n for n in ast.walk(mod) if isinstance(n, ast.ClassDef) and n.name == ann["class"])
-    calls = {}
-    for fn in cls.body:
-        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            calls[fn.name] = {c.func.attr for c in ast.walk(fn) if isinstance(c, ast.Call)
-                              and isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)
-                              and c.func.value.id == "self"}
+    calls = _self_calls(tree, ann["file"], ann["class"])
     reach = {ann["method"]}
     while True:
         more = {m for m, cs in calls.items() if cs & reach} - reach
@@ -291,11 +335,12 @@ def _aliases(tree: Tree, annotations: list, stage_to_role: dict, skip: set) -> t
     that reaches the annotated one, and exactly one stage of that role has all its name's words
     in the function's name (`_update_critic` -> `critic_update`)."""
     aliases, evidence = {}, []
+    todo = [a for a in annotations if a["stage"] not in stage_to_role and a["stage"] not in skip]
+    if not stage_to_role or not todo:  # no backend: no stage for an annotation to stand for
+        return aliases, evidence
     calls = list(_trainer_calls(tree))
-    for ann in annotations:
+    for ann in todo:
         name = ann["stage"]
-        if name in stage_to_role or name in skip:
-            continue
         reach = _callers_in_class(tree, ann)
         found = set()
         for wg, method, fn, path in calls:
@@ -389,9 +434,11 @@ def _continuous_keeps_first_tag(tree: Tree) -> bool:
     step tag the backend was given stays the first step's."""
     for path in _files_with(tree, "verl/trainer/ppo/", b"prev_step_profile"):
         mod = tree.parse(path)
+        lines = tree.read(path).splitlines()
         for fn in [n for n in ast.walk(mod) if isinstance(n, ast.FunctionDef)] if mod else ():
-            text = ast.unparse(fn)
-            if ".start_profile(" in text and "profile_continuous_steps" in text and "prev_step_profile" in text:
+            needles = (".start_profile(", "profile_continuous_steps", "prev_step_profile")
+            source = "\n".join(lines[fn.lineno - 1:fn.end_lineno])  # cheap filter: unparse only candidates
+            if all(n in source for n in needles) and all(n in ast.unparse(fn) for n in needles):
                 return True
     return False
 
@@ -438,13 +485,15 @@ def extract_stages(tree: Tree, problems: list | None = None) -> dict:
     return out
 
 
-def role_profilers(configs: dict, groups: list, version: str) -> tuple[list[str], list[str]]:
+def role_profilers(configs: dict, groups: list, version: str, compose=None) -> tuple[list[str], list[str]]:
     """Paths of the role profiler sections (`profiler` mappings with `enable` and `tool_config`)
     in ppo_trainer as Hydra composes it from the extracted configs, and its top-level keys
-    (whether it has a `global_profiler` at all)."""
-    from verl_pdbg_conf.verl_facts.facts_source import compose_with_facts
+    (whether it has a `global_profiler` at all). `compose(facts, config_name, overrides)`:
+    how to compose (default: a throwaway Hydra session on the facts)."""
+    if compose is None:
+        from verl_pdbg_conf.verl_facts.facts_source import compose_with_facts as compose
 
-    cfg = compose_with_facts({"version": version, "configs": configs, "groups": groups}, "ppo_trainer", [])
+    cfg = compose({"version": version, "configs": configs, "groups": groups}, "ppo_trainer", [])
     from omegaconf import OmegaConf
 
     raw = OmegaConf.to_container(cfg, resolve=False)
@@ -463,16 +512,17 @@ def role_profilers(configs: dict, groups: list, version: str) -> tuple[list[str]
 
 # ---------------------------------------------------------------- writing
 
-def extract(tree: Tree, strict: bool = True) -> dict:
+def extract(tree: Tree, strict: bool = True, compose=None) -> dict:
     """The facts of a tree. strict (a release to ship): every file must be read faithfully and
     the backend must exist. Not strict (a copy found on disk, verl 0.1 to a fork of main): never
-    raises; what cannot be read is left out and listed under `problems`."""
+    raises; what cannot be read is left out and listed under `problems`. `compose`: see
+    role_profilers."""
     problems = None if strict else []
     configs, groups = extract_configs(tree, problems)
     facts = {"format": FORMAT, "version": tree.version, "source": tree.source, "digest": tree.digest,
              "groups": groups, "configs": configs, "stages": extract_stages(tree, problems)}
     try:
-        roles, top = role_profilers(configs, groups, tree.version) if "ppo_trainer" in configs or strict \
+        roles, top = role_profilers(configs, groups, tree.version, compose) if "ppo_trainer" in configs or strict \
             else ([], [])
     except Exception as e:
         if strict:
