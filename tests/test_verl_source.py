@@ -237,7 +237,8 @@ def test_stage_the_copy_does_not_annotate(verl_tree, tmp_path):
     w.write_text(w.read_text().replace('    @DistProfiler.annotate(color="olive", role="ref_compute_log_prob")\n', ""))
     text = GUIDE.replace("/path/to/config.json", str(ROOT / "tests/examples/scripts/configs/statistics_l1.json"))
     text = text.replace("ref.profiler.enable=True", "ref.profiler.enable=True \\\n"
-                        "    +global_profiler.global_tool_config.precision_debugger.stages='[ref_compute_log_prob]' \\\n"
+                        "    +global_profiler.global_tool_config.precision_debugger.stages="
+                        "'[ref_compute_log_prob]' \\\n"
                         "    actor_rollout_ref.actor.use_kl_loss=True")
     errs = errors(validate_script(script(r, text)))
     assert [(f.rule, f.line) for f in errs] == [("stage-not-run", 10)], [f.message for f in errs]

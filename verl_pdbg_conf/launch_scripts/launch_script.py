@@ -425,7 +425,8 @@ def compose_invocation(inv: Invocation, release: str | None = None) -> ComposedI
             w = inv.anchor or Word(inv.module, inv.line, inv.column)
             guess = did_you_mean(inv.config_name, [n for n in names if not n.startswith("_")])
             return ComposedInvocation(inv, None, [_at(
-                inv, w, E, f"verl {catalog.version(rel)} has no primary config `{inv.config_name}` in its trainer/config: Hydra "
+                inv, w, E, f"verl {catalog.version(rel)} has no primary config `{inv.config_name}` in its "
+                f"trainer/config: Hydra "
                 f"fails with `Cannot find primary config '{inv.config_name}'`; the overrides are not judged",
                 "one of " + ", ".join(n for n in names if not n.startswith("_")) + guess)])
     overrides = [Override(o.text, o.file or inv.file, o.line, o.column) for o in inv.overrides]

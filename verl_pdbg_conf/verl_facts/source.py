@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass
 
 from verl_pdbg_conf.verl_facts import catalog, releases
@@ -164,7 +163,6 @@ def _explicit(verl_source: str | None, requested: str | None) -> VerlSource:
 
 # ---------------------------------------------------------------- installed verl
 
-_DIST_INFO = re.compile(r"^verl-([^-]+)\.dist-info$", re.I)
 _INSTALLED: list = []
 
 
@@ -180,17 +178,9 @@ def _newest(why: str) -> VerlSource:
 
 
 def _installed() -> VerlSource | None:
-    import sys
-
-    for entry in sys.path:
-        try:
-            names = os.listdir(entry or ".")
-        except OSError:
-            continue
-        for name in names:
-            m = _DIST_INFO.match(name)
-            if m:
-                return _from_dist_info(os.path.join(entry or ".", name), m.group(1))
+    found = releases.dist_info()
+    if found is not None:
+        return _from_dist_info(*found)
     import importlib.util
 
     try:  # a checkout on sys.path without metadata (PYTHONPATH): found, not imported
@@ -204,9 +194,6 @@ def _installed() -> VerlSource | None:
 
 
 def _from_dist_info(info: str, version: str) -> VerlSource | None:
-    meta = _read(os.path.join(info, "METADATA"))
-    m = re.search(r"^Version: *(\S+)", meta or "", re.M)
-    version = m.group(1) if m else version
     try:
         url = json.loads(_read(os.path.join(info, "direct_url.json")) or "{}")
     except ValueError:
