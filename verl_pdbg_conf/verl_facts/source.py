@@ -168,7 +168,11 @@ _INSTALLED: list = []
 
 def installed_or_newest() -> VerlSource:
     if not _INSTALLED:
-        _INSTALLED.append(_installed() or _newest("verl is not installed"))
+        try:
+            found = _installed()
+        except Exception as e:  # broken metadata: judge by a release, and say why
+            found = _newest(f"the installed verl's metadata could not be read ({type(e).__name__}: {e})")
+        _INSTALLED.append(found or _newest("verl is not installed"))
     return _INSTALLED[0]
 
 
@@ -245,7 +249,11 @@ def from_tree(root: str, kind: str, version: str | None = None) -> VerlSource:
     release's, else its own facts (from the disk cache, or extracted now)."""
     key = (os.path.abspath(root), kind, version)
     if key not in _TREES:
-        _TREES[key] = _from_tree(os.path.abspath(root), kind, version)
+        try:
+            _TREES[key] = _from_tree(os.path.abspath(root), kind, version)
+        except Exception as e:  # a tree this reader cannot take at all: say so, judge by a release
+            why = f"the verl at {_shown(os.path.join(root, 'verl'))} could not be read ({type(e).__name__}: {e})"
+            _TREES[key] = _newest(why)
     return _TREES[key]
 
 

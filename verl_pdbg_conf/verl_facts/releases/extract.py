@@ -76,6 +76,17 @@ def digest(hashes: dict[str, str]) -> str:
     return h.hexdigest()
 
 
+def _init_version(root: str) -> str:
+    """A literal `__version__ = "..."` in verl/__init__.py (copies without verl/version/), else
+    "unknown"."""
+    try:
+        with open(os.path.join(root, "verl", "__init__.py"), encoding="utf-8", errors="replace") as f:
+            m = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", f.read(1 << 16), re.M)
+    except OSError:
+        m = None
+    return m.group(1) if m else "unknown"
+
+
 # ---------------------------------------------------------------- reading a release
 
 class Tree:
@@ -125,7 +136,7 @@ class Tree:
                         files[path] = b""
         if version is None:
             raw = files.get(VERSION_FILE, b"").decode("utf-8", "replace").strip()
-            version = raw.splitlines()[0].strip() if raw else "unknown"
+            version = raw.splitlines()[0].strip() if raw else _init_version(root)
         return cls(files, version, source or root)
 
     @classmethod
@@ -149,7 +160,7 @@ class Tree:
             src = self.read(path)
             try:
                 self._ast[path] = None if src is None else ast.parse(src)
-            except (SyntaxError, ValueError):
+            except Exception:  # not Python this interpreter parses (Python 2, a merge conflict), too deep
                 self._ast[path] = None
         return self._ast[path]
 
@@ -463,16 +474,19 @@ def extract_stages(tree: Tree, problems: list | None = None) -> dict:
             problems.append(f"{what}: {type(e).__name__}: {e}")
             return default
 
-    lit = _literal_assigns(mod, ("_STAGE_TO_ROLE", "_MODEL_ATTRS_BY_ROLE", "_SKIP_STAGES"))
-    stage_to_role = dict(lit.get("_STAGE_TO_ROLE") or {})
-    skip = set(lit.get("_SKIP_STAGES") or ())
+    lit = part("backend tables", lambda: _literal_assigns(mod, ("_STAGE_TO_ROLE", "_MODEL_ATTRS_BY_ROLE",
+                                                                 "_SKIP_STAGES")), {})
+    stage_to_role = {k: v for k, v in dict(lit.get("_STAGE_TO_ROLE") or {}).items()
+                     if isinstance(k, str) and isinstance(v, str)}
+    skip = {s for s in lit.get("_SKIP_STAGES") or () if isinstance(s, str)}
     annotations = part("annotations", lambda: _annotations(tree), [])
     aliases, evidence = part("aliases", lambda: _aliases(tree, annotations, stage_to_role, skip), ({}, []))
     out = {
         "stage_to_role": stage_to_role,
-        "model_attrs_by_role": {k: list(v) for k, v in (lit.get("_MODEL_ATTRS_BY_ROLE") or {}).items()},
+        "model_attrs_by_role": {str(k): [str(x) for x in v]
+                                for k, v in dict(lit.get("_MODEL_ATTRS_BY_ROLE") or {}).items()},
         "skip_stages": sorted(skip),
-        "binds_first_megatron_chunk": bool(mod) and _binds_first_chunk(mod),
+        "binds_first_megatron_chunk": bool(mod) and part("chunks", lambda: _binds_first_chunk(mod), False),
         "annotations": annotations,
         "aliases": aliases,
         "alias_evidence": evidence,
