@@ -8,6 +8,7 @@ import re
 import stat
 from dataclasses import dataclass, field
 
+from verl_pdbg_conf.checks import verl_support
 from verl_pdbg_conf.context import Options
 from verl_pdbg_conf.core.document import Document, get, is_unknown
 from verl_pdbg_conf.core.findings import Finding, Severity
@@ -98,8 +99,6 @@ def check_verl_config(doc: Document, options: Options) -> tuple[list[Finding], T
     pd_present = has_pd_settings(data)
     target = options.target
     if target.global_profiler is False and data.get("global_profiler") is not None:
-        from verl_pdbg_conf.checks import verl_support
-
         set_at = sorted((p for p in doc.values if p[:1] == GP and p != GP and not doc.origin(p)[0].startswith("<")),
                         key=lambda p: doc.origin(p)[1:])  # the first line that adds a key under it
         out = [doc.finding(verl_support.RULE, E, f"{target.label} has no `global_profiler` section in its "
@@ -123,12 +122,12 @@ def check_verl_config(doc: Document, options: Options) -> tuple[list[Finding], T
             return out, None
         else:
             return out, None
-    elif tool == TOOL and TOOL not in tools:
-        from verl_pdbg_conf.checks import verl_support
-
+    elif tool == TOOL and verl_support.lacks_backend(target):
+        knows = f"its DistProfiler knows {', '.join(target.tools)}" if target.tools else \
+            "it has no verl/utils/profiler/precision_debugger_profile.py"
         out.append(doc.finding(
             verl_support.RULE, E, f"global_profiler.tool {tool!r}: {target.label} has no precision_debugger "
-            f"profiler (its DistProfiler knows {', '.join(tools)}); {verl_support.unknown_tool_effect(target)}",
+            f"profiler ({knows}); {verl_support.unknown_tool_effect(target)}",
             GP + ("tool",), hint=f"profile with {verl_support.with_backend()}"))
         return out, None
     elif not isinstance(tool, str) or tool not in tools:

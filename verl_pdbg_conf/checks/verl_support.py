@@ -42,7 +42,9 @@ def unknown_tool_effect(target) -> str:
 
 
 def lacks_backend(target) -> bool:
-    return target.global_profiler is False or (bool(target.tools) and TOOL not in target.tools)
+    """No precision_debugger in this verl: no backend module, or a DistProfiler that does not
+    dispatch on the tool (read off its code)."""
+    return not target.backend or target.global_profiler is False or (bool(target.tools) and TOOL not in target.tools)
 
 
 def _profiler_key(key: str, target) -> bool:
