@@ -245,3 +245,18 @@ def test_stage_the_copy_does_not_annotate(verl_tree, tmp_path):
     assert f"verl 0.9.1 (repository copy at {r}/verl)" in errs[0].message
     plain = repo(tmp_path, verl_tree("0.9.1"), "plain")
     assert errors(validate_script(script(plain, text))) == []
+
+
+def test_verl_option_with_verl_source(verl_tree, tmp_path):
+    """`--verl --verl-source DIR -- OVERRIDES`: the guide's overrides against a 0.5.0 tree."""
+    from verl_pdbg_conf.cli import main
+
+    lines = [ln.strip().rstrip("\\").strip() for ln in GUIDE.splitlines()[3:]]
+    out = subprocess.run([sys.executable, "-m", "verl_pdbg_conf", "--verl", "--verl-source", str(verl_tree("0.5.0")),
+                          "-f", "json", "--", *lines], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=tmp_path)
+    doc = json.loads(out.stdout)
+    errs = [d for d in doc["diagnostics"] if d["severity"] == "error"]
+    assert [(d["rule"], d["file"], d["line"]) for d in errs] == [("verl-no-backend", "<cli>", 1)], errs
+    assert doc["verl"]["kind"] == source.VERL_SOURCE and doc["verl"]["version"] == "0.5.0"
+    assert main(["--verl", "--verl-source", str(tmp_path), "--", "trainer.total_epochs=1"]) == 2
