@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field, replace
 
@@ -43,8 +44,14 @@ class Options:
         if self.verl_version == "legacy-workers":
             return VERL_TARGETS[self.verl_version]
         s = self.source
-        t = VERL_TARGETS[s.facts]
-        return t if t.label == s.label else replace(t, label=s.label)
+        return _named(s.facts, s.label)
+
+
+@functools.lru_cache(maxsize=64)
+def _named(facts: str, label: str) -> VerlTarget:
+    """The target of `facts`, naming the verl found (`verl 0.5.0 (repository copy at ./verl)`)."""
+    t = VERL_TARGETS[facts]
+    return t if t.label == label else replace(t, label=label)
 
 
 @dataclass
