@@ -260,3 +260,12 @@ def test_verl_option_with_verl_source(verl_tree, tmp_path):
     assert [(d["rule"], d["file"], d["line"]) for d in errs] == [("verl-no-backend", "<cli>", 1)], errs
     assert doc["verl"]["kind"] == source.VERL_SOURCE and doc["verl"]["version"] == "0.5.0"
     assert main(["--verl", "--verl-source", str(tmp_path), "--", "trainer.total_epochs=1"]) == 2
+
+
+def test_the_error_is_at_the_tool_line_whatever_the_order(verl_tree, tmp_path):
+    r = repo(tmp_path, verl_tree("0.5.0"))
+    lines = GUIDE.splitlines()
+    text = "\n".join(lines[:3] + [lines[7], lines[8].rstrip() + " \\", lines[3]] + lines[4:7]).rstrip(" \\") + "\n"
+    errs = errors(validate_script(script(r, text)))
+    assert [(f.rule, f.line) for f in errs] == [("verl-no-backend", 6)], text
+    assert "the same for 4 more profiler override(s) (line 4, 5, 7, 8)" in errs[0].message

@@ -74,7 +74,10 @@ def one_per_cause(findings: list[Finding], target) -> list[Finding]:
     if not caused:
         return findings
     caused.sort(key=lambda f: (f.file, f.line, f.column))
-    first = caused[0]
+    # at the line that asks for the tool when there is one, else at the first
+    first = next((f for f in caused if (f.path or "").lstrip("+~") == "global_profiler.tool"), caused[0])
+    caused.remove(first)
+    caused.insert(0, first)
     m = _OVERRIDE.match(first.message)
     what = f"`{m.group(1)}`: {m.group(2)}" if m else "its profiler settings"
     more = [f for f in caused[1:] if f.rule == "override"]
