@@ -39,10 +39,6 @@ class VerlSource:
     why: str = ""  # for a shipped-release fallback: why no tree was used
 
     @property
-    def live(self) -> bool:
-        return not releases_has(self.facts)
-
-    @property
     def where(self) -> str:
         """The parenthesis of `judged as verl X (...)`."""
         if self.kind in (NEWEST, REQUESTED) or self.path is None:
@@ -60,10 +56,6 @@ class VerlSource:
 
     def as_json(self) -> dict:
         return {"version": self.version, "kind": self.kind, "path": self.path, "facts": self.facts}
-
-
-def releases_has(name: str) -> bool:
-    return name in releases.shipped()
 
 
 def _shown(path: str) -> str:
