@@ -13,7 +13,10 @@ the tool's own failure (must be 0), and every other error finding: the real mist
 verl's scripts, each to be read by a human (they are listed, not asserted).
 
 Also the wall time of one script as its own process (`python -m verl_pdbg_conf script.sh`),
-against a bare `python -c pass` measured in the same run."""
+against a bare `python -c pass` measured in the same run.
+
+The checkout carries its own `verl/`, so its scripts are judged by that tree's facts, extracted
+live on the first script; `--verl-version X` judges them by a shipped release's facts instead."""
 
 from __future__ import annotations
 
@@ -75,7 +78,8 @@ def scripts_in(root: str, everywhere: bool = False) -> list[str]:
     return out
 
 
-def one_process_wall(script: str, cwd: str, cache: str, repeat: int = 5) -> tuple[float, float, float]:
+def one_process_wall(script: str, cwd: str, cache: str, repeat: int = 5,
+                     version: str | None = None) -> tuple[float, float, float]:
     """Medians of `python -m verl_pdbg_conf SCRIPT` without the on-disk composition cache, with it
     (warmed by a first run), and of `python -c pass`, alternated."""
     env = dict(os.environ, PYTHONPATH=REPO)
@@ -87,7 +91,7 @@ def one_process_wall(script: str, cwd: str, cache: str, repeat: int = 5) -> tupl
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         return time.perf_counter() - t
 
-    ours = [sys.executable, "-m", "verl_pdbg_conf", script]
+    ours = [sys.executable, "-m", "verl_pdbg_conf", script] + (["--verl-version", version] if version else [])
     once(ours, cache)  # fills the cache
     cold, warm, bare = [], [], []
     for _ in range(repeat):
@@ -105,6 +109,8 @@ def main() -> int:
     ap.add_argument("--everywhere", action="store_true", help="every *.sh of the checkout (tests/, scripts/ too)")
     ap.add_argument("--hide-verl", action="store_true",
                     help="run as if verl were not installed (its import and find_spec fail), as in a pre-commit env")
+    ap.add_argument("--verl-version", default=None,
+                    help="judge by this shipped release instead of the checkout's own verl/ (the shipped-facts path)")
     args = ap.parse_args()
     if args.hide_verl:
         _hide("verl")
@@ -117,7 +123,8 @@ def main() -> int:
         from verl_pdbg_conf.core.findings import Severity
         from verl_pdbg_conf.launch_scripts.launch_script import validate_script
 
-        options = Options(base_dir=root)
+        options = Options(base_dir=root, verl_version=args.verl_version)
+        judged: collections.Counter = collections.Counter()
         by_rule: collections.Counter = collections.Counter()
         tracebacks, tool_failures, mistakes, notes = [], [], [], []
         slowest = []
@@ -129,6 +136,7 @@ def main() -> int:
                 tracebacks.append((s, traceback.format_exc()))
                 continue
             slowest.append((time.perf_counter() - t, s))
+            judged.update(v.label for v in report.verls())
             for f in report.sorted():
                 by_rule[(f.rule, f.severity.value)] += 1
                 rel = os.path.relpath(f.file, root) if os.path.isabs(f.file) else f.file
@@ -150,7 +158,7 @@ def main() -> int:
         except ImportError:
             seen = False
         print(f"verl checkout: {root}; verl installed and visible here: {seen}")
-        print(f"scripts: {len(scripts)}")
+        print(f"scripts: {len(scripts)}; judged as: " + ", ".join(f"{k} x{n}" for k, n in judged.most_common()))
         print(f"one process: {wall:.1f} s wall, {len(scripts) / wall:.1f} scripts/s (target >= 10; CPU {cpu:.1f} s, "
               f"{len(scripts) / cpu:.1f} scripts per CPU second; load average now {os.getloadavg()[0]:.1f} "
               f"on {os.cpu_count()} cores) "
@@ -174,7 +182,7 @@ def main() -> int:
             print("  " + ln)
         if not args.no_single and scripts:
             pick = next((s for s in scripts if s.endswith("run_qwen2-7b_seq_balance.sh")), scripts[0])
-            cold, warm, bare = one_process_wall(pick, root, os.path.join(tmp, "cache"))
+            cold, warm, bare = one_process_wall(pick, root, os.path.join(tmp, "cache"), version=args.verl_version)
             print(f"one script, own process ({os.path.relpath(pick, root)}), median of 5: {warm:.2f} s wall with "
                   f"the on-disk composition cache, {cold:.2f} s without it (VERL_PDBG_CONF_CACHE=off; target "
                   f"<= 0.5 s); bare `python -c pass` {bare:.2f} s")

@@ -4,3 +4,53 @@ off unless a test turns it on with its own directory (tests/test_disk_cache.py).
 import os
 
 os.environ.setdefault("VERL_PDBG_CONF_CACHE", "off")
+
+
+# ---------------------------------------------------------------- real verl trees from the registry
+
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import zipfile  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+from real_verls import VERL_WHEELS  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def verl_wheels(request) -> dict:
+    """{version: wheel} from `pip download --no-deps verl==X`, kept in the pytest cache dir so a
+    rerun downloads nothing; a release pip cannot fetch here is left out (its tests skip)."""
+    d = Path(request.config.cache.mkdir("verl-wheels"))
+    out = {}
+    for v in VERL_WHEELS:
+        found = sorted(d.glob(f"verl-{v}-*.whl"))
+        if not found:
+            subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"verl=={v}", "-d", str(d)],
+                           capture_output=True, timeout=600)
+            found = sorted(d.glob(f"verl-{v}-*.whl"))
+        if found:
+            out[v] = found[0]
+    return out
+
+
+@pytest.fixture(scope="session")
+def verl_trees(verl_wheels, tmp_path_factory) -> dict:
+    """{version: directory holding that release's `verl/` package}, unpacked once per session."""
+    base = tmp_path_factory.mktemp("verl-trees")
+    out = {}
+    for v, wheel in verl_wheels.items():
+        with zipfile.ZipFile(wheel) as z:
+            z.extractall(base / v, [n for n in z.namelist() if n.startswith("verl/")])
+        out[v] = base / v
+    return out
+
+
+@pytest.fixture(scope="session")
+def verl_tree(verl_trees):
+    """verl_tree(version) -> the directory holding that release's verl/ (skips when not fetched)."""
+    def get(version: str) -> Path:
+        if version not in verl_trees:
+            pytest.skip(f"verl {version}'s wheel could not be downloaded")
+        return verl_trees[version]
+    return get

@@ -44,3 +44,44 @@ def test_no_heavy_imports(argv):
     got = probe(*argv)
     assert got["code"] in (0, 1)
     assert got["heavy"] == [], f"imported {got['heavy']}"
+
+
+def _import_graph() -> dict:
+    """module -> the package's modules it imports, at the top or inside a function."""
+    import ast
+
+    pkg = REPO / "verl_pdbg_conf"
+    mods = {}
+    for p in pkg.rglob("*.py"):
+        name = ".".join(p.relative_to(REPO).with_suffix("").parts)
+        mods[name.removesuffix(".__init__")] = p
+    graph = {}
+    for name, p in mods.items():
+        deps = set()
+        for n in ast.walk(ast.parse(p.read_text())):
+            if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("verl_pdbg_conf"):
+                deps |= {f"{n.module}.{a.name}" if f"{n.module}.{a.name}" in mods else n.module for a in n.names}
+            elif isinstance(n, ast.Import):
+                deps |= {a.name for a in n.names if a.name.startswith("verl_pdbg_conf")}
+        graph[name] = {d for d in deps if d in mods and d != name}
+    return graph
+
+
+def test_imports_run_one_way():
+    """No circle among the package's modules (composition, the facts source, the extractor and
+    where verl comes from included), counting imports inside functions too."""
+    graph = _import_graph()
+    assert {"verl_pdbg_conf.verl_facts.source", "verl_pdbg_conf.verl_facts.compose"} <= set(graph)
+    state: dict = {}
+
+    def visit(n, path):
+        state[n] = "open"
+        for d in sorted(graph[n]):
+            assert state.get(d) != "open", "import circle: " + " -> ".join(path + [n, d])
+            if d not in state:
+                visit(d, path + [n])
+        state[n] = "done"
+
+    for n in sorted(graph):
+        if n not in state:
+            visit(n, [])

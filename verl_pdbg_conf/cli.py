@@ -29,9 +29,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compose verl's installed ppo_trainer config with FILES and the Hydra overrides after `--`, "
                         "then validate the composed, resolved config")
     p.add_argument("--config-name", default="ppo_trainer", help="verl config to compose with --verl")
-    p.add_argument("--verl-version", choices=list(VERL_TARGETS), default=None,
-                   help="judge by this verl release's config tree and behaviour (default: the installed verl when "
-                        "its facts ship with this package, else the newest shipped release)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--verl-version", choices=list(VERL_TARGETS), default=None,
+                       help="judge by this shipped verl release's config tree and behaviour (default: the verl that "
+                            "will run: the repository's own verl/, else the installed verl, else the newest "
+                            "shipped release)")
+    which.add_argument("--verl-source", metavar="DIR", default=None,
+                       help="judge by the verl package in DIR (a checkout or a copy holding verl/), read live")
     p.add_argument("--runtime", choices=("auto", "verl", "pdbg"), default="auto",
                    help="runtime profiler in the workers: verl's own, this package's, or detect from the config")
     p.add_argument("--base-dir", default=None,
@@ -82,6 +86,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_usage(sys.stderr)
         sys.stderr.write("verl-pdbg-validate: error: give at least one file, or --verl\n")
         return EXIT_USAGE
+    if args.verl_source and not any(os.path.isfile(os.path.join(args.verl_source, *p, "__init__.py"))
+                                    for p in (("verl",), ())):
+        sys.stderr.write(f"verl-pdbg-validate: error: --verl-source {args.verl_source}: no verl package there "
+                         "(give the directory that holds verl/)\n")
+        return EXIT_USAGE
     missing = [f for f in args.files if not os.path.lexists(f)]
     if missing:
         for f in missing:
@@ -98,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     from verl_pdbg_conf.context import Options
     from verl_pdbg_conf.validate import validate_composed, validate_files
 
-    options = Options(verl_version=args.verl_version, runtime=args.runtime,
+    options = Options(verl_version=args.verl_version, runtime=args.runtime, verl_source=args.verl_source,
                       base_dir=os.path.abspath(args.base_dir) if args.base_dir else os.getcwd())
     if args.verl:
         report = validate_composed(args.files, overrides, options, config_name=args.config_name)
@@ -111,7 +120,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from verl_pdbg_conf.reporters import REPORTERS
 
-    report.verl_release = options.release
+    if not report.verl_sources:
+        report.verl_sources.append(options.source)
+    verls = report.verls()
+    report.verl_release = (verls[0].version, verls[0].where) if verls else None
     fmt = args.format or ("github" if os.environ.get("GITHUB_ACTIONS") == "true" else "text")
     if hasattr(sys.stdout, "reconfigure"):  # a file name that is not valid UTF-8 must not crash the report
         sys.stdout.reconfigure(errors="backslashreplace")

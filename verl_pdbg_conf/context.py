@@ -2,28 +2,56 @@
 
 from __future__ import annotations
 
+import functools
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from verl_pdbg_conf.verl_facts.stages import VERL_TARGETS, VerlTarget
 
 
 @dataclass
 class Options:
-    verl_version: str | None = None  # a key of stages.VERL_TARGETS; None: the judging release
+    verl_version: str | None = None  # a key of stages.VERL_TARGETS; None: the verl that will run
     base_dir: str = field(default_factory=os.getcwd)  # where a relative config_path resolves (launch dir)
     runtime: str = "auto"  # verl | pdbg | auto: which runtime profiler runs in the workers
+    verl_source: str | None = None  # --verl-source: a directory holding the verl package
+    verl: object = None  # the source.VerlSource that judges this input (None: found from the current directory)
+
+    @property
+    def source(self):
+        """The verl that judges (source.VerlSource): the one found for this input, else the one
+        `python -m verl...` would import from the current directory."""
+        if self.verl is None:
+            from verl_pdbg_conf.verl_facts import releases, source
+
+            shipped = self.verl_version if self.verl_version in releases.shipped() else None
+            self.verl = source.for_cwd(self.verl_source, shipped)
+        return self.verl
+
+    def for_source(self, verl) -> "Options":
+        return replace(self, verl=verl)
 
     @property
     def release(self) -> tuple[str, str]:
-        """(release, how it was chosen): the verl release whose config tree and facts judge."""
-        from verl_pdbg_conf.verl_facts.releases import judging, shipped
-
-        return judging(self.verl_version if self.verl_version in shipped() else None)
+        """(facts name, how it was chosen): the verl whose config tree and facts judge."""
+        s = self.source
+        return s.facts, s.where
 
     @property
     def target(self) -> VerlTarget:
-        return VERL_TARGETS[self.verl_version or self.release[0]]
+        if self.verl_version and self.verl_version not in VERL_TARGETS:
+            raise KeyError(self.verl_version)
+        if self.verl_version == "legacy-workers":
+            return VERL_TARGETS[self.verl_version]
+        s = self.source
+        return _named(s.facts, s.label)
+
+
+@functools.lru_cache(maxsize=64)
+def _named(facts: str, label: str) -> VerlTarget:
+    """The target of `facts`, naming the verl found (`verl 0.5.0 (repository copy at ./verl)`)."""
+    t = VERL_TARGETS[facts]
+    return t if t.label == label else replace(t, label=label)
 
 
 @dataclass

@@ -19,8 +19,19 @@ def validate_files(files: list[str], options: Options | None = None) -> Report:
     report = Report()
     seen_json: dict = {}
     for f in files:
-        report.extend(validate_file(f, options, seen_json))
+        opts = options
+        if not f.lower().endswith(".json"):  # a conf is judged by the verl of its repository
+            opts = options.for_source(options.verl or _source_for_file(f, options))
+            report.verl_sources.append(opts.source)
+        report.extend(validate_file(f, opts, seen_json))
     return report
+
+
+def _source_for_file(f: str, options: Options):
+    from verl_pdbg_conf.verl_facts import releases, source
+
+    requested = options.verl_version if options.verl_version in releases.shipped() else None
+    return source.for_file(f, options.verl_source, requested)
 
 
 def validate_file(file: str, options: Options | None = None, _seen_json: dict | None = None) -> Report:
@@ -124,9 +135,14 @@ def validate_composed(files: list[str], overrides: list[str], options: Options |
     from verl_pdbg_conf.verl_facts.compose import compose_verl
 
     options = options or Options()
+    if files and options.verl is None:
+        options = options.for_source(_source_for_file(files[0], options))
     result = compose_verl(list(files), list(overrides), config_name=config_name, release=options.release[0])
-    report = Report(files=list(files))
+    report = Report(files=list(files), verl_sources=[options.source])
     report.findings += result.findings
     if result.document is not None:
         report.extend(validate_document(result.document, options))
+    from verl_pdbg_conf.checks.verl_support import one_per_cause
+
+    report.findings = one_per_cause(report.findings, options.target)
     return report

@@ -8,6 +8,7 @@ import re
 import stat
 from dataclasses import dataclass, field
 
+from verl_pdbg_conf.checks import verl_support
 from verl_pdbg_conf.context import Options
 from verl_pdbg_conf.core.document import Document, get, is_unknown
 from verl_pdbg_conf.core.findings import Finding, Severity
@@ -96,6 +97,16 @@ def check_verl_config(doc: Document, options: Options) -> tuple[list[Finding], T
 
     tool = gp.get("tool")
     pd_present = has_pd_settings(data)
+    target = options.target
+    if target.global_profiler is False and data.get("global_profiler") is not None:
+        set_at = sorted((p for p in doc.values if p[:1] == GP and p != GP and not doc.origin(p)[0].startswith("<")),
+                        key=lambda p: doc.origin(p)[1:])  # the first line that adds a key under it
+        out = [doc.finding(verl_support.RULE, E, f"{target.label} has no `global_profiler` section in its "
+                           "ppo_trainer and no precision_debugger profiler: the keys added here are ignored and "
+                           "nothing is collected", GP, key=True, at=set_at[0] if set_at else None,
+                           hint=f"profile with {verl_support.with_backend()}, or drop these settings")]
+        return out, None
+    tools = target.tools or TOOLS
     if is_unknown(tool):
         if not pd_present:
             return out, None
@@ -111,11 +122,19 @@ def check_verl_config(doc: Document, options: Options) -> tuple[list[Finding], T
             return out, None
         else:
             return out, None
-    elif not isinstance(tool, str) or tool not in TOOLS:
-        close = did_you_mean(str(tool), TOOLS)
+    elif tool == TOOL and verl_support.lacks_backend(target):
+        knows = f"its DistProfiler knows {', '.join(target.tools)}" if target.tools else \
+            "it has no verl/utils/profiler/precision_debugger_profile.py"
+        out.append(doc.finding(
+            verl_support.RULE, E, f"global_profiler.tool {tool!r}: {target.label} has no precision_debugger "
+            f"profiler ({knows}); {verl_support.unknown_tool_effect(target)}",
+            GP + ("tool",), hint=f"profile with {verl_support.with_backend()}"))
+        return out, None
+    elif not isinstance(tool, str) or tool not in tools:
+        close = did_you_mean(str(tool), tools)
         out.append(doc.finding(
             "tool-unknown", E, f"global_profiler.tool {tool!r} is not a verl profiler tool; verl falls back to a "
-            "no-op profiler and collects nothing", GP + ("tool",), hint=f"one of {', '.join(TOOLS)}{close}"))
+            "no-op profiler and collects nothing", GP + ("tool",), hint=f"one of {', '.join(tools)}{close}"))
         if not (pd_present or f"'{TOOL}'" in close):  # meant precision_debugger: check the rest too
             return out, None
     elif tool != TOOL:
@@ -411,19 +430,21 @@ def _stages(doc, tc, options, runtime, in_use):
             out.append(doc.finding("stage-not-run", W, f"stage '{s}' is never collected: {why}", p,
                                    hint="remove it, or enable the role it needs"))
         elif s not in collectable:
-            why = (f"verl {target.version}'s workers never run a stage named '{s}'")
+            why = (f"{target.label or 'verl ' + target.version}'s workers never run a stage named '{s}'")
             alias = next((a for a, st in target.aliases.items() if st == s), None)
             hint = "remove it"
             if alias:
                 why += f" (the critic's update runs as '{alias}')"
                 hint = (f"run this package's runtime profiler, which collects '{alias}' as '{s}': "
                         f"ray_kwargs.ray_init.runtime_env.worker_process_setup_hook={RUNTIME_HOOK}")
+            else:  # read off its code: no worker method carries the annotation
+                why += " (no worker method of it is annotated with it): the stage never fires"
             out.append(doc.finding("stage-not-run", W, f"stage '{s}' is never collected: {why}", p, hint=hint))
         else:
             selected.add(s)
     if stages and not selected and not any(f.severity is E for f in out):
-        out.append(doc.finding("stage-not-run", E, f"none of the selected stages is ever collected on verl "
-                               f"{target.version}: the run collects nothing", at,
+        out.append(doc.finding("stage-not-run", E, f"none of the selected stages is ever collected on "
+                               f"{target.label or 'verl ' + target.version}: the run collects nothing", at,
                                hint=f"select one of {', '.join(sorted(collectable))}"))
     return out, selected
 

@@ -41,10 +41,16 @@ class Report:
     findings: list[Finding] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     verl_release: tuple[str, str] | None = None  # (release, how it was chosen) that judged, for the output
+    verl_sources: list = field(default_factory=list)  # the source.VerlSource of each input judged, in order
 
     def extend(self, other: "Report") -> None:
         self.findings.extend(other.findings)
         self.files.extend(f for f in other.files if f not in self.files)
+        self.verl_sources.extend(other.verl_sources)
+
+    def verls(self) -> list:
+        """The distinct verls that judged, in order."""
+        return list(dict.fromkeys(self.verl_sources))
 
     def sorted(self) -> list[Finding]:
         return sorted(set(self.findings), key=Finding.sort_key)

@@ -25,6 +25,7 @@ RULES: dict[str, str] = {
     # verl global_profiler
     "tool-missing": "precision-debugger settings present but global_profiler.tool is not precision_debugger",
     "tool-unknown": "global_profiler.tool is not a tool verl knows",
+    "verl-no-backend": "the verl that will run has no precision_debugger profiler (no backend, or no global_profiler)",
     "config-path-missing": "precision_debugger selected with no config_path",
     "config-path-invalid": "config_path does not name a readable .json file",
     "config-path-type": "config_path is not a string",

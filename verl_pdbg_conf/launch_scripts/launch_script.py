@@ -531,15 +531,16 @@ def compose_invocation(inv: Invocation, release: str | None = None) -> ComposedI
         return ComposedInvocation(inv, None, [])
     if inv.config_dir is None:  # verl's own tree: its primary configs are known per release
         from verl_pdbg_conf.core.suggest import did_you_mean
-        from verl_pdbg_conf.verl_facts import releases
+        from verl_pdbg_conf.verl_facts import catalog, releases
 
         rel = release or releases.judging()[0]
-        names = releases.primary_configs(rel) if rel in releases.shipped() else ()
+        names = catalog.primary_configs(rel) if catalog.known(rel) else ()
         if names and inv.config_name not in names:
             w = inv.anchor or Word(inv.module, inv.line, inv.column)
             guess = did_you_mean(inv.config_name, [n for n in names if not n.startswith("_")])
             return ComposedInvocation(inv, None, [_at(
-                inv, w, E, f"verl {rel} has no primary config `{inv.config_name}` in its trainer/config: Hydra "
+                inv, w, E, f"verl {catalog.version(rel)} has no primary config `{inv.config_name}` in its "
+                f"trainer/config: Hydra "
                 f"fails with `Cannot find primary config '{inv.config_name}'`; the overrides are not judged",
                 "one of " + ", ".join(n for n in names if not n.startswith("_")) + guess)])
     overrides = [Override(o.text, o.file or inv.file, o.line, o.column) for o in inv.overrides]
@@ -621,14 +622,20 @@ def validate_script(path: str, options=None) -> Report:
             report.findings += [f for f in inv.findings if f.severity is not I]
             continue
         report.findings += inv.findings
-        composed = compose_invocation(inv, options.release[0])
-        report.findings += [_relocate(f, inv) for f in composed.findings]
-        if composed.document is None:
-            continue
-        opts = replace(options, base_dir=inv.cwd) if inv.cwd and inv.cwd != options.base_dir else options
-        sub = validate_document(composed.document, opts)
-        report.findings += [_relocate(f, inv) for f in sub.findings]
-        report.files += [f for f in sub.files if f not in report.files and not f.startswith("<")]
+        from verl_pdbg_conf.checks.verl_support import one_per_cause
+        from verl_pdbg_conf.verl_facts.source import for_invocation
+
+        opts = options.for_source(for_invocation(inv, options))  # the verl this launch imports
+        report.verl_sources.append(opts.source)
+        composed = compose_invocation(inv, opts.release[0])
+        found = [_relocate(f, inv) for f in composed.findings]
+        if composed.document is not None:
+            if inv.cwd and inv.cwd != opts.base_dir:
+                opts = replace(opts, base_dir=os.path.join(options.base_dir, inv.cwd))
+            sub = validate_document(composed.document, opts)
+            found += [_relocate(f, inv) for f in sub.findings]
+            report.files += [f for f in sub.files if f not in report.files and not f.startswith("<")]
+        report.findings += one_per_cause(found, opts.target)
     report.findings = list(dict.fromkeys(report.findings))  # a base script reached twice through wrappers
     return report
 

@@ -14,6 +14,11 @@ def as_dict(report: Report) -> dict:
     }
     if report.verl_release:
         out["verl_release"] = {"version": report.verl_release[0], "chosen": report.verl_release[1]}
+    verls = report.verls()
+    if verls:
+        out["verl"] = verls[0].as_json()
+        if len(verls) > 1:  # inputs judged by different verls (scripts of several repositories)
+            out["verls"] = [v.as_json() for v in verls]
     return out
 
 

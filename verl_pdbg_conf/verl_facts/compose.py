@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from verl_pdbg_conf.core.document import Document, get, walk
 from verl_pdbg_conf.core.findings import Finding, Severity, format_path
 from verl_pdbg_conf.core.loaders import load_yaml
+from verl_pdbg_conf.verl_facts.hydra_session import hydra_session as _hydra_session
 
 CLI = "<cli>"
 PRIMARY = "verl_pdbg_conf_user_config"  # ConfigStore name of the primary config built from the files
@@ -175,39 +176,6 @@ def _ensure_search_path_plugin() -> None:
             spec.loader.exec_module(mod)
     if mod is not None:
         plugins.register(mod.VerlPdbgConfSearchPathPlugin)
-
-
-class _hydra_session:
-    """A Hydra session whose main config source is `main` (an absolute directory, or a
-    `verl-facts://<release>` source), like initialize_config_dir; it also works inside a
-    running Hydra app: the app's GlobalHydra (and version base) are set aside and put back."""
-
-    def __init__(self, main: str):
-        self.main = main
-
-    def __enter__(self):
-        from hydra._internal.hydra import Hydra
-        from hydra._internal.utils import create_config_search_path
-        from hydra.core.global_hydra import GlobalHydra
-        from hydra.core.singleton import Singleton
-        from hydra.version import VersionBase, setbase
-
-        self._saved = Singleton._instances.pop(GlobalHydra, None)
-        self._base = VersionBase.instance().version_base
-        setbase(None)
-        Hydra.create_main_hydra2(task_name="app", config_search_path=create_config_search_path(self.main))
-        return self
-
-    def __exit__(self, *exc):
-        from hydra.core.global_hydra import GlobalHydra
-        from hydra.core.singleton import Singleton
-        from hydra.version import VersionBase
-
-        Singleton._instances.pop(GlobalHydra, None)
-        if self._saved is not None:
-            Singleton._instances[GlobalHydra] = self._saved
-        VersionBase.instance().version_base = self._base  # as it was, without Hydra's warnings
-        return False
 
 
 # ---------------------------------------------------------------- errors -> findings
@@ -493,12 +461,12 @@ def compose_verl(files: list[str], overrides: list, config_name: str = "ppo_trai
     line or verl default (`<verl:ppo_trainer>`) set each value, and the findings: files that do not
     load, overrides that do not compose (rule `override`), interpolations that cannot be resolved
     before the run (rule `interpolation`)."""
-    from verl_pdbg_conf.verl_facts import releases
+    from verl_pdbg_conf.verl_facts import catalog, releases
 
     overrides = _positioned(overrides)
     result = ComposeResult(None, [], overrides, [], None)
     default_file = f"<verl:{config_name}>"
-    if release is not None and release not in releases.shipped():
+    if release is not None and not catalog.known(release):
         result.findings.append(Finding(
             "file-not-found", Severity.ERROR, f"no facts of verl {release} ship with this package", default_file,
             1, 1, hint=f"one of {', '.join(releases.shipped())}"))
@@ -623,6 +591,20 @@ def compose_verl(files: list[str], overrides: list, config_name: str = "ppo_trai
             doc.keys[path] = p
     result.document = doc
     return result
+
+
+def compose_tree(release: str, config_name: str = "ppo_trainer", overrides=()):
+    """verl's own `config_name` of `release` (a catalog name), unresolved, composed exactly as
+    compose_verl composes it with no files (same set-up, same cached Composer)."""
+    from verl_pdbg_conf.verl_facts import facts_source
+    from verl_pdbg_conf.verl_facts.structured import register_configs
+
+    _ensure_search_path_plugin()
+    facts_source.ensure_registered()
+    register_configs()
+    main = f"{facts_source.SCHEME}://{release}"
+    with _hydra_session(main):
+        return Composer(main, None, None).compose(config_name, list(overrides))
 
 
 # ---------------------------------------------------------------- verl's tree beside a user directory

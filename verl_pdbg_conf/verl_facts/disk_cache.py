@@ -1,10 +1,13 @@
-"""The composed config of verl's own tree, kept on disk between processes.
+"""The composed config of verl's own tree, and the facts extracted from a verl copy found on
+disk (source.py), kept on disk between processes.
 
 A lint of one launch script is one process (a pre-commit hook, an editor), and building verl's
 config from its defaults list is most of its time (~0.2 s). That config depends only on the
 shipped facts, this package's code and conf/ groups, Hydra and OmegaConf, and the primary config
 name and group selections: all are in the key, so a changed input is a miss, never a stale hit.
-Only compositions of the shipped facts alone are kept (never a user's directory or files).
+Only compositions of verl's facts alone are kept (never a user's directory or files). Extracted
+facts are keyed by the digest of the files extraction read, with the same inputs (the
+extractor's code, Hydra's and OmegaConf's versions), so an edited copy is a miss.
 
 Where: $VERL_PDBG_CONF_CACHE, else $XDG_CACHE_HOME/verl-pdbg-conf, else ~/.cache/verl-pdbg-conf;
 VERL_PDBG_CONF_CACHE=off disables it. Every failure (read-only home, a corrupt entry) is a miss."""
@@ -51,17 +54,17 @@ def _inputs() -> bytes:
     return b"\n".join(parts)
 
 
-def _path(key) -> str | None:
+def _path(key, kind: str = "compose") -> str | None:
     d = directory()
     if d is None:
         return None
     h = hashlib.sha256(_inputs() + b"\n" + repr(key).encode()).hexdigest()
-    return os.path.join(d, f"compose-{h[:40]}.pickle")
+    return os.path.join(d, f"{kind}-{h[:40]}.pickle")
 
 
-def get(key) -> bytes | None:
+def get(key, kind: str = "compose") -> bytes | None:
     try:
-        p = _path(key)
+        p = _path(key, kind)
         if p is None:
             return None
         with open(p, "rb") as fh:
@@ -74,9 +77,9 @@ def get(key) -> bytes | None:
         return None
 
 
-def put(key, blob: bytes) -> None:
+def put(key, blob: bytes, kind: str = "compose") -> None:
     try:
-        p = _path(key)
+        p = _path(key, kind)
         if p is None:
             return
         os.makedirs(os.path.dirname(p), mode=0o700, exist_ok=True)

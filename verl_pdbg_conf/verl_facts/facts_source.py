@@ -19,11 +19,11 @@ from hydra.core.object_type import ObjectType
 from hydra.plugins.config_source import ConfigLoadError, ConfigResult, ConfigSource
 from omegaconf import OmegaConf
 
-from verl_pdbg_conf.verl_facts.releases import load
-from verl_pdbg_conf.verl_facts.releases.extract import decode
+from verl_pdbg_conf.verl_facts import catalog
+from verl_pdbg_conf.verl_facts.encoding import decode
 
 SCHEME = "verl-facts"
-_REGISTRY: dict[str, "_Tree"] = {}  # search path name (a release) -> its decoded tree
+_REGISTRY: dict[str, "_Tree"] = {}  # search path name (a release, a live tree) -> its decoded tree
 
 
 class _Tree:
@@ -45,14 +45,14 @@ class _Tree:
 
 
 def register(name: str, facts: dict) -> str:
-    """Serve `facts` (a release's facts, or facts being extracted) at `verl-facts://<name>`."""
+    """Serve `facts` (facts being extracted) at `verl-facts://<name>`."""
     _REGISTRY[name] = _Tree(facts)
     return f"{SCHEME}://{name}"
 
 
 def tree_for(name: str) -> "_Tree":
     if name not in _REGISTRY:
-        _REGISTRY[name] = _Tree(load(name))
+        _REGISTRY[name] = _Tree(catalog.load(name))
     return _REGISTRY[name]
 
 
@@ -63,7 +63,7 @@ def _norm(path: str) -> str:
 
 
 class VerlFactsConfigSource(ConfigSource):
-    """verl's trainer/config of one release, from the shipped facts."""
+    """verl's trainer/config of one release or live tree, from its facts (catalog.py)."""
 
     @staticmethod
     def scheme() -> str:
@@ -72,7 +72,7 @@ class VerlFactsConfigSource(ConfigSource):
     def _tree(self) -> Optional[_Tree]:
         try:
             return tree_for(self.path)
-        except OSError:
+        except (OSError, KeyError):
             return None
 
     def load_config(self, config_path: str) -> ConfigResult:
@@ -119,11 +119,11 @@ def ensure_registered() -> None:
 def compose_with_facts(facts: dict, config_name: str, overrides: list):
     """Compose `config_name` of `facts` with Hydra (used by the extractor, before the facts are
     written)."""
-    from verl_pdbg_conf.verl_facts.compose import _hydra_session
-
-    ensure_registered()
-    main = register(f"extracting-{facts['version']}", facts)
     from hydra import compose
 
-    with _hydra_session(main):
+    from verl_pdbg_conf.verl_facts.hydra_session import hydra_session
+
+    ensure_registered()
+    main = register(f"extracting-{facts.get('digest') or facts['version']}", facts)
+    with hydra_session(main):
         return compose(config_name, overrides=list(overrides))

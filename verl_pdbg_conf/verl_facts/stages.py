@@ -73,6 +73,13 @@ class VerlTarget:
     # stage -> (worker class, attribute path) where the stage's model was found on the release's
     # real workers (MODEL_FOUND_AT)
     model_at: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # What the copy's code and config have at all (a copy older than 0.8 has no backend; older
+    # than 0.6 no global_profiler); None where extraction could not tell.
+    tools: tuple[str, ...] = TOOLS  # the tools its DistProfiler dispatches on
+    unknown_tool: str | None = "no-op"  # what its DistProfiler does with any other tool
+    backend: bool = True  # it has the precision_debugger backend
+    global_profiler: bool | None = True  # its ppo_trainer has a global_profiler section
+    label: str = ""  # how a finding names it: `verl 0.5.0 (repository copy at ./verl)`
 
 
 # Where each stage's model was found on a release's real workers: not read off verl's code but
@@ -89,10 +96,10 @@ MODEL_FOUND_AT: dict[str, dict[str, tuple[str, str]]] = {
 
 
 def target_from_facts(version: str, facts: dict) -> VerlTarget:
-    """A release's VerlTarget from its extracted stage facts."""
+    """A release's (or a live tree's) VerlTarget from its extracted stage facts."""
     st = facts["stages"]
     return VerlTarget(
-        version=version,
+        version=facts.get("version") or version,
         fired=frozenset(a["stage"] for a in st["annotations"] if a["stage"] in st["stage_to_role"]),
         aliases=dict(st["aliases"]),
         hybrid_gate=st["hybrid_gate"] or _ACTOR,
@@ -100,6 +107,11 @@ def target_from_facts(version: str, facts: dict) -> VerlTarget:
         continuous_tag_bug=st["continuous_keeps_first_tag"],
         binds_first_chunk=st["binds_first_megatron_chunk"],
         model_at=MODEL_FOUND_AT.get(version, {}),
+        tools=tuple(st.get("tools") or ()),
+        unknown_tool=st.get("unknown_tool"),
+        backend=bool(st.get("backend", True)),
+        global_profiler=st.get("global_profiler", True),
+        label=f"verl {facts.get('version') or version}",
     )
 
 
@@ -128,12 +140,13 @@ class _Targets(Mapping):
         return (*releases.shipped(), LEGACY.version)
 
     def __getitem__(self, name: str) -> VerlTarget:
+        """A shipped release, `legacy-workers`, or a live tree registered in the catalog."""
         if name not in self._built:
-            from verl_pdbg_conf.verl_facts import releases
+            from verl_pdbg_conf.verl_facts import catalog
 
-            if name not in releases.shipped():
+            if not catalog.known(name):
                 raise KeyError(name)
-            self._built[name] = target_from_facts(name, releases.load(name))
+            self._built[name] = target_from_facts(name, catalog.load(name))
         return self._built[name]
 
     def __iter__(self):

@@ -40,12 +40,9 @@ def load(version: str) -> dict:
 _DIST_INFO = re.compile(r"^verl-([^-]+)\.dist-info$", re.I)
 
 
-def installed_version() -> str | None:
-    """The installed verl's version, from its package metadata (verl is not imported).
-
-    The `verl-X.dist-info` directories on sys.path are read directly (importing
-    importlib.metadata costs about 50 ms of a validator start-up); importlib.metadata answers
-    only when verl is importable without such a directory (an editable install, an egg)."""
+def dist_info() -> tuple[str, str] | None:
+    """(directory, version) of the first `verl-X.dist-info` on sys.path, its version from its
+    METADATA (else its name)."""
     import sys
 
     for entry in sys.path:
@@ -56,16 +53,29 @@ def installed_version() -> str | None:
         for name in names:
             m = _DIST_INFO.match(name)
             if m:
+                path = os.path.join(entry or ".", name)
                 try:
-                    with open(os.path.join(entry or ".", name, "METADATA"), encoding="utf-8") as f:
+                    with open(os.path.join(path, "METADATA"), encoding="utf-8") as f:
                         for line in f:
                             if line.startswith("Version:"):
-                                return line.split(":", 1)[1].strip()
+                                return path, line.split(":", 1)[1].strip()
                             if not line.strip():
                                 break
                 except OSError:
                     pass
-                return m.group(1)
+                return path, m.group(1)
+    return None
+
+
+def installed_version() -> str | None:
+    """The installed verl's version, from its package metadata (verl is not imported).
+
+    The `verl-X.dist-info` directories on sys.path are read directly (importing
+    importlib.metadata costs about 50 ms of a validator start-up); importlib.metadata answers
+    only when verl is importable without such a directory (an editable install, an egg)."""
+    found = dist_info()
+    if found is not None:
+        return found[1]
     import importlib.util
 
     try:

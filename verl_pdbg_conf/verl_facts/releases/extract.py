@@ -26,44 +26,118 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import gzip
 import io
 import json
-import math
 import os
 import re
 import sys
 import zipfile
 
+from verl_pdbg_conf.verl_facts.encoding import decode, encode, same_typed
+
 CONFIG_ROOT = "verl/trainer/config/"
 HERE = os.path.dirname(os.path.abspath(__file__))
 FORMAT = 1
-# Tags of the typed JSON encoding: a mapping with keys that are not all strings, a float JSON
-# cannot write. Everything else is JSON as is (bool, int and float stay distinct).
-MAP_TAG, FLOAT_TAG = "\u0000map", "\u0000float"
+# What extraction reads of a verl tree: everything else of it cannot change the facts, so the
+# digest of these files (content of .py/.yaml and the version file, names of the rest of the
+# config tree) identifies a tree's facts: a copy with the digest of a shipped release IS it.
+READS = ("verl/trainer/", "verl/workers/", "verl/utils/profiler/", "verl/version/")
+VERSION_FILE = "verl/version/version"
+
+
+def reads(path: str) -> bool:
+    return path.startswith(READS) and "/__pycache__/" not in path and not path.endswith((".pyc", "/"))
+
+
+def _has_content(path: str) -> bool:
+    return path.endswith((".py", ".yaml")) or path == VERSION_FILE
+
+
+def file_hash(data: bytes) -> str:
+    """As a wheel's RECORD writes it: urlsafe base64 of the sha256, without padding."""
+    import base64
+    import hashlib
+
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def digest(hashes: dict[str, str]) -> str:
+    """The digest of a tree from {path: file_hash} of the files extraction reads."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for path in sorted(p for p in hashes if reads(p)):
+        if _has_content(path):
+            h.update(f"{path}\t{hashes[path]}\n".encode())
+        elif path.startswith(CONFIG_ROOT):
+            h.update(f"{path}\t-\n".encode())
+    return h.hexdigest()
+
+
+def _init_version(root: str) -> str:
+    """A literal `__version__ = "..."` in verl/__init__.py (copies without verl/version/), else
+    "unknown"."""
+    try:
+        with open(os.path.join(root, "verl", "__init__.py"), encoding="utf-8", errors="replace") as f:
+            m = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", f.read(1 << 16), re.M)
+    except OSError:
+        m = None
+    return m.group(1) if m else "unknown"
 
 
 # ---------------------------------------------------------------- reading a release
 
 class Tree:
-    """verl's files from a wheel or from the installed package, by path (`verl/...`)."""
+    """verl's files that extraction reads (READS), from a wheel or a directory, by path
+    (`verl/...`); other files are kept by name only (their directories are config groups)."""
 
     def __init__(self, files: dict[str, bytes], version: str, source: str):
         self.files, self.version, self.source = files, version, source
+        self.digest = digest({p: file_hash(b) for p, b in files.items()})
+        self._ast: dict = {}
 
     @classmethod
     def from_wheel(cls, path: str) -> "Tree":
         files, version = {}, None
         with zipfile.ZipFile(path) as z:
             for name in z.namelist():
-                if name.startswith("verl/") and not name.endswith("/"):  # every path: its directory is a group
-                    files[name] = z.read(name) if name.endswith((".py", ".yaml")) else b""
+                if reads(name):
+                    files[name] = z.read(name) if _has_content(name) else b""
                 elif re.match(r"verl-[^/]+\.dist-info/METADATA$", name):
                     m = re.search(rb"^Version: *(\S+)", z.read(name), re.M)
                     version = m.group(1).decode() if m else None
         if version is None:
             raise SystemExit(f"{path}: no verl dist-info METADATA with a Version")
         return cls(files, version, os.path.basename(path))
+
+    @classmethod
+    def from_dir(cls, root: str, version: str | None = None, source: str = "") -> "Tree":
+        """The `verl/` package under `root` (a repository, a checkout, site-packages); its
+        version from `verl/version/version` unless given."""
+        files = {}
+        for prefix in READS:
+            top = os.path.join(root, prefix)
+            for d, dirs, names in os.walk(top):
+                dirs[:] = sorted(x for x in dirs if x != "__pycache__")
+                rel = os.path.relpath(d, root).replace(os.sep, "/")
+                for n in names:
+                    path = f"{rel}/{n}"
+                    if not reads(path):
+                        continue
+                    if _has_content(path):
+                        try:
+                            with open(os.path.join(d, n), "rb") as f:
+                                files[path] = f.read()
+                        except OSError:
+                            continue
+                    else:
+                        files[path] = b""
+        if version is None:
+            raw = files.get(VERSION_FILE, b"").decode("utf-8", "replace").strip()
+            version = raw.splitlines()[0].strip() if raw else _init_version(root)
+        return cls(files, version, source or root)
 
     @classmethod
     def from_installed(cls) -> "Tree":
@@ -74,21 +148,21 @@ class Tree:
         if spec is None or not spec.submodule_search_locations:
             raise SystemExit("verl is not installed")
         root = list(spec.submodule_search_locations)[0]
-        files = {}
-        for d, dirs, names in os.walk(root):
-            dirs[:] = [x for x in dirs if x != "__pycache__"]
-            rel = os.path.relpath(d, os.path.dirname(root)).replace(os.sep, "/")
-            for n in names:
-                if n.endswith((".py", ".yaml")):
-                    with open(os.path.join(d, n), "rb") as f:
-                        files[f"{rel}/{n}"] = f.read()
-                else:
-                    files[f"{rel}/{n}"] = b""
-        return cls(files, importlib.metadata.version("verl"), "installed")
+        return cls.from_dir(os.path.dirname(root), importlib.metadata.version("verl"), "installed")
 
     def read(self, path: str) -> str | None:
         b = self.files.get(path)
-        return None if b is None else b.decode("utf-8")
+        return None if b is None else b.decode("utf-8", "replace")
+
+    def parse(self, path: str):
+        """The file's AST, or None when it is missing or not Python this interpreter parses."""
+        if path not in self._ast:
+            src = self.read(path)
+            try:
+                self._ast[path] = None if src is None else ast.parse(src)
+            except Exception:  # not Python this interpreter parses (Python 2, a merge conflict), too deep
+                self._ast[path] = None
+        return self._ast[path]
 
     def glob_py(self, prefix: str):
         return sorted(p for p in self.files if p.startswith(prefix) and p.endswith(".py"))
@@ -96,55 +170,49 @@ class Tree:
 
 # ---------------------------------------------------------------- configs
 
-def encode(x):
-    """Typed data -> JSON-able data; `decode(encode(x))` is x, types included."""
-    if isinstance(x, dict):
-        if all(isinstance(k, str) for k in x) and MAP_TAG not in x and FLOAT_TAG not in x:
-            return {k: encode(v) for k, v in x.items()}
-        return {MAP_TAG: [[encode(k), encode(v)] for k, v in x.items()]}
-    if isinstance(x, list):
-        return [encode(v) for v in x]
-    if isinstance(x, float) and not math.isfinite(x):
-        return {FLOAT_TAG: repr(x)}
-    if x is None or isinstance(x, (str, bool, int, float)):
-        return x
-    raise TypeError(f"cannot store a {type(x).__name__} ({x!r}) as release facts")
-
-
-def decode(x):
-    if isinstance(x, dict):
-        if MAP_TAG in x and len(x) == 1:
-            return {decode(k): decode(v) for k, v in x[MAP_TAG]}
-        if FLOAT_TAG in x and len(x) == 1:
-            return float(x[FLOAT_TAG])
-        return {k: decode(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [decode(v) for v in x]
-    return x
-
-
-def same_typed(a, b) -> bool:
-    """Equality that tells 1, 1.0 and True apart (and nan from nan: equal)."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, dict):
-        return list(a) == list(b) and all(same_typed(k, k2) and same_typed(a[k], b[k2]) for k, k2 in zip(a, b))
-    if isinstance(a, list):
-        return len(a) == len(b) and all(same_typed(x, y) for x, y in zip(a, b))
-    if isinstance(a, float) and math.isnan(a):
-        return math.isnan(b)
-    return a == b
-
-
-def load_config_text(text: str) -> dict:
-    """One YAML config as Hydra's FileConfigSource loads it: the header by Hydra's own parser
-    (first 512 characters), the body by OmegaConf's YAML loader; the defaults list apart."""
+@functools.lru_cache(maxsize=2)
+def _yaml_loader(fast: bool):
+    """OmegaConf's YAML loader; `fast`: the same resolvers, constructors and duplicate-key check
+    on libyaml's parser (values identical on every verl tree the tests fetch, 10x faster)."""
     import yaml
-    from hydra.plugins.config_source import ConfigSource
     from omegaconf._utils import get_yaml_loader
 
+    slow = get_yaml_loader()
+    if not fast or not getattr(yaml, "__with_libyaml__", False):
+        return slow
+
+    class FastLoader(yaml.CSafeLoader):
+        def construct_mapping(self, node, deep=False):
+            keys = set()
+            for key_node, _ in node.value:  # as OmegaConf's loader: a duplicate key is an error
+                if key_node.tag != yaml.resolver.BaseResolver.DEFAULT_SCALAR_TAG:
+                    continue
+                if key_node.value in keys:
+                    raise yaml.constructor.ConstructorError("while constructing a mapping", node.start_mark,
+                                                            f"found duplicate key {key_node.value}",
+                                                            key_node.start_mark)
+                keys.add(key_node.value)
+            return yaml.constructor.SafeConstructor.construct_mapping(self, node, deep=deep)
+
+    FastLoader.yaml_implicit_resolvers = slow.yaml_implicit_resolvers
+    FastLoader.yaml_constructors = slow.yaml_constructors
+    return FastLoader
+
+
+def load_config_text(text: str, fast: bool = False) -> dict:
+    """One YAML config as Hydra's FileConfigSource loads it: the header by Hydra's own parser
+    (first 512 characters), the body by OmegaConf's YAML loader; the defaults list apart.
+    `fast`: libyaml's parser first (a live copy), OmegaConf's own when it refuses the text."""
+    import yaml
+    from hydra.plugins.config_source import ConfigSource
+
     header = ConfigSource._get_header_dict(text[:512])
-    body = yaml.load(io.StringIO(text), Loader=get_yaml_loader())
+    try:
+        body = yaml.load(io.StringIO(text), Loader=_yaml_loader(fast))
+    except yaml.YAMLError:
+        if not fast:
+            raise
+        body = yaml.load(io.StringIO(text), Loader=_yaml_loader(False))
     entry: dict = {"package": header.get("package")}
     extra = {k: v for k, v in header.items() if k != "package"}
     if extra:
@@ -157,7 +225,13 @@ def load_config_text(text: str) -> dict:
     return entry
 
 
-def extract_configs(tree: Tree) -> tuple[dict, list]:
+class ExtractionError(Exception):
+    """A release's file that extraction cannot store faithfully (strict extraction only)."""
+
+
+def extract_configs(tree: Tree, problems: list | None = None) -> tuple[dict, list]:
+    """Configs and groups. `problems` given: a config that does not load (a fork's broken YAML)
+    is left out and noted there, as Hydra would fail on it only when it is composed."""
     configs, groups = {}, set()
     for path in sorted(tree.files):
         if not path.startswith(CONFIG_ROOT):
@@ -170,30 +244,44 @@ def extract_configs(tree: Tree) -> tuple[dict, list]:
         if not rel.endswith(".yaml") or os.path.basename(rel).startswith("_generated_"):
             continue
         name = rel[:-len(".yaml")]
-        entry = load_config_text(tree.read(path))
-        stored = json.loads(json.dumps(encode(entry)))
-        if not same_typed(decode(stored), entry):  # the stored form must give back exactly what Hydra read
-            raise SystemExit(f"{path}: does not survive the typed JSON encoding")
+        try:
+            entry = load_config_text(tree.read(path), fast=problems is not None)
+            stored = json.loads(json.dumps(encode(entry)))
+            if not same_typed(decode(stored), entry):  # the stored form must give back exactly what Hydra read
+                raise ExtractionError(f"{path}: does not survive the typed JSON encoding")
+        except Exception as e:
+            if problems is None:
+                raise
+            problems.append(f"{path}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+            continue
         configs[name] = stored
     return configs, sorted(groups)
 
 
 # ---------------------------------------------------------------- stages (AST)
 
-def _literal_assigns(src: str, names) -> dict:
+def _literal_assigns(mod, names) -> dict:
     out = {}
-    for node in ast.parse(src).body:
+    for node in mod.body if mod is not None else ():
         if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) and node.targets[0].id in names:
-            out[node.targets[0].id] = ast.literal_eval(node.value)
+            try:
+                out[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                pass
     return out
+
+
+def _files_with(tree: Tree, prefix: str, text: bytes):
+    """The .py files under prefix whose source contains `text` (only those are parsed)."""
+    return [p for p in tree.glob_py(prefix) if text in tree.files[p]]
 
 
 def _annotations(tree: Tree) -> list[dict]:
     """Every `@DistProfiler.annotate(..., role=NAME)` on a method in verl/workers."""
     out = []
-    for path in tree.glob_py("verl/workers/"):
-        mod = ast.parse(tree.read(path))
-        for cls in [n for n in ast.walk(mod) if isinstance(n, ast.ClassDef)]:
+    for path in _files_with(tree, "verl/workers/", b"DistProfiler.annotate"):
+        mod = tree.parse(path)
+        for cls in [n for n in ast.walk(mod) if isinstance(n, ast.ClassDef)] if mod else ():
             for fn in cls.body:
                 if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     continue
@@ -209,16 +297,25 @@ def _annotations(tree: Tree) -> list[dict]:
     return out
 
 
+def _self_calls(tree: Tree, file: str, cls_name: str) -> dict:
+    """method -> the `self.m(...)` it calls, for one class (memoized per tree)."""
+    key = ("self-calls", file, cls_name)
+    if key not in tree._ast:
+        mod = tree.parse(file)
+        cls = next(n for n in ast.walk(mod) if isinstance(n, ast.ClassDef) and n.name == cls_name)
+        calls = {}
+        for fn in cls.body:
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                calls[fn.name] = {c.func.attr for c in ast.walk(fn) if isinstance(c, ast.Call)
+                                  and isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)
+                                  and c.func.value.id == "self"}
+        tree._ast[key] = calls
+    return tree._ast[key]
+
+
 def _callers_in_class(tree: Tree, ann: dict) -> set[str]:
     """The annotated method and every method of its class that reaches it through `self.m(...)`."""
-    mod = ast.parse(tree.read(ann["file"]))
-    cls = next(n for n in ast.walk(mod) if isinstance(n, ast.ClassDef) and n.name == ann["class"])
-    calls = {}
-    for fn in cls.body:
-        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            calls[fn.name] = {c.func.attr for c in ast.walk(fn) if isinstance(c, ast.Call)
-                              and isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)
-                              and c.func.value.id == "self"}
+    calls = _self_calls(tree, ann["file"], ann["class"])
     reach = {ann["method"]}
     while True:
         more = {m for m, cs in calls.items() if cs & reach} - reach
@@ -234,9 +331,9 @@ def _tokens(name: str) -> set[str]:
 def _trainer_calls(tree: Tree):
     """(worker group attribute, method, enclosing function, file) of every `self.X_wg.m(...)` in
     verl/trainer."""
-    for path in tree.glob_py("verl/trainer/"):
-        mod = ast.parse(tree.read(path))
-        for fn in [n for n in ast.walk(mod) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]:
+    for path in _files_with(tree, "verl/trainer/", b"_wg."):
+        mod = tree.parse(path)
+        for fn in [n for n in ast.walk(mod) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))] if mod else ():
             for c in ast.walk(fn):
                 if (isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
                         and isinstance(c.func.value, ast.Attribute) and c.func.value.attr.endswith("_wg")):
@@ -249,11 +346,12 @@ def _aliases(tree: Tree, annotations: list, stage_to_role: dict, skip: set) -> t
     that reaches the annotated one, and exactly one stage of that role has all its name's words
     in the function's name (`_update_critic` -> `critic_update`)."""
     aliases, evidence = {}, []
+    todo = [a for a in annotations if a["stage"] not in stage_to_role and a["stage"] not in skip]
+    if not stage_to_role or not todo:  # no backend: no stage for an annotation to stand for
+        return aliases, evidence
     calls = list(_trainer_calls(tree))
-    for ann in annotations:
+    for ann in todo:
         name = ann["stage"]
-        if name in stage_to_role or name in skip:
-            continue
         reach = _callers_in_class(tree, ann)
         found = set()
         for wg, method, fn, path in calls:
@@ -269,9 +367,9 @@ def _aliases(tree: Tree, annotations: list, stage_to_role: dict, skip: set) -> t
     return aliases, evidence
 
 
-def _binds_first_chunk(src: str) -> bool:
+def _binds_first_chunk(mod) -> bool:
     """Whether the backend's model resolution accepts a list/tuple of Megatron chunks."""
-    for fn in [n for n in ast.walk(ast.parse(src)) if isinstance(n, ast.FunctionDef) and n.name == "_resolve_model"]:
+    for fn in [n for n in ast.walk(mod) if isinstance(n, ast.FunctionDef) and n.name == "_resolve_model"]:
         for c in ast.walk(fn):
             if isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == "isinstance":
                 names = {n.id for n in ast.walk(c.args[1]) if isinstance(n, ast.Name)}
@@ -280,11 +378,14 @@ def _binds_first_chunk(src: str) -> bool:
     return False
 
 
+PROFILE = "verl/utils/profiler/profile.py"
+
+
 def _tools(tree: Tree) -> list[str]:
     """`self._tool == "x"` comparisons in DistProfiler (verl/utils/profiler/profile.py), in order."""
     out = []
-    src = tree.read("verl/utils/profiler/profile.py") or ""
-    for c in ast.walk(ast.parse(src)):
+    mod = tree.parse(PROFILE)
+    for c in ast.walk(mod) if mod else ():
         if (isinstance(c, ast.Compare) and isinstance(c.left, ast.Attribute) and c.left.attr == "_tool"
                 and isinstance(c.ops[0], ast.Eq) and isinstance(c.comparators[0], ast.Constant)):
             if c.comparators[0].value not in out:
@@ -292,15 +393,41 @@ def _tools(tree: Tree) -> list[str]:
     return out
 
 
+def _unknown_tool(tree: Tree) -> str | None:
+    """What DistProfiler does with a tool none of its `self._tool == ...` branches names: the
+    final `else:` of that if/elif chain in its __init__: "no-op" when it builds a no-op profiler
+    (a class named *NoOp*), "raise" when it raises; None when there is no such chain."""
+    mod = tree.parse(PROFILE)
+    for cls in [n for n in ast.walk(mod) if isinstance(n, ast.ClassDef) and n.name == "DistProfiler"] if mod else ():
+        init = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+        chains = []  # (branches, last if) of every if/elif chain on self._tool
+        for node in ast.walk(init) if init else ():
+            if isinstance(node, ast.If) and "_tool" in ast.unparse(node.test):
+                last, n = node, 1
+                while len(last.orelse) == 1 and isinstance(last.orelse[0], ast.If):
+                    last, n = last.orelse[0], n + 1
+                chains.append((n, last))
+        if not chains:
+            return None
+        last = max(chains, key=lambda c: c[0])[1]  # the dispatch: the longest chain
+        text = "\n".join(ast.unparse(n) for n in last.orelse)
+        if not text:
+            return "nothing"
+        if "raise" in text:
+            return "raise"
+        if "noop" in text.lower().replace("_", ""):
+            return "no-op"
+        return "other"
+    return None
+
+
 def _hybrid_gate(tree: Tree) -> str | None:
     """The role profiler the actor/rollout/ref worker builds its one profiler from when it holds
     the actor: the first `if self._is_actor:` branch of its __init__, `config.<role>.get("profiler")`."""
     for ann_file in ("verl/workers/engine_workers.py",):
-        src = tree.read(ann_file)
-        if src is None:
-            continue
-        for cls in [n for n in ast.walk(ast.parse(src)) if isinstance(n, ast.ClassDef)
-                    and n.name == "ActorRolloutRefWorker"]:
+        mod = tree.parse(ann_file)
+        for cls in [n for n in ast.walk(mod) if isinstance(n, ast.ClassDef)
+                    and n.name == "ActorRolloutRefWorker"] if mod else ():
             init = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
             for node in ast.walk(init) if init else ():
                 if isinstance(node, ast.If) and "_is_actor" in ast.unparse(node.test):
@@ -316,42 +443,71 @@ def _continuous_keeps_first_tag(tree: Tree) -> bool:
     """With profile_continuous_steps the trainer starts the workers' profilers only at the first
     step of a run of consecutive steps (a `prev_step_profile` gate around `start_profile`), so the
     step tag the backend was given stays the first step's."""
-    for path in tree.glob_py("verl/trainer/ppo/"):
-        for fn in [n for n in ast.walk(ast.parse(tree.read(path))) if isinstance(n, ast.FunctionDef)]:
-            text = ast.unparse(fn)
-            if ".start_profile(" in text and "profile_continuous_steps" in text and "prev_step_profile" in text:
+    for path in _files_with(tree, "verl/trainer/ppo/", b"prev_step_profile"):
+        mod = tree.parse(path)
+        lines = tree.read(path).splitlines()
+        for fn in [n for n in ast.walk(mod) if isinstance(n, ast.FunctionDef)] if mod else ():
+            needles = (".start_profile(", "profile_continuous_steps", "prev_step_profile")
+            source = "\n".join(lines[fn.lineno - 1:fn.end_lineno])  # cheap filter: unparse only candidates
+            if all(n in source for n in needles) and all(n in ast.unparse(fn) for n in needles):
                 return True
     return False
 
 
-def extract_stages(tree: Tree) -> dict:
-    src = tree.read("verl/utils/profiler/precision_debugger_profile.py")
-    if src is None:
-        raise SystemExit(f"verl {tree.version} has no precision_debugger backend "
-                         "(verl/utils/profiler/precision_debugger_profile.py)")
-    lit = _literal_assigns(src, ("_STAGE_TO_ROLE", "_MODEL_ATTRS_BY_ROLE", "_SKIP_STAGES"))
-    annotations = _annotations(tree)
-    aliases, evidence = _aliases(tree, annotations, lit["_STAGE_TO_ROLE"], lit["_SKIP_STAGES"])
-    return {
-        "stage_to_role": lit["_STAGE_TO_ROLE"],
-        "model_attrs_by_role": {k: list(v) for k, v in lit["_MODEL_ATTRS_BY_ROLE"].items()},
-        "skip_stages": sorted(lit["_SKIP_STAGES"]),
-        "binds_first_megatron_chunk": _binds_first_chunk(src),
+BACKEND = "verl/utils/profiler/precision_debugger_profile.py"
+
+
+def extract_stages(tree: Tree, problems: list | None = None) -> dict:
+    """The stage facts. Strict (`problems` None): a release without the precision_debugger
+    backend is refused. Lenient: every part that cannot be read is left empty and noted, so an
+    old or broken copy still gives what it has (`backend: None` says it has no backend)."""
+    mod = tree.parse(BACKEND)
+    if mod is None and problems is None:
+        raise SystemExit(f"verl {tree.version} has no precision_debugger backend ({BACKEND})")
+
+    def part(what, fn, default):
+        if problems is None:
+            return fn()
+        try:
+            return fn()
+        except Exception as e:  # a fork's code this reader does not understand: that part is unknown
+            problems.append(f"{what}: {type(e).__name__}: {e}")
+            return default
+
+    lit = part("backend tables", lambda: _literal_assigns(mod, ("_STAGE_TO_ROLE", "_MODEL_ATTRS_BY_ROLE",
+                                                                 "_SKIP_STAGES")), {})
+    stage_to_role = {k: v for k, v in dict(lit.get("_STAGE_TO_ROLE") or {}).items()
+                     if isinstance(k, str) and isinstance(v, str)}
+    skip = {s for s in lit.get("_SKIP_STAGES") or () if isinstance(s, str)}
+    annotations = part("annotations", lambda: _annotations(tree), [])
+    aliases, evidence = part("aliases", lambda: _aliases(tree, annotations, stage_to_role, skip), ({}, []))
+    out = {
+        "stage_to_role": stage_to_role,
+        "model_attrs_by_role": {str(k): [str(x) for x in v]
+                                for k, v in dict(lit.get("_MODEL_ATTRS_BY_ROLE") or {}).items()},
+        "skip_stages": sorted(skip),
+        "binds_first_megatron_chunk": bool(mod) and part("chunks", lambda: _binds_first_chunk(mod), False),
         "annotations": annotations,
         "aliases": aliases,
         "alias_evidence": evidence,
-        "tools": _tools(tree),
-        "hybrid_gate": _hybrid_gate(tree),
-        "continuous_keeps_first_tag": _continuous_keeps_first_tag(tree),
+        "tools": part("tools", lambda: _tools(tree), []),
+        "hybrid_gate": part("hybrid_gate", lambda: _hybrid_gate(tree), None),
+        "continuous_keeps_first_tag": part("continuous", lambda: _continuous_keeps_first_tag(tree), False),
+        "backend": BACKEND if mod is not None else None,
+        "unknown_tool": part("unknown_tool", lambda: _unknown_tool(tree), None),
     }
+    return out
 
 
-def role_profilers(configs: dict, groups: list, version: str) -> list[str]:
+def role_profilers(configs: dict, groups: list, version: str, compose=None) -> tuple[list[str], list[str]]:
     """Paths of the role profiler sections (`profiler` mappings with `enable` and `tool_config`)
-    in ppo_trainer as Hydra composes it from the extracted configs."""
-    from verl_pdbg_conf.verl_facts.facts_source import compose_with_facts
+    in ppo_trainer as Hydra composes it from the extracted configs, and its top-level keys
+    (whether it has a `global_profiler` at all). `compose(facts, config_name, overrides)`:
+    how to compose (default: a throwaway Hydra session on the facts)."""
+    if compose is None:
+        from verl_pdbg_conf.verl_facts.facts_source import compose_with_facts as compose
 
-    cfg = compose_with_facts({"version": version, "configs": configs, "groups": groups}, "ppo_trainer", [])
+    cfg = compose({"version": version, "configs": configs, "groups": groups}, "ppo_trainer", [])
     from omegaconf import OmegaConf
 
     raw = OmegaConf.to_container(cfg, resolve=False)
@@ -365,16 +521,32 @@ def role_profilers(configs: dict, groups: list, version: str) -> list[str]:
                 walk(v, path + (str(k),))
 
     walk(raw, ())
-    return out
+    return out, [str(k) for k in raw]
 
 
 # ---------------------------------------------------------------- writing
 
-def extract(tree: Tree) -> dict:
-    configs, groups = extract_configs(tree)
-    facts = {"format": FORMAT, "version": tree.version, "source": tree.source, "groups": groups,
-             "configs": configs, "stages": extract_stages(tree)}
-    facts["stages"]["role_profilers"] = role_profilers(configs, groups, tree.version)
+def extract(tree: Tree, strict: bool = True, compose=None) -> dict:
+    """The facts of a tree. strict (a release to ship): every file must be read faithfully and
+    the backend must exist. Not strict (a copy found on disk, verl 0.1 to a fork of main): never
+    raises; what cannot be read is left out and listed under `problems`. `compose`: see
+    role_profilers."""
+    problems = None if strict else []
+    configs, groups = extract_configs(tree, problems)
+    facts = {"format": FORMAT, "version": tree.version, "source": tree.source, "digest": tree.digest,
+             "groups": groups, "configs": configs, "stages": extract_stages(tree, problems)}
+    try:
+        roles, top = role_profilers(configs, groups, tree.version, compose) if "ppo_trainer" in configs or strict \
+            else ([], [])
+    except Exception as e:
+        if strict:
+            raise
+        problems.append(f"ppo_trainer does not compose: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+        roles, top = [], None
+    facts["stages"]["role_profilers"] = roles
+    facts["stages"]["global_profiler"] = None if top is None else "global_profiler" in top
+    if problems:
+        facts["problems"] = problems
     return facts
 
 
