@@ -32,6 +32,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verl-version", choices=list(VERL_TARGETS), default=None,
                    help="judge by this verl release's config tree and behaviour (default: the installed verl when "
                         "its facts ship with this package, else the newest shipped release)")
+    p.add_argument("--msprobe-version", metavar="X.Y.Z", default=None,
+                   help="judge config.json by what this mindstudio-probe release does (measured facts ship for "
+                        "each supported release; default: the installed mindstudio-probe, read from its metadata, "
+                        "else the newest shipped release)")
     p.add_argument("--runtime", choices=("auto", "verl", "pdbg"), default="auto",
                    help="runtime profiler in the workers: verl's own, this package's, or detect from the config")
     p.add_argument("--base-dir", default=None,
@@ -82,6 +86,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_usage(sys.stderr)
         sys.stderr.write("verl-pdbg-validate: error: give at least one file, or --verl\n")
         return EXIT_USAGE
+    if args.msprobe_version is not None:
+        from verl_pdbg_conf.checks.msprobe_releases import shipped
+
+        if args.msprobe_version not in shipped():
+            parser.print_usage(sys.stderr)
+            sys.stderr.write(f"verl-pdbg-validate: error: --msprobe-version {args.msprobe_version}: no facts ship for "
+                             f"it; choose one of {', '.join(shipped())}\n")
+            return EXIT_USAGE
     missing = [f for f in args.files if not os.path.lexists(f)]
     if missing:
         for f in missing:
@@ -98,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     from verl_pdbg_conf.context import Options
     from verl_pdbg_conf.validate import validate_composed, validate_files
 
-    options = Options(verl_version=args.verl_version, runtime=args.runtime,
+    options = Options(verl_version=args.verl_version, runtime=args.runtime, msprobe_version=args.msprobe_version,
                       base_dir=os.path.abspath(args.base_dir) if args.base_dir else os.getcwd())
     if args.verl:
         report = validate_composed(args.files, overrides, options, config_name=args.config_name)
@@ -112,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     from verl_pdbg_conf.reporters import REPORTERS
 
     report.verl_release = options.release
+    if any(f.lower().endswith(".json") for f in report.files):
+        report.msprobe_release = options.msprobe_release
     fmt = args.format or ("github" if os.environ.get("GITHUB_ACTIONS") == "true" else "text")
     if hasattr(sys.stdout, "reconfigure"):  # a file name that is not valid UTF-8 must not crash the report
         sys.stdout.reconfigure(errors="backslashreplace")

@@ -41,6 +41,7 @@ class Report:
     findings: list[Finding] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     verl_release: tuple[str, str] | None = None  # (release, how it was chosen) that judged, for the output
+    msprobe_release: tuple[str, str] | None = None  # the same for msprobe
 
     def extend(self, other: "Report") -> None:
         self.findings.extend(other.findings)

@@ -14,6 +14,8 @@ def as_dict(report: Report) -> dict:
     }
     if report.verl_release:
         out["verl_release"] = {"version": report.verl_release[0], "chosen": report.verl_release[1]}
+    if report.msprobe_release:
+        out["msprobe"] = {"version": report.msprobe_release[0], "source": report.msprobe_release[1]}
     return out
 
 

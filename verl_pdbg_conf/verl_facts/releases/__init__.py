@@ -37,24 +37,29 @@ def load(version: str) -> dict:
         return json.load(f)
 
 
-_DIST_INFO = re.compile(r"^verl-([^-]+)\.dist-info$", re.I)
+def installed_version(dist: str = "verl") -> str | None:
+    """The installed version of distribution `dist` (verl by default), from its package
+    metadata; the package is not imported.
 
-
-def installed_version() -> str | None:
-    """The installed verl's version, from its package metadata (verl is not imported).
-
-    The `verl-X.dist-info` directories on sys.path are read directly (importing
+    The `<dist>-X.dist-info` directories on sys.path are read directly (importing
     importlib.metadata costs about 50 ms of a validator start-up); importlib.metadata answers
-    only when verl is importable without such a directory (an editable install, an egg)."""
+    only when the package is importable without such a directory (an editable install, an egg)."""
     import sys
 
-    for entry in sys.path:
+    return dist_info_version(sys.path, dist) or _metadata_version(dist)
+
+
+def dist_info_version(dirs, dist: str) -> str | None:
+    """The version in the first `<dist>-X.dist-info` found in `dirs`, from its METADATA."""
+    name = "[-_.]".join(re.escape(p) for p in re.split(r"[-_.]+", dist))  # dist-info names normalise - to _
+    rx = re.compile(r"^" + name + r"-([^-]+)\.dist-info$", re.I)
+    for entry in dirs:
         try:
             names = os.listdir(entry or ".")
         except OSError:
             continue
         for name in names:
-            m = _DIST_INFO.match(name)
+            m = rx.match(name)
             if m:
                 try:
                     with open(os.path.join(entry or ".", name, "METADATA"), encoding="utf-8") as f:
@@ -66,17 +71,24 @@ def installed_version() -> str | None:
                 except OSError:
                     pass
                 return m.group(1)
+    return None
+
+
+_MODULES = {"verl": "verl", "mindstudio-probe": "msprobe"}
+
+
+def _metadata_version(dist: str) -> str | None:
     import importlib.util
 
     try:
-        if importlib.util.find_spec("verl") is None:
+        if importlib.util.find_spec(_MODULES.get(dist, dist)) is None:
             return None
     except (ImportError, ValueError):
         return None
     import importlib.metadata
 
     try:
-        return importlib.metadata.version("verl")
+        return importlib.metadata.version(dist)
     except Exception:  # not found, or a broken dist-info: no installed release to judge by
         return None
 
