@@ -152,6 +152,7 @@ def _regenerate(python, out_dir):
                     "-q"], check=True, env=env, cwd=REPO, timeout=3600)
 
 
+@pytest.mark.slow
 def test_regenerated_installed_release_equals_shipped(tmp_path):
     pytest.importorskip("msprobe")
     pytest.importorskip("torch")
@@ -171,6 +172,7 @@ def test_regenerated_installed_release_equals_shipped(tmp_path):
 VENVS = os.environ.get("VERL_PDBG_CONF_MSPROBE_VENVS")  # a directory of msprobe-X.Y.Z venvs (torch + that release)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not VENVS, reason="set VERL_PDBG_CONF_MSPROBE_VENVS to a directory of msprobe-<version> venvs")
 @pytest.mark.parametrize("version", mr.shipped())
 def test_regenerated_release_in_its_venv_equals_shipped(version, tmp_path):

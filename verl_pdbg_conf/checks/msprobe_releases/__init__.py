@@ -35,12 +35,12 @@ def newest() -> str:
 @functools.lru_cache(maxsize=None)
 def load(version: str) -> dict:
     """One release's facts (format: see extract.py), each case with its pairs (cases.py)."""
-    from verl_pdbg_conf.checks.msprobe_releases.cases import case_pairs
+    from verl_pdbg_conf.checks.msprobe_releases.cases import case_pairs, pairs
 
     with gzip.open(os.path.join(HERE, f"msprobe-{version}.json.gz"), "rt", encoding="utf-8") as f:
         facts = json.load(f)
     for c in facts["cases"]:
-        c["pairs"] = case_pairs(c["config"])
+        c["pairs"], c["strict"] = case_pairs(c["config"]), pairs(c["config"])
     return facts
 
 

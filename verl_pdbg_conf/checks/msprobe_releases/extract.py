@@ -82,7 +82,9 @@ def _model():
     import torch
 
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    # a layer_norm, as every LLM has: msprobe's risk_level CORE keeps only such APIs (matmul, norms,
+    # embedding, attention); Module.0 and Module.2 are the Linear layers the scope cases name
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2), torch.nn.LayerNorm(2))
 
 
 def _reset(debugger):

@@ -2,12 +2,15 @@
 msprobe 26.x's; here each config.json is matched against what the judging release really did
 on the case matrix (cases.py, measured by extract.py).
 
-- A case that applies (all its pairs are the config's) and raised, dumped nothing or dumped
-  only part is an error at the case's key, saying what that release does; an existing finding
-  at that key is rewritten (its rule kept), not doubled.
+- The cases that apply are those whose pairs are all the config's, the most specific of them.
 - An error of the 26.x rules at a key where every applying case of that key dumped normally
   on this release becomes a warning that says so.
-- Keys the matrix does not cover keep the 26.x rules' verdict."""
+- When no error is left, an applying case that raised, dumped nothing or dumped only part is
+  an error at the case's key, saying what that release does; a finding already at that key
+  is raised to an error (its rule kept), not doubled. While the file has an error, that one
+  root cause is reported alone.
+- Keys the matrix does not cover keep the 26.x rules' verdict; failures that only say the
+  case ran without an NPU (nan_check, L2) do not count."""
 
 from __future__ import annotations
 
@@ -20,9 +23,13 @@ from verl_pdbg_conf.checks.msprobe_releases.cases import UNKNOWN, pairs
 from verl_pdbg_conf.core.findings import Finding, Severity
 
 FAILED = ("raised", "nothing", "partial")
+NPU_ONLY = frozenset({("task", "=nan_check"), ("level", "=L2")})
 RULE_OF_KEY = {"task": "msprobe-task", "level": "msprobe-level", "dump_enable": "msprobe-dump-disabled",
                "load": "msprobe-dump-disabled", UNKNOWN: "msprobe-unknown-key"}
 _INDEX = re.compile(r"\[\d+\]")
+# Errors about what verl makes of a setting, not whether msprobe runs it: the release data
+# cannot lift them (dump_path: msprobe dumps, but to verl's path, and the named one stays empty).
+VERL_RULES = {"msprobe-dump-path"}
 
 
 def _key_of(path: str) -> str:
@@ -63,37 +70,57 @@ def what_it_does(version: str, case: dict, strict: bool) -> str:
     return f"msprobe {version} raises {at}{said}; verl swallows it and nothing is dumped"
 
 
+def applying_cases(facts: dict, config: dict) -> list[dict]:
+    """The most specific cases that apply to `config`.
+
+    A case applies when all its pairs, msprobe's defaults for task and level included, are the
+    config's. Where no case of a key applies so, a case applies that holds at least the pairs it
+    sets itself (a case measured at the default level stands for the other levels too). Of
+    those, a case whose pairs another applying case holds, and more, gives way to it."""
+    have = pairs(config)
+    strict = [c for c in facts["cases"] if c["strict"] <= have]
+    keys = {c["key"] for c in strict}
+    loose = [c for c in facts["cases"] if c["key"] not in keys and c["pairs"] <= have]
+    apply = strict + loose
+    return [c for c in apply if not any(o["pairs"] > c["pairs"] or o["strict"] > c["strict"] for o in apply)]
+
+
+def _measured_off_npu(case: dict) -> bool:
+    """A failure that only says the case ran on CPU: NPU-only settings (task nan_check, level L2)
+    dump nothing or raise for want of torch_npu here, and may well dump on Ascend."""
+    if not case["pairs"] & NPU_ONLY:
+        return False
+    return case["outcome"] == "nothing" or "npu" in case.get("message", "").lower()
+
+
 def judge(findings: list[Finding], doc, config: dict, version: str, strict: bool = False) -> list[Finding]:
     """`findings` (the 26.x rules' verdict on `config`) as release `version` decides them."""
-    facts = load(version)
-    have = pairs(config)
-    applying = [c for c in facts["cases"] if c["pairs"] <= have]
-    failing = [c for c in applying if c["outcome"] in FAILED]
-    # one root cause, one finding: a failing case that holds a smaller failing case is its echo
-    failing = [c for c in failing if not any(o is not c and o["pairs"] < c["pairs"] for o in failing)]
-    out = list(findings)
-    done_keys: set[str] = set()
-    for c in failing:
-        key = c["key"]
-        if key in done_keys:
-            continue
-        done_keys.add(key)
-        out = _fail_at(out, doc, config, key, c, version, strict)
-    dumped_keys = {}
-    for c in applying:
-        dumped_keys.setdefault(c["key"], []).append(c)
-    result = []
-    for f in out:
+    cases = applying_cases(load(version), config)
+    failing = [c for c in cases if c["outcome"] in FAILED and not _measured_off_npu(c)]
+    by_key: dict[str, list[dict]] = {}
+    for c in cases:
+        by_key.setdefault(c["key"], []).append(c)
+    failing_keys = {c["key"] for c in failing}
+    out = []
+    for f in findings:
         k = _key_of(f.path)
-        if f.severity is Severity.ERROR and k not in done_keys and k in dumped_keys and k != "" and \
-                all(c["outcome"] == "dumped" for c in dumped_keys[k]):
-            shown = _value_at(config, k)
+        if f.severity is Severity.ERROR and f.rule not in VERL_RULES and k and k not in failing_keys and \
+                k in by_key and all(c["outcome"] == "dumped" for c in by_key[k]):
             f = dataclasses.replace(
                 f, severity=Severity.WARNING,
-                message=f"msprobe {version} dumps normally with {k} {_show(shown)} (measured on that release); "
-                        f"it is an error only on newer msprobe: {f.message}")
-        result.append(f)
-    return result
+                message=f"msprobe {version} dumps normally with {k} {_show(_value_at(config, k))} (measured on that "
+                        f"release); it is an error only on other msprobe releases: {f.message}")
+        elif f.severity is Severity.ERROR and failing:
+            f = dataclasses.replace(f, message=f.message.replace("msprobe raises when", f"msprobe {version} raises when"))
+        out.append(f)
+    if any(f.severity is Severity.ERROR for f in out):
+        return out  # the file already fails; one root cause, one finding
+    done: set[str] = set()
+    for c in failing:
+        if c["key"] not in done:
+            done.add(c["key"])
+            out = _fail_at(out, doc, config, c["key"], c, version, strict)
+    return out
 
 
 def _fail_at(out: list[Finding], doc, config: dict, key: str, case: dict, version: str, strict: bool):
@@ -112,24 +139,13 @@ def _fail_at(out: list[Finding], doc, config: dict, key: str, case: dict, versio
         if at:
             i = min(at, key=lambda j: out[j].severity.rank)
             f = out[i]
-            out[i] = dataclasses.replace(f, severity=Severity.ERROR,
-                                         message=f"{does}. {f.message}" if f.severity is not Severity.ERROR
-                                         or case["outcome"] != "raised" else f"{does}; {_plain(f.message)}")
+            out[i] = dataclasses.replace(f, severity=Severity.ERROR, message=f"{does}. {f.message}")
             continue
         value = _value_at(config, dotted) if dotted else None
         what = f"{dotted} {_show(value)}" if dotted else "this config.json"
         out.append(doc.finding(RULE_OF_KEY.get(key, "msprobe-schema"), Severity.ERROR, f"{what}: {does}", path,
                                hint=_hint(key, version), key=key == UNKNOWN))
     return out
-
-
-def _plain(message: str) -> str:
-    """A 26.x message without its own account of the crash (the release's replaces it)."""
-    for tail in ("msprobe raises when the debugger is built; verl swallows the error and no stage is dumped",
-                 "msprobe raises when the debugger is built, and with strict: True the run stops at the first "
-                 "profiled stage"):
-        message = message.replace(": " + tail, "").replace(tail, "")
-    return message.rstrip(" :;")
 
 
 def _hint(key: str, version: str) -> str:
