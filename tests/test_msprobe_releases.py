@@ -106,7 +106,21 @@ def test_matrix_covers_every_release_and_enough_examples():
     assert {o["outcome"] for _, _, o in MATRIX} >= {"dumped", "raised", "nothing"}
 
 
-@pytest.mark.parametrize("version,name,outcome", MATRIX, ids=[f"{v}-{n}" for v, n, _ in MATRIX])
+# Deliberate differences from "error iff that release dumps nothing", kept on every release:
+DELIBERATE = {
+    "dump_path_set": "msprobe dumps, but to verl's stage directory: the dump_path the user reads stays empty",
+    "task_nan_check": "nan_check raises here for want of torch_npu; on Ascend NPU it runs (a warning)",
+    "level_l2_cpu": "the L2 kernel dump writes nothing without an NPU; on Ascend it dumps (a warning)",
+}
+
+
+def _params():
+    for v, n, o in MATRIX:
+        marks = [pytest.mark.xfail(reason=DELIBERATE[n], strict=True)] if n in DELIBERATE else []
+        yield pytest.param(v, n, o, id=f"{v}-{n}", marks=marks)
+
+
+@pytest.mark.parametrize("version,name,outcome", list(_params()))
 def test_verdict_follows_what_the_release_did(version, name, outcome):
     errs = errors(EXAMPLES / "cases" / f"{name}.json", version)
     if outcome["outcome"] == "dumped":

@@ -35,12 +35,14 @@ def newest() -> str:
 @functools.lru_cache(maxsize=None)
 def load(version: str) -> dict:
     """One release's facts (format: see extract.py), each case with its pairs (cases.py)."""
-    from verl_pdbg_conf.checks.msprobe_releases.cases import case_pairs, pairs
+    from verl_pdbg_conf.checks.msprobe_releases.cases import case_pairs, matrix, pairs
 
     with gzip.open(os.path.join(HERE, f"msprobe-{version}.json.gz"), "rt", encoding="utf-8") as f:
         facts = json.load(f)
+    keys = {c["id"]: c["key"] for c in matrix()}  # where a finding points: the matrix's word, not the file's
     for c in facts["cases"]:
         c["pairs"], c["strict"] = case_pairs(c["config"]), pairs(c["config"])
+        c["key"] = keys.get(c["id"], c["key"])
     return facts
 
 
