@@ -17,15 +17,12 @@ DIST = "mindstudio-probe"
 _NAME = re.compile(r"^msprobe-(.+)\.json\.gz$")
 
 
-def _key(version: str):
-    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"[.+-]", version))
-
-
 @functools.lru_cache(maxsize=None)
 def shipped() -> tuple[str, ...]:
     """The releases whose facts ship with this package, oldest first."""
-    names = [m.group(1) for m in map(_NAME.match, os.listdir(HERE)) if m]
-    return tuple(sorted(names, key=_key))
+    from verl_pdbg_conf.verl_facts.releases import versions_in
+
+    return versions_in(HERE, _NAME)
 
 
 def newest() -> str:
@@ -42,7 +39,7 @@ def load(version: str) -> dict:
     keys = {c["id"]: c["key"] for c in matrix()}  # where a finding points: the matrix's word, not the file's
     for c in facts["cases"]:
         c["pairs"], c["strict"] = case_pairs(c["config"]), pairs(c["config"])
-        c["key"] = keys.get(c["id"], c["key"])
+        c["key"] = keys.get(c["id"], "")
     return facts
 
 

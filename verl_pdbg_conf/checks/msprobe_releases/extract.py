@@ -20,8 +20,6 @@ Nothing is typed from reading msprobe: every outcome is what the release did."""
 from __future__ import annotations
 
 import argparse
-import gzip
-import io
 import json
 import os
 import re
@@ -444,17 +442,15 @@ def measure(cases: list[dict], progress=None, jobs: int = 1) -> dict:
     facts = {"format": FORMAT, "dist": DIST, "version": version, "requires_python": meta.get("requires_python"),
              "requires_dist": meta.get("requires_dist", []), "api": _live_api(api_facts()), "cases": []}
     for case, res in zip(cases, run_cases(cases, jobs, progress)):
-        facts["cases"].append({"id": case["id"], "key": case["key"], "config": case["config"], **res})
+        facts["cases"].append({"id": case["id"], "config": case["config"], **res})  # its key is the matrix's
     return facts
 
 
 def dumps(facts: dict) -> bytes:
     """Deterministic bytes: key order as built, gzip without a time stamp."""
-    raw = json.dumps(facts, ensure_ascii=False, indent=0, separators=(",", ":")).encode("utf-8")
-    buf = io.BytesIO()
-    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, compresslevel=9) as gz:
-        gz.write(raw)
-    return buf.getvalue()
+    from verl_pdbg_conf.verl_facts.releases.extract import gzip_bytes
+
+    return gzip_bytes(json.dumps(facts, ensure_ascii=False, indent=0, separators=(",", ":")).encode("utf-8"))
 
 
 def path_for(version: str, out_dir: str = HERE) -> str:

@@ -15,15 +15,21 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 _NAME = re.compile(r"^verl-(.+)\.json\.gz$")
 
 
-def _key(version: str):
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"[.+-]", version))
+def version_key(version: str):
+    """Orders release numbers as numbers: 8.1.2 < 26.0.0 < 26.1.0.post1 < 26.2.0."""
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"[.+-]", version))
+
+
+def versions_in(directory: str, name: re.Pattern) -> tuple[str, ...]:
+    """The versions of the files in `directory` whose name matches `name` (group 1), oldest first."""
+    found = [m.group(1) for m in map(name.match, os.listdir(directory)) if m]
+    return tuple(sorted(found, key=version_key))
 
 
 @functools.lru_cache(maxsize=None)
 def shipped() -> tuple[str, ...]:
     """The releases whose facts ship with this package, oldest first."""
-    names = [m.group(1) for m in map(_NAME.match, os.listdir(HERE)) if m]
-    return tuple(sorted(names, key=_key))
+    return versions_in(HERE, _NAME)
 
 
 def newest() -> str:
