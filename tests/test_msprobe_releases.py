@@ -74,7 +74,8 @@ def test_cli_names_the_release_in_text_and_json(tmp_path):
     cfg = tmp_path / "config.json"
     cfg.write_text('{"task": "statistics"}')
     out = run_cli(str(cfg), "--msprobe-version", "8.3.3")
-    assert out.stdout.strip().splitlines()[-1] == "judged as msprobe 8.3.3 (--msprobe-version)", out.stdout
+    assert out.stdout.strip().splitlines()[-2:][0] == "judged as msprobe 8.3.3 (--msprobe-version)", out.stdout
+    assert out.stdout.strip().splitlines()[-1].startswith("judged as verl ")
     doc = json.loads(run_cli(str(cfg), "--msprobe-version", "26.0.0", "--format", "json").stdout)
     assert doc["msprobe"] == {"version": "26.0.0", "source": "--msprobe-version"}
 
