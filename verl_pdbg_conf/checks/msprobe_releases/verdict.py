@@ -53,9 +53,15 @@ def _unknown_keys(config: dict, props) -> list[str]:
     return [k for k in config if k not in props]
 
 
+def _tidy(msg: str) -> str:
+    """msprobe's message without its empty exception wrapper ("(MsprobeException: [msprobe] 无效参数：)")."""
+    msg = re.sub(r"\s*\(\w+: \[msprobe\] [^()]*：\)$", "", msg)
+    return re.sub(r"^\w*Exception: \[msprobe\] [^：]*：", "", msg).strip()
+
+
 def what_it_does(version: str, case: dict, strict: bool) -> str:
     """One release's outcome on one case, in words."""
-    where, msg = case.get("where"), case.get("message", "")
+    where, msg = case.get("where"), _tidy(case.get("message", ""))
     said = f" ({msg})" if msg else ""
     if case["outcome"] == "nothing":
         return f"msprobe {version} dumps nothing with it"
