@@ -76,19 +76,19 @@ def test_cli_names_the_release_in_text_and_json(tmp_path):
     out = run_cli(str(cfg), "--msprobe-version", "8.3.3")
     assert out.stdout.strip().splitlines()[-2:][0] == "judged as msprobe 8.3.3 (--msprobe-version)", out.stdout
     assert out.stdout.strip().splitlines()[-1].startswith("judged as verl ")
-    doc = json.loads(run_cli(str(cfg), "--msprobe-version", "26.0.0", "--format", "json").stdout)
-    assert doc["msprobe"] == {"version": "26.0.0", "source": "--msprobe-version"}
+    doc = json.loads(run_cli(str(cfg), "--msprobe-version", "26.1.0.post1", "--format", "json").stdout)
+    assert doc["msprobe"] == {"version": "26.1.0.post1", "source": "--msprobe-version"}
 
 
 def test_cli_reads_the_installed_release_without_importing_it(tmp_path):
     cfg = tmp_path / "config.json"
     cfg.write_text('{"task": "diff_check"}')
-    site = _site(tmp_path / "site", "8.2.1")
+    site = _site(tmp_path / "site", "8.3.3")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([site, str(REPO)]))
     out = run_cli(str(cfg), "--format", "json", env=env)
     doc = json.loads(out.stdout)
-    assert doc["msprobe"] == {"version": "8.2.1", "source": "installed"}
-    assert any("msprobe 8.2.1 raises at construction" in d["message"] for d in doc["diagnostics"]), doc
+    assert doc["msprobe"] == {"version": "8.3.3", "source": "installed"}
+    assert any("msprobe 8.3.3 raises at construction" in d["message"] for d in doc["diagnostics"]), doc
 
 
 def test_cli_refuses_a_release_without_facts(tmp_path):
