@@ -36,6 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "shipped release)")
     which.add_argument("--verl-source", metavar="DIR", default=None,
                        help="judge by the verl package in DIR (a checkout or a copy holding verl/), read live")
+    p.add_argument("--msprobe-version", metavar="X.Y.Z", default=None,
+                   help="judge config.json by what this mindstudio-probe release does (measured facts ship for "
+                        "each supported release; default: the installed mindstudio-probe, read from its metadata, "
+                        "else the newest shipped release)")
     p.add_argument("--runtime", choices=("auto", "verl", "pdbg"), default="auto",
                    help="runtime profiler in the workers: verl's own, this package's, or detect from the config")
     p.add_argument("--base-dir", default=None,
@@ -91,6 +95,14 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"verl-pdbg-validate: error: --verl-source {args.verl_source}: no verl package there "
                          "(give the directory that holds verl/)\n")
         return EXIT_USAGE
+    if args.msprobe_version is not None:
+        from verl_pdbg_conf.checks.msprobe_releases import shipped
+
+        if args.msprobe_version not in shipped():
+            parser.print_usage(sys.stderr)
+            sys.stderr.write(f"verl-pdbg-validate: error: --msprobe-version {args.msprobe_version}: no facts ship for "
+                             f"it; choose one of {', '.join(shipped())}\n")
+            return EXIT_USAGE
     missing = [f for f in args.files if not os.path.lexists(f)]
     if missing:
         for f in missing:
@@ -108,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     from verl_pdbg_conf.validate import validate_composed, validate_files
 
     options = Options(verl_version=args.verl_version, runtime=args.runtime, verl_source=args.verl_source,
+                      msprobe_version=args.msprobe_version,
                       base_dir=os.path.abspath(args.base_dir) if args.base_dir else os.getcwd())
     if args.verl:
         report = validate_composed(args.files, overrides, options, config_name=args.config_name)
@@ -124,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         report.verl_sources.append(options.source)
     verls = report.verls()
     report.verl_release = (verls[0].version, verls[0].where) if verls else None
+    if any(f.lower().endswith(".json") for f in report.files):
+        report.msprobe_release = options.msprobe_release
     fmt = args.format or ("github" if os.environ.get("GITHUB_ACTIONS") == "true" else "text")
     if hasattr(sys.stdout, "reconfigure"):  # a file name that is not valid UTF-8 must not crash the report
         sys.stdout.reconfigure(errors="backslashreplace")

@@ -31,6 +31,15 @@ class Options:
     def for_source(self, verl) -> "Options":
         return replace(self, verl=verl)
 
+    msprobe_version: str | None = None  # a shipped msprobe release; None: the judging release
+
+    @property
+    def msprobe_release(self) -> tuple[str, str]:
+        """(release, how it was chosen): the msprobe release whose measured behaviour judges config.json."""
+        from verl_pdbg_conf.checks.msprobe_releases import judging
+
+        return judging(self.msprobe_version)
+
     @property
     def release(self) -> tuple[str, str]:
         """(facts name, how it was chosen): the verl whose config tree and facts judge."""
@@ -61,3 +70,4 @@ class MsprobeContext:
     strict: bool = False
     referenced_from: str | None = None  # the conf file whose config_path named it
     config_path_key: str | None = None  # dotted path of that config_path in the conf
+    msprobe: str | None = None  # the msprobe release that judges; None: the installed or newest shipped

@@ -38,7 +38,10 @@ def validate_file(file: str, options: Options | None = None, _seen_json: dict | 
     options = options or Options()
     if file.lower().endswith(".json"):
         report = Report(files=[file])
-        report.findings += _msprobe(load_json(file), MsprobeContext())  # loading findings included
+        jdoc = load_json(file)
+        report.findings += _msprobe(jdoc, MsprobeContext(msprobe=options.msprobe_release[0]))
+        if jdoc.ok:
+            report.findings += _pair(jdoc, (), options)
         return report
     return validate_document(load_yaml(file), options, _seen_json)
 
@@ -101,8 +104,29 @@ def _config_json(doc: Document, tc, options: Options, seen: dict) -> Report:
             at, hint="fix the JSON file"))
         return report
     report.findings += _msprobe(jdoc, MsprobeContext(strict=tc.strict, referenced_from=doc.file,
-                                                      config_path_key=format_path(at)))
+                                                      config_path_key=format_path(at),
+                                                      msprobe=options.msprobe_release[0]))
+    report.findings += _pair(doc, at, options)
     return report
+
+
+def _pair(doc: Document, at, options: Options) -> list[Finding]:
+    """The judging verl and msprobe releases as a pair: one finding when they cannot run together.
+    An error when both were named the same way (both by option, or both installed here); a
+    warning when one side is only a default, which may not be the release the run will have."""
+    from verl_pdbg_conf.checks.msprobe_releases import load
+    from verl_pdbg_conf.checks.msprobe_releases.verl_pair import pair_problems
+
+    (verl, verl_how), (ms, ms_how) = options.release, options.msprobe_release
+    problems = pair_problems(verl, load(ms))
+    if not problems:
+        return []
+    same_way = (verl_how, ms_how) in (("--verl-version", "--msprobe-version"), ("installed", "installed"))
+    how = f"verl {verl} ({verl_how}), msprobe {ms} ({ms_how})"
+    return [doc.finding("msprobe-verl-pair", E if same_way else Severity.WARNING, "; ".join(problems) + f" [{how}]",
+                        tuple(at), hint="install an msprobe release that fits beside this verl, or the verl "
+                                        "release your msprobe allows; --verl-version and --msprobe-version name "
+                                        "the releases to judge by")]
 
 
 def _msprobe(doc: Document, ctx: MsprobeContext) -> list[Finding]:

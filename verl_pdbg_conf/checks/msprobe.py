@@ -1,6 +1,7 @@
 """msprobe's config.json as verl uses it.
 
-msprobe 26.x's own rules come from the JSON Schema. The rules here are what the
+msprobe 26.x's own rules come from the JSON Schema; the judging release's measured behaviour
+then decides the verdicts (msprobe_releases/verdict.py). The rules here are what the
 schema cannot say: unknown and legacy keys (msprobe ignores them silently), and
 what verl's way of driving msprobe makes of a setting. verl builds one
 PrecisionDebugger(config_path, dump_path) per worker, runs each stage as its own
@@ -52,8 +53,15 @@ def check_msprobe(doc: Document, ctx: MsprobeContext | None = None) -> list[Find
     out = list(doc.findings)
     if not doc.ok:
         return out
+    ctx = ctx or MsprobeContext()
     try:
-        out += _Checker(doc, ctx or MsprobeContext()).run()
+        out += _Checker(doc, ctx).run()
+        if isinstance(doc.data, dict):
+            from verl_pdbg_conf.checks.msprobe_releases import judging
+            from verl_pdbg_conf.checks.msprobe_releases.verdict import judge
+
+            out = out[:len(doc.findings)] + judge(out[len(doc.findings):], doc, doc.data,
+                                                  ctx.msprobe or judging()[0], ctx.strict)
     except Exception as e:  # noqa: BLE001 - the validator must not crash on any input
         out.append(doc.finding("msprobe-schema", ERROR,
                                f"internal error while checking this file ({type(e).__name__}: {e}); "

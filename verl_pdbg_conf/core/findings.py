@@ -42,6 +42,7 @@ class Report:
     files: list[str] = field(default_factory=list)
     verl_release: tuple[str, str] | None = None  # (release, how it was chosen) that judged, for the output
     verl_sources: list = field(default_factory=list)  # the source.VerlSource of each input judged, in order
+    msprobe_release: tuple[str, str] | None = None  # the same for msprobe
 
     def extend(self, other: "Report") -> None:
         self.findings.extend(other.findings)

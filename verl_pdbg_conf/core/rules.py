@@ -14,7 +14,7 @@ RULES: dict[str, str] = {
     "yaml-key": "a mapping key that is not a scalar",
     "interpolation": "an OmegaConf interpolation that cannot be resolved before the run",
     # msprobe config.json
-    "msprobe-schema": "msprobe's config.json does not satisfy msprobe 26.x's rules",
+    "msprobe-schema": "msprobe's config.json does not satisfy the judging msprobe release's rules",
     "msprobe-unknown-key": "a key msprobe silently ignores (unknown or legacy)",
     "msprobe-dump-path": "dump_path set in config.json; verl controls the output path",
     "msprobe-step-filter": "config.json `step` filter under verl's one-session-per-stage integration",
@@ -22,6 +22,8 @@ RULES: dict[str, str] = {
     "msprobe-level": "a level that collects nothing or needs hardware or a model",
     "msprobe-dump-disabled": "dump_enable false or load-only mode: nothing is dumped",
     "msprobe-cross-field": "a combination of msprobe settings msprobe rejects or ignores",
+    "msprobe-verl-pair": "a verl and msprobe release that cannot be installed together, or an msprobe without "
+                         "the API that verl's backend calls",
     # verl global_profiler
     "tool-missing": "precision-debugger settings present but global_profiler.tool is not precision_debugger",
     "tool-unknown": "global_profiler.tool is not a tool verl knows",

@@ -19,6 +19,8 @@ def as_dict(report: Report) -> dict:
         out["verl"] = verls[0].as_json()
         if len(verls) > 1:  # inputs judged by different verls (scripts of several repositories)
             out["verls"] = [v.as_json() for v in verls]
+    if report.msprobe_release:
+        out["msprobe"] = {"version": report.msprobe_release[0], "source": report.msprobe_release[1]}
     return out
 
 

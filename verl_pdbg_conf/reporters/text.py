@@ -19,4 +19,6 @@ def render(report: Report, color: bool = False) -> str:
         lines += [f"judged as {v.label}" for v in verls]
     elif report.verl_release:
         lines.append(f"judged as verl {report.verl_release[0]} ({report.verl_release[1]})")
+    if report.msprobe_release:
+        lines.append(f"judged as msprobe {report.msprobe_release[0]} ({report.msprobe_release[1]})")
     return "\n".join(lines) + "\n"

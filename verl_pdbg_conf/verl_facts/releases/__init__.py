@@ -15,15 +15,21 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 _NAME = re.compile(r"^verl-(.+)\.json\.gz$")
 
 
-def _key(version: str):
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"[.+-]", version))
+def version_key(version: str):
+    """Orders release numbers as numbers: 8.1.2 < 26.0.0 < 26.1.0.post1 < 26.2.0."""
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"[.+-]", version))
+
+
+def versions_in(directory: str, name: re.Pattern) -> tuple[str, ...]:
+    """The versions of the files in `directory` whose name matches `name` (group 1), oldest first."""
+    found = [m.group(1) for m in map(name.match, os.listdir(directory)) if m]
+    return tuple(sorted(found, key=version_key))
 
 
 @functools.lru_cache(maxsize=None)
 def shipped() -> tuple[str, ...]:
     """The releases whose facts ship with this package, oldest first."""
-    names = [m.group(1) for m in map(_NAME.match, os.listdir(HERE)) if m]
-    return tuple(sorted(names, key=_key))
+    return versions_in(HERE, _NAME)
 
 
 def newest() -> str:
@@ -37,21 +43,39 @@ def load(version: str) -> dict:
         return json.load(f)
 
 
-_DIST_INFO = re.compile(r"^verl-([^-]+)\.dist-info$", re.I)
+def installed_version(dist: str = "verl") -> str | None:
+    """The installed version of distribution `dist` (verl by default), from its package
+    metadata; the package is not imported.
+
+    The `<dist>-X.dist-info` directories on sys.path are read directly (importing
+    importlib.metadata costs about 50 ms of a validator start-up); importlib.metadata answers
+    only when the package is importable without such a directory (an editable install, an egg)."""
+    found = dist_info(dist)
+    return found[1] if found else _metadata_version(dist)
 
 
-def dist_info() -> tuple[str, str] | None:
-    """(directory, version) of the first `verl-X.dist-info` on sys.path, its version from its
-    METADATA (else its name)."""
-    import sys
+def dist_info_version(dirs, dist: str) -> str | None:
+    """The version in the first `<dist>-X.dist-info` found in `dirs`, from its METADATA."""
+    found = dist_info(dist, dirs)
+    return found[1] if found else None
 
-    for entry in sys.path:
+
+def dist_info(dist: str = "verl", dirs=None) -> tuple[str, str] | None:
+    """(directory, version) of the first `<dist>-X.dist-info` in `dirs` (default: sys.path), its
+    version from its METADATA (else its name)."""
+    if dirs is None:
+        import sys
+
+        dirs = sys.path
+    name = "[-_.]".join(re.escape(p) for p in re.split(r"[-_.]+", dist))  # dist-info names normalise - to _
+    rx = re.compile(r"^" + name + r"-([^-]+)\.dist-info$", re.I)
+    for entry in dirs:
         try:
             names = os.listdir(entry or ".")
         except OSError:
             continue
         for name in names:
-            m = _DIST_INFO.match(name)
+            m = rx.match(name)
             if m:
                 path = os.path.join(entry or ".", name)
                 try:
@@ -67,26 +91,21 @@ def dist_info() -> tuple[str, str] | None:
     return None
 
 
-def installed_version() -> str | None:
-    """The installed verl's version, from its package metadata (verl is not imported).
+_MODULES = {"verl": "verl", "mindstudio-probe": "msprobe"}
 
-    The `verl-X.dist-info` directories on sys.path are read directly (importing
-    importlib.metadata costs about 50 ms of a validator start-up); importlib.metadata answers
-    only when verl is importable without such a directory (an editable install, an egg)."""
-    found = dist_info()
-    if found is not None:
-        return found[1]
+
+def _metadata_version(dist: str) -> str | None:
     import importlib.util
 
     try:
-        if importlib.util.find_spec("verl") is None:
+        if importlib.util.find_spec(_MODULES.get(dist, dist)) is None:
             return None
     except (ImportError, ValueError):
         return None
     import importlib.metadata
 
     try:
-        return importlib.metadata.version("verl")
+        return importlib.metadata.version(dist)
     except Exception:  # not found, or a broken dist-info: no installed release to judge by
         return None
 

@@ -553,7 +553,11 @@ def extract(tree: Tree, strict: bool = True, compose=None) -> dict:
 def dumps(facts: dict) -> bytes:
     """Deterministic bytes (sorted nothing: config key order is Hydra's order), gzip without a
     time stamp so that regenerating gives the same file."""
-    raw = json.dumps(facts, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return gzip_bytes(json.dumps(facts, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+
+
+def gzip_bytes(raw: bytes) -> bytes:
+    """gzip without a time stamp: the same input gives the same file."""
     buf = io.BytesIO()
     with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, compresslevel=9) as gz:
         gz.write(raw)

@@ -1,0 +1,319 @@
+"""The case matrix run on every msprobe release, and the value shapes that match a user's
+config.json against it. No torch, no msprobe: the validator imports `pairs` from here.
+
+A case is one config.json that differs from msprobe's defaults in one key (or in one
+combination the schema ties together), built from the shipped JSON Schema: every enum value,
+wrong types, one-number strings in rank/step lists, booleans as strings, missing paths,
+boundaries. `extract.py` runs each case on a real release and records what it did.
+
+A config is matched by its *pairs*: (path, shape) for every leaf, where the shape is the
+class of value that decides msprobe's behaviour ("=L1", "true", "list[int:0,numstr]",
+"path:missing", ...), not the value itself. A case applies to a config when all the case's
+pairs are among the config's."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+MISSING, EXISTING_DIR = "<missing-path>", "<existing-dir>"  # placeholders extract.py fills in
+SECTIONS = ("statistics", "tensor", "structure", "diff_check", "nan_check", "acc_check")
+PATH_KEYS = {"dump_path", "load.path", "tensor.bench_path", "acc_check.error_data_path"}
+ID_KEYS = {"rank", "step", "load.rank", "load.step"}
+UNKNOWN = "?"
+DEFAULTS = {"task": "=statistics", "level": "=L1"}  # what msprobe assumes when the key is absent
+_NUMSTR = re.compile(r"^\s*\+?[0-9]+\s*$")
+_RANGE = re.compile(r"^\s*\+?([0-9]+)\s*-\s*\+?([0-9]+)\s*$")
+API_NAME = re.compile(r"^(Distributed|Functional|Torch|Tensor|Mint|MintFunctional|Primitive|Aten|VF|NPU|Jit)"
+                      r"\..*\.\d+\.(forward|backward)$")
+MODULE_NAME = re.compile(r"^(Cell|Module)\..*\.(forward|backward)\.\d+$")
+ID_MAX = 1_000_000
+
+
+def schema() -> dict:
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(here, "schemas", "msprobe-config.schema.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _resolve(node: dict, sch: dict) -> dict:
+    while isinstance(node, dict) and "$ref" in node:
+        node = sch["$defs"][node["$ref"].split("/")[-1]]
+    return node
+
+
+def _props(sch: dict) -> dict[str, dict]:
+    """Every schema path ("task", "tensor.bench_path", "load.step") -> its resolved schema."""
+    out = {}
+    for k, v in sch["properties"].items():
+        v = _resolve(v, sch)
+        out[k] = v
+        if k in SECTIONS or k == "load":
+            for sk, sv in v.get("properties", {}).items():
+                out[f"{k}.{sk}"] = _resolve(sv, sch)
+    return out
+
+
+_PROPS: dict | None = None
+
+
+def props() -> dict[str, dict]:
+    global _PROPS
+    if _PROPS is None:
+        _PROPS = _props(schema())
+    return _PROPS
+
+
+# ---------------------------------------------------------------- shapes
+
+def _int_shape(v: int, ids: bool) -> str:
+    if v < 0:
+        return "int:neg"
+    if v > ID_MAX:
+        return "int:big"
+    if ids:
+        return "int:0" if v == 0 else "int:pos"
+    return "int:0" if v == 0 else "int:1" if v == 1 else "int:pos"
+
+
+def _str_shape(path: str, v: str, spec: dict) -> str:
+    enum = spec.get("enum") or spec.get("items", {}).get("enum")
+    if enum is not None:
+        return f"={v}" if v in enum else "str:other"
+    if path in PATH_KEYS:
+        if v == "":
+            return "str:empty"
+        return "path:dir" if os.path.isdir(v) else "path:file" if os.path.exists(v) else "path:missing"
+    if path.split(".")[-1] in ID_KEYS or path in ID_KEYS:
+        if _NUMSTR.match(v):
+            return "numstr:0" if int(v) == 0 else "numstr:pos"
+        m = _RANGE.match(v)
+        if m:
+            lo, hi = int(m.group(1)), int(m.group(2))
+            if hi > ID_MAX:
+                return "range:big"
+            return "range:back" if lo > hi else "range:0" if lo == 0 else "range:pos"
+        return "str:other"
+    if path.endswith(".scope"):
+        return "api" if API_NAME.match(v) else "module" if MODULE_NAME.match(v) else "str:name"
+    if path.endswith(".list"):
+        return "regex" if v.startswith("name-regex(") else "str"
+    if path == "load.modules":
+        return "bwd" if ".backward." in v else "fwd" if ".forward." in v else "str"
+    return "str:empty" if v == "" else "str"
+
+
+def shape(path: str, v, spec: dict | None = None) -> str:
+    """The class of value `v` at schema path `path` that decides what msprobe does with it."""
+    if spec is None:
+        spec = props().get(path, {})
+    ids = path in ID_KEYS
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return _int_shape(v, ids)
+    if isinstance(v, float):
+        return "float"
+    if isinstance(v, str):
+        return _str_shape(path, v, spec)
+    if isinstance(v, list):
+        if not v:
+            return "list:empty"
+        item_path = path if (ids or path.endswith((".scope", ".list", ".data_mode", "load.modules"))) else path + "[]"
+        items = sorted({shape(item_path, x, spec) for x in v})
+        n = f"{len(v)}:" if path.endswith(".scope") else ""  # scope is a two-entry window
+        return f"list[{n}{','.join(items)}]"
+    if isinstance(v, dict):
+        return "dict:empty" if not v else "dict"
+    return type(v).__name__
+
+
+def pairs(config) -> frozenset:
+    """(path, shape) of every leaf of a config.json, plus msprobe's defaults for task and level.
+    Keys the schema does not know are one path, "?" (or "<section>.?")."""
+    if not isinstance(config, dict):
+        return frozenset({("", shape("", config))})
+    known = props()
+    out = set()
+    for k, v in config.items():
+        top = k if k in known else UNKNOWN
+        if top in SECTIONS or top == "load":
+            if isinstance(v, dict) and v:
+                for sk, sv in v.items():
+                    p = f"{top}.{sk}"
+                    out.add((p if p in known else f"{top}.{UNKNOWN}", shape(p, sv)))
+                continue
+        out.add((top, shape(top, v)))
+    for k, s in DEFAULTS.items():
+        if k not in config or config[k] is None:
+            out.discard((k, "null"))
+            out.add((k, s))
+    if ("level", "=L2") in out:  # the kernel dump wants exactly one API in list: count them there
+        for p, _ in list(out):
+            if p.endswith(".list") and isinstance(config.get(p.split(".")[0]), dict):
+                items = config[p.split(".")[0]].get("list")
+                if isinstance(items, list):
+                    out.add((p + "#", "1" if len(items) == 1 else "n"))
+    return frozenset(out)
+
+
+def case_pairs(config) -> frozenset:
+    """A case's pairs: what it sets, with task's default only where it sets a statistics key (its
+    context); a case that leaves level alone holds at every level."""
+    out = set(pairs(config))
+    if isinstance(config, dict):
+        if "level" not in config:
+            out.discard(("level", DEFAULTS["level"]))
+        if "task" not in config and not any(p.startswith("statistics.") or p == "statistics" for p, _ in out):
+            out.discard(("task", DEFAULTS["task"]))
+    return frozenset(out)
+
+
+# ---------------------------------------------------------------- the matrix
+
+def _enum_values(spec: dict) -> list:
+    enum = list(spec.get("enum", []))
+    strs = [e for e in enum if isinstance(e, str)]
+    return enum + ([strs[0].lower() if strs[0] != strs[0].lower() else strs[0].upper()] if strs else []) + [1]
+
+
+def _id_values(key: str) -> list:
+    vals = [[], None, [0], ["0"], ["0-1"], ["1-0"], [True], [0.0], ["a"], [-1], "0"]
+    if key.endswith("step"):
+        vals += [[1], [0, 1]]
+    return vals
+
+
+def _bool_values() -> list:
+    return [True, False, "true", "no", 1, None]
+
+
+def _section_values(key: str, spec: dict) -> list:
+    if key == "scope":
+        return [[], ["Functional.linear.0.forward", "Functional.relu.0.forward"],
+                ["Module.0.Linear.forward.0", "Module.2.Linear.forward.0"], ["Functional.linear.0.forward"],
+                "Functional.linear.0.forward"]
+    if key == "list":
+        return [[], ["Functional.linear"], ["name-regex(linear)"], "Functional.linear"]
+    if key == "data_mode":
+        return [["input"], ["all", "input"], [], "all"]
+    if key in ("bench_path", "error_data_path"):
+        return [MISSING, EXISTING_DIR, None, ""]
+    if key == "diff_nums":
+        return [-1, 0, 2, "1"]
+    if key == "slice":
+        return [[], [{"dim": 0, "size": 4, "begin": 0, "end": 2}], "x"]
+    if key == "request_id":
+        return [None, "req-1", 1]
+    if "enum" in spec:
+        return _enum_values(spec)
+    t = spec.get("type")
+    if t == "array" or t == ["array", "null"]:
+        return [[], ["Functional.linear"], "Functional.linear"]
+    return [None, 1, "x"]
+
+
+def _case(cid: str, key: str, config: dict) -> dict:
+    return {"id": cid, "key": key, "config": config}
+
+
+def matrix() -> list[dict]:
+    """Every case, in a fixed order. `key` is the schema path the case is about ("" for the
+    defaults), the place a finding points at."""
+    sch = schema()
+    out = [_case("defaults", "", {})]
+    top = {k: _resolve(v, sch) for k, v in sch["properties"].items()}
+    for k, spec in top.items():
+        if k in SECTIONS or k == "$schema":
+            continue
+        if spec.get("x-legacy"):
+            vals = [True, False] if k in ("enable_dataloader", "is_deterministic", "online_run_ut") else \
+                [{"x": 1}] if k in ("overflow_check", "free_benchmark", "run_ut", "grad_probe", "exception_dump") \
+                else ["pytorch"] if k == "framework" else ["x"]
+        elif k in ("rank", "step"):
+            vals = _id_values(k)
+        elif k == "dump_path":
+            vals = [MISSING, None]
+        elif k == "load":
+            continue
+        elif "enum" in spec:
+            vals = _enum_values(spec)
+        elif spec.get("type") == "boolean" or spec.get("type") == ["boolean", "null"]:
+            vals = _bool_values()
+        else:
+            vals = [[], None, "npu", [1]]
+        for v in vals:
+            out.append(_case(f"{k}={json.dumps(v)}", k, {k: v}))
+    out.append(_case("unknown key", UNKNOWN, {"not_a_key": 1}))
+    out.append(_case("scope at the top level", UNKNOWN, {"scope": ["Functional.linear.0.forward",
+                                                                   "Functional.relu.0.forward"]}))
+    # load mode
+    mod = ["Module.0.Linear.forward.0"]
+    for cid, load in (("empty", {}), ("missing path", {"path": MISSING, "modules": mod}),
+                      ("load only", {"path": EXISTING_DIR, "modules": mod}),
+                      ("dump after load", {"path": EXISTING_DIR, "modules": mod, "dump_after_load": True}),
+                      ("backward module", {"path": EXISTING_DIR, "modules": ["Module.0.Linear.backward.0"],
+                                           "dump_after_load": True})):
+        key = "load.path" if cid == "missing path" else "load.modules" if cid == "backward module" else "load"
+        out.append(_case(f"load {cid}", key, {"load": load}))
+    # task x level
+    tasks = [t for t in top["task"]["enum"] if t]
+    levels = [lv for lv in top["level"]["enum"] if lv]
+    for t in tasks:
+        if t in ("statistics", "nan_check", "acc_check"):
+            continue  # statistics is the default task (the level cases), the other two raise on CPU
+        for lv in levels:
+            if lv == "L1":
+                continue  # the default level: the task cases
+            out.append(_case(f"task={t} level={lv}", "task", {"task": t, "level": lv}))
+    # every key of every task's section, with that task
+    for t in SECTIONS:
+        sec = _resolve(top[t], sch)
+        keys = sec.get("properties", {})
+        if t in ("structure", "diff_check"):
+            keys = {k: v for k, v in keys.items() if k in ("summary_mode", "data_mode")}
+        elif t in ("nan_check", "acc_check"):
+            keys = {}  # those tasks raise on CPU whatever the section holds
+        base = {} if t == "statistics" else {"task": t}
+        for v in ({}, [], None):
+            out.append(_case(f"{t}={json.dumps(v)}", t, dict(base, **{t: v})))
+        for sk, sspec in keys.items():
+            for v in _section_values(sk, _resolve(sspec, sch)):
+                out.append(_case(f"{t}.{sk}={json.dumps(v)}", f"{t}.{sk}", dict(base, **{t: {sk: v}})))
+    # settings in another task's section
+    out.append(_case("tensor settings with task statistics", "tensor",
+                     {"task": "statistics", "tensor": {"list": ["Functional.linear"]}}))
+    # the schema's cross-field rules
+    lin = ["Functional.linear.0.forward"]
+    for cid, key, cfg in (
+            ("async tensor with list", "async_dump", {"async_dump": True, "task": "tensor",
+                                                      "tensor": {"list": ["Functional.linear"]}}),
+            ("async tensor without list", "async_dump", {"async_dump": True, "task": "tensor"}),
+            ("async statistics md5", "statistics.summary_mode", {"async_dump": True,
+                                                                 "statistics": {"summary_mode": "md5"}}),
+            ("async statistics xor", "statistics.summary_mode", {"async_dump": True,
+                                                                 "statistics": {"summary_mode": "xor"}}),
+            ("L2 tensor one api", "level", {"level": "L2", "task": "tensor", "tensor": {"list": lin}}),
+            ("L2 tensor two apis", "level", {"level": "L2", "task": "tensor",
+                                             "tensor": {"list": lin + ["Functional.relu.0.forward"]}}),
+            ("L0 scope api names", "statistics.scope", {"level": "L0", "statistics": {
+                "scope": ["Functional.linear.0.forward", "Functional.relu.0.forward"]}}),
+            ("L0 scope module names", "statistics.scope", {"level": "L0", "statistics": {
+                "scope": ["Module.0.Linear.forward.0", "Module.2.Linear.forward.0"]}}),
+            ("mix scope module names", "statistics.scope", {"level": "mix", "statistics": {
+                "scope": ["Module.0.Linear.forward.0", "Module.2.Linear.forward.0"]}}),
+            ("L0 risk_level", "risk_level", {"level": "L0", "risk_level": "CORE"}),
+            ("risk_level with list", "risk_level", {"risk_level": "CORE", "statistics": {"list": ["Functional.linear"]}}),
+            ("structure slice", "structure.slice", {"task": "structure", "level": "mix",
+                                                    "structure": {"slice": [{"dim": 0, "size": 4, "begin": 0,
+                                                                             "end": 2}]}}),
+            ("L0 tensor", "level", {"level": "L0", "task": "tensor"}),
+            ("mix tensor", "level", {"level": "mix", "task": "tensor"}),
+    ):
+        out.append(_case(cid, key, cfg))
+    ids = [c["id"] for c in out]
+    assert len(ids) == len(set(ids)), "case ids must be unique"
+    return out
