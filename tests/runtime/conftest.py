@@ -1,8 +1,45 @@
 """Fixtures for the runtime tests; the subprocess helpers are in runtime_helpers.py."""
 
+from __future__ import annotations
+
+from importlib import metadata
+
 import pytest
+
+import release_venvs
+from runtime_helpers import RELEASES
 
 
 @pytest.fixture(scope="module")
 def module_tmp(tmp_path_factory, request) -> str:
     return str(tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1]))
+
+
+@pytest.fixture(scope="session")
+def release_python():
+    """`release_python(release)`: the interpreter whose environment holds that mindstudio-probe
+    release. The suite's own release is this interpreter; the others get a venv built on first
+    use from requirements/releases/<name>.lock and kept between runs (tests/release_venvs.py)."""
+    built: dict[str, str] = {}
+    failed: dict[str, str] = {}
+
+    def python(release: str) -> str:
+        if release in failed:  # built once per session at most, failed or not
+            pytest.fail(failed[release])
+        if release not in built:
+            name = RELEASES[release]
+            if name is None:
+                import sys
+
+                assert metadata.version("mindstudio-probe") == release, "the suite's venv holds another msprobe"
+                built[release] = sys.executable
+            else:
+                try:
+                    env = release_venvs.venv(name, release_venvs.REQUIREMENTS / "releases" / f"{name}.lock")
+                except release_venvs.BuildError as e:
+                    failed[release] = str(e)
+                    pytest.fail(failed[release])
+                built[release] = str(env / "bin" / "python")
+        return built[release]
+
+    return python

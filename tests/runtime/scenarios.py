@@ -109,6 +109,9 @@ def tree(root: str) -> dict:
 
 
 def write(result_path: str, result: dict) -> None:
+    from verl_pdbg_conf.runtime import compat
+
+    result["msprobe"] = compat.release()  # the release this process ran on
     with open(result_path, "w") as f:
         json.dump(result, f, indent=1, sort_keys=True)
 
@@ -396,6 +399,30 @@ def matrix(result_path: str, config: str, out: str) -> None:
             case(f"{method}-raises", good, strict)
         setattr(PrecisionDebugger, method, original)
         case(f"after-{method}-raises", good, False)  # msprobe works again and its dump has not grown
+
+    # msprobe raising inside a hook (its data processor, as on a full disk): collection stops for the
+    # rest of the stage, which runs on. 26.x stops it with service._disable_dump_runtime(); 8.x has
+    # none, and the runtime turns the switches off itself (runtime/compat.py). "-unstopped" replays
+    # the fault with that switch-off made a no-op, to show what it changes.
+    from verl_pdbg_conf.runtime import compat
+
+    processor = type(PrecisionDebugger._instance.service.data_collector.data_processor)
+    own = processor.__dict__.get("analyze_forward_output")
+
+    def full_disk(self, *a, **k):
+        raise OSError(28, "injected: no space left on device")
+
+    processor.analyze_forward_output = full_disk
+    for strict in (False, True):
+        case("collect-raises", good, strict)
+    disable_dump, compat.disable_dump = compat.disable_dump, lambda service: None
+    case("collect-raises-unstopped", good, False)
+    compat.disable_dump = disable_dump
+    if own is None:
+        del processor.analyze_forward_output
+    else:
+        processor.analyze_forward_output = own
+    case("after-collect-raises", good, False)
 
     # the stage's own exception reaches the caller unchanged, and the session is closed
     def failing(owner, x):

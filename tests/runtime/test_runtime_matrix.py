@@ -2,23 +2,51 @@
 
 Strict: what the guide says raises, raises, at construction where it can be known then.
 Non-strict: one warning per cause (not per call), the stage runs and returns its result
-unchanged, no exception from msprobe reaches the caller."""
+unchanged, no exception from msprobe reaches the caller. On each release in RELEASES."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-from runtime_helpers import Scenario, config
+from runtime_helpers import LACK_DISABLE_DUMP_RUNTIME, RELEASES, Scenario, adaptation_notes, config
 
 pytestmark = pytest.mark.slow
 
 CALLS = 3
 
 
+@pytest.fixture(scope="module", params=list(RELEASES))
+def release(request):
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def cases(module_tmp):
-    rec = Scenario(module_tmp, "matrix", config("l1_statistics"), module_tmp + "/out").result()
+def run(module_tmp, release, release_python):
+    """The whole matrix in one process on `release`; the runtime's notes on what that release lacks
+    are taken out of the cases' warnings (they are checked on their own)."""
+    base = os.path.join(module_tmp, release)
+    os.makedirs(base)
+    rec = Scenario(base, "matrix", config("l1_statistics"), base + "/out", python=release_python(release)).result()
+    notes = []
+    for case in rec["cases"].values():
+        found, case["warnings"] = adaptation_notes(case["warnings"], release)
+        notes += found
+    return rec, notes
+
+
+@pytest.fixture(scope="module")
+def cases(run):
+    rec, _ = run
     return rec["cases"], rec["plain"]
+
+
+def test_runs_on_the_release_and_names_what_it_lacks_once(run, release):
+    rec, notes = run
+    assert rec["msprobe"] == release
+    assert len(notes) == (release in LACK_DISABLE_DUMP_RUNTIME), notes
+    assert all("_disable_dump_runtime()" in n and "Runtime.is_running" in n for n in notes)
 
 
 def _dumps(case):
@@ -116,3 +144,23 @@ def test_stage_api_for_other_loops(cases):
     assert case["results"] == [plain] * 6 and case["warnings"] == []
     assert sorted(case["tree"]["records"]) == [f"step_{s}/{stage}/step0/rank0/dump.json" for s in (1, 3)
                                                for stage in ("actor_compute_log_prob", "ref_compute_log_prob")]
+
+
+def test_hook_failure_stops_collection_for_the_rest_of_the_stage(cases):
+    """msprobe raising inside a hook (a full disk): the stage runs on and returns its result, one
+    warning, and msprobe stops collecting at once (on 8.x by the runtime's own switch-off): the
+    session's dump keeps what came before the fault, fewer records than the same stage with
+    collection left running."""
+    c, plain = cases
+    case = c["collect-raises"]
+    assert case["call"] is None and case["results"] == [plain] * CALLS
+    assert len(case["warnings"]) == 1 and "msprobe failed while collecting stage 'actor_update'" in case["warnings"][0]
+    stopped = set(case["tree"]["records"].values())
+    unstopped = set(c["collect-raises-unstopped"]["tree"]["records"].values())
+    assert len(stopped) == 1 and len(unstopped) == 1 and 0 < min(stopped) < min(unstopped)
+    strict = c["collect-raises-strict"]
+    assert strict["ran"] == 1 and strict["call"] == "OSError" and "injected" in strict["call_msg"]
+    # afterwards msprobe collects in full again, and its dump has not grown
+    after = c["after-collect-raises"]
+    assert after["warnings"] == [] and after["results"] == [plain] * CALLS
+    assert set(after["tree"]["records"].values()) == set(c["baseline"]["tree"]["records"].values())
