@@ -60,7 +60,8 @@ def venv(name: str, lock: Path, python: str | None = None, torch: bool = True, t
     build log's tail when an install step fails."""
     python = python or sys.executable
     version = interpreter_version(python)
-    key = hashlib.sha256("\n".join([version, TORCH if torch else "", lock.read_text()]).encode()).hexdigest()[:12]
+    pins = [ln.strip() for ln in lock.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    key = hashlib.sha256("\n".join([version, TORCH if torch else "", *pins]).encode()).hexdigest()[:12]
     target = cache_root() / f"{name}-py{version}-{key}"
     if (target / _DONE).exists():
         return target

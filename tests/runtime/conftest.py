@@ -19,7 +19,7 @@ def module_tmp(tmp_path_factory, request) -> str:
 def release_python():
     """`release_python(release)`: the interpreter whose environment holds that mindstudio-probe
     release. The suite's own release is this interpreter; the others get a venv built on first
-    use from requirements/releases/<name>.lock and kept between runs (tests/release_venvs.py)."""
+    use from requirements/venvs/<name>.lock and kept between runs (tests/release_venvs.py)."""
     built: dict[str, str] = {}
     failed: dict[str, str] = {}
 
@@ -35,7 +35,7 @@ def release_python():
                 built[release] = sys.executable
             else:
                 try:
-                    env = release_venvs.venv(name, release_venvs.REQUIREMENTS / "releases" / f"{name}.lock")
+                    env = release_venvs.venv(name, release_venvs.REQUIREMENTS / "venvs" / f"{name}.lock")
                 except release_venvs.BuildError as e:
                     failed[release] = str(e)
                     pytest.fail(failed[release])

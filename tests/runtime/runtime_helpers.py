@@ -17,7 +17,7 @@ SCRIPT = os.path.join(HERE, "scenarios.py")
 
 
 # mindstudio-probe releases the runtime's msprobe tests run on: the suite's own (None: this
-# interpreter) and others, each in a venv of its own built from requirements/releases/<name>.lock.
+# interpreter) and others, each in a venv of its own built from requirements/venvs/<name>.lock.
 RELEASES = {"26.2.0": None, "26.1.0.post1": "msprobe-26.1.0.post1", "8.3.3": "msprobe-8.3.3"}
 # Releases without service._disable_dump_runtime(): the runtime says once what it does instead.
 LACK_DISABLE_DUMP_RUNTIME = ("8.3.3",)
