@@ -23,6 +23,11 @@ RELEASES = {"26.2.0": None, "26.1.0.post1": "msprobe-26.1.0.post1", "8.3.3": "ms
 LACK_DISABLE_DUMP_RUNTIME = ("8.3.3",)
 
 
+def release_params() -> list:
+    """RELEASES as parameters; those needing a venv of their own are marked `venvs`."""
+    return [pytest.param(r, marks=() if RELEASES[r] is None else pytest.mark.venvs) for r in RELEASES]
+
+
 def adaptation_notes(warnings: list[str], release: str) -> tuple[list[str], list[str]]:
     """(the runtime's notes on what `release` lacks, every other warning)."""
     prefix = f"precision_debugger: msprobe {release} has no "

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from runtime_helpers import LACK_DISABLE_DUMP_RUNTIME, RELEASES, Scenario, adaptation_notes, config
+from runtime_helpers import LACK_DISABLE_DUMP_RUNTIME, Scenario, adaptation_notes, config, release_params
 
 pytestmark = pytest.mark.slow
 
@@ -15,7 +15,7 @@ STAGES = ("actor_compute_log_prob", "actor_update", "ref_compute_log_prob")
 CONFIGS = ("l0_statistics", "l1_statistics", "l0_tensor", "l1_tensor")
 
 
-@pytest.fixture(scope="module", params=list(RELEASES))
+@pytest.fixture(scope="module", params=release_params())
 def release(request):
     return request.param
 

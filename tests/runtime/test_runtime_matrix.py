@@ -10,14 +10,14 @@ import os
 
 import pytest
 
-from runtime_helpers import LACK_DISABLE_DUMP_RUNTIME, RELEASES, Scenario, adaptation_notes, config
+from runtime_helpers import LACK_DISABLE_DUMP_RUNTIME, Scenario, adaptation_notes, config, release_params
 
 pytestmark = pytest.mark.slow
 
 CALLS = 3
 
 
-@pytest.fixture(scope="module", params=list(RELEASES))
+@pytest.fixture(scope="module", params=release_params())
 def release(request):
     return request.param
 
