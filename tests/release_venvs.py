@@ -4,17 +4,24 @@ set (another mindstudio-probe release beside a verl it installs with), or per Py
 A venv lives under $VERL_PDBG_CONF_VENVS, else $XDG_CACHE_HOME/verl-pdbg-conf/venvs (~/.cache/...),
 in a directory named for a hash of what went into it, so a changed lock builds a new one. It is
 marked complete only once every install step succeeded; a half-built one is removed and built
-again. A file lock keeps two test processes from building the same venv at once."""
+again. A file lock keeps two test processes from building the same venv at once.
+
+Tests ask for one with `pytest.mark.venvs(name[, python_version])`; tests/conftest.py starts
+building every venv the selected tests ask for in a background thread (one at a time, niced) as
+soon as collection ends, and runs those tests last, so the builds overlap the rest of the suite."""
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,11 +52,30 @@ class BuildError(RuntimeError):
     pass
 
 
+_RUNNING: set = set()
+
+
+def stop_builds() -> None:
+    """Kill the install steps still running (the session ended first); their venvs stay incomplete
+    and are built again next time."""
+    for proc in list(_RUNNING):
+        proc.kill()
+
+
 def _run(cmd: list[str], log, timeout: float) -> None:
     log.write(f"$ {' '.join(cmd)}\n")
     log.flush()
-    proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=timeout,
-                          env=dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1"))
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1"),
+                            preexec_fn=lambda: os.nice(10))  # builds overlap the suite's own tests
+    _RUNNING.add(proc)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    finally:
+        _RUNNING.discard(proc)
     if proc.returncode != 0:
         raise BuildError(f"{' '.join(cmd)} exited {proc.returncode}")
 
@@ -88,3 +114,84 @@ def venv(name: str, lock: Path, python: str | None = None, torch: bool = True, t
                 raise BuildError(f"building venv {name} failed: {e}\n{tail}") from e
         (target / _DONE).write_text(f"built in {time.monotonic() - started:.0f} s from {lock.name}\n")
     return target
+
+
+def _runs_as(python: str, version: str) -> bool:
+    try:
+        return interpreter_version(python).startswith(version + ".")
+    except (RuntimeError, OSError, subprocess.TimeoutExpired):
+        return False  # e.g. a pyenv shim for a version pyenv has not activated
+
+
+def find_python(version: str) -> str | None:
+    """An interpreter of `version` (X.Y): `pythonX.Y` on PATH, else pyenv's newest X.Y.*."""
+    found = shutil.which(f"python{version}")
+    if found and _runs_as(found, version):
+        return found
+    root = os.environ.get("PYENV_ROOT")
+    pyenv = shutil.which("pyenv")
+    if not root and pyenv:
+        out = subprocess.run([pyenv, "root"], capture_output=True, text=True, timeout=60)
+        root = out.stdout.strip() if out.returncode == 0 else None
+    if root:
+        pattern = re.compile(re.escape(version) + r"\.(\d+)$")
+        versions = sorted((int(m.group(1)), p) for p in (Path(root) / "versions").glob(f"{version}.*")
+                          if (m := pattern.match(p.name)))
+        for _, prefix in reversed(versions):
+            candidate = str(prefix / "bin" / f"python{version}")
+            if _runs_as(candidate, version):
+                return candidate
+    return None
+
+
+class NoInterpreter(LookupError):
+    pass
+
+
+_BUILDS: dict[tuple, Future] = {}
+_QUEUE_LOCK = threading.Lock()
+_ONE_AT_A_TIME = threading.Lock()
+
+
+def _spec(name: str, python_version: str | None) -> tuple[Path, str | None, bool]:
+    """(lock, interpreter, torch) of venv `name`: requirements/venvs/<name>.lock; built with this
+    interpreter, or with one of `python_version` (then without torch: the validator's venvs)."""
+    lock = REQUIREMENTS / "venvs" / f"{name}.lock"
+    if python_version is None:
+        return lock, None, True
+    python = find_python(python_version)
+    if python is None:
+        raise NoInterpreter(f"no Python {python_version} interpreter: no python{python_version} on PATH and "
+                            f"none among pyenv's versions (Debian bookworm packages no python{python_version})")
+    return lock, python, False
+
+
+def _build(name: str, python_version: str | None) -> Path:
+    lock, python, torch = _spec(name, python_version)
+    with _ONE_AT_A_TIME:
+        return venv(name, lock, python=python, torch=torch)
+
+
+def prebuild(name: str, python_version: str | None = None) -> None:
+    """Start building venv `name` in a daemon thread; `get` waits for it."""
+    key = (name, python_version)
+    with _QUEUE_LOCK:
+        if key in _BUILDS:
+            return
+        future: Future = Future()
+        _BUILDS[key] = future
+
+    def work():
+        try:
+            future.set_result(_build(name, python_version))
+        except BaseException as e:  # handed to the test that waits for it
+            future.set_exception(e)
+
+    threading.Thread(target=work, name=f"venv-{name}", daemon=True).start()
+
+
+def get(name: str, python_version: str | None = None) -> Path:
+    """Venv `name` (for `python_version`), built now or by the background build prebuild started.
+    Raises NoInterpreter or BuildError."""
+    prebuild(name, python_version)
+    return _BUILDS[(name, python_version)].result()

@@ -3,23 +3,20 @@
 Each interpreter gets a venv holding the validator's dependencies and the test tools only
 (requirements/venvs/validator.lock: no torch, verl or msprobe), built on first use and kept
 between runs (tests/release_venvs.py); VALIDATOR_TESTS run there in a pytest subprocess. An
-interpreter is looked for as `pythonX.Y` on PATH, then among pyenv's installed versions; where
-there is none the test is skipped, naming what is missing."""
+interpreter is looked for as `pythonX.Y` on PATH, then among pyenv's installed versions
+(release_venvs.find_python); where there is none the test is skipped, naming what is missing."""
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
 import release_venvs
 
 ROOT = release_venvs.ROOT
-LOCK = release_venvs.REQUIREMENTS / "venvs" / "validator.lock"
 PYTHONS = ("3.10", "3.12")
 # The validator's test files: none imports torch, verl or msprobe (test_msprobe_rules skips its
 # msprobe cross-checks where msprobe is not installed). The fuzz corpus and property tests are left
@@ -34,44 +31,13 @@ VALIDATOR_TESTS = (
 )
 
 
-def _runs_as(python: str, version: str) -> bool:
-    try:
-        return release_venvs.interpreter_version(python).startswith(version + ".")
-    except (RuntimeError, OSError, subprocess.TimeoutExpired):
-        return False  # e.g. a pyenv shim for a version pyenv has not activated
-
-
-def find_python(version: str) -> str | None:
-    """An interpreter of `version` (X.Y): `pythonX.Y` on PATH, else pyenv's newest X.Y.*."""
-    found = shutil.which(f"python{version}")
-    if found and _runs_as(found, version):
-        return found
-    pyenv = shutil.which("pyenv")
-    root = os.environ.get("PYENV_ROOT")
-    if not root and pyenv:
-        out = subprocess.run([pyenv, "root"], capture_output=True, text=True, timeout=60)
-        root = out.stdout.strip() if out.returncode == 0 else None
-    if root:
-        pattern = re.compile(re.escape(version) + r"\.(\d+)$")
-        versions = sorted((int(m.group(1)), p) for p in (Path(root) / "versions").glob(f"{version}.*")
-                          if (m := pattern.match(p.name)))
-        for _, prefix in reversed(versions):
-            candidate = str(prefix / "bin" / f"python{version}")
-            if _runs_as(candidate, version):
-                return candidate
-    return None
-
-
 @pytest.mark.slow
-@pytest.mark.venvs
-@pytest.mark.parametrize("version", PYTHONS)
+@pytest.mark.parametrize("version", [pytest.param(v, marks=pytest.mark.venvs("validator", v)) for v in PYTHONS])
 def test_validator_tests_pass_on(version, tmp_path):
-    python = find_python(version)
-    if python is None:
-        pytest.skip(f"no Python {version} interpreter: no python{version} on PATH and none among pyenv's "
-                    f"versions (Debian bookworm packages no python{version})")
     try:
-        env_dir = release_venvs.venv("validator", LOCK, python=python, torch=False)
+        env_dir = release_venvs.get("validator", version)
+    except release_venvs.NoInterpreter as e:
+        pytest.skip(str(e))
     except release_venvs.BuildError as e:
         pytest.fail(str(e))
     py = str(env_dir / "bin" / "python")

@@ -35,7 +35,7 @@ def release_python():
                 built[release] = sys.executable
             else:
                 try:
-                    env = release_venvs.venv(name, release_venvs.REQUIREMENTS / "venvs" / f"{name}.lock")
+                    env = release_venvs.get(name)
                 except release_venvs.BuildError as e:
                     failed[release] = str(e)
                     pytest.fail(failed[release])

@@ -25,7 +25,7 @@ LACK_DISABLE_DUMP_RUNTIME = ("8.3.3",)
 
 def release_params() -> list:
     """RELEASES as parameters; those needing a venv of their own are marked `venvs`."""
-    return [pytest.param(r, marks=() if RELEASES[r] is None else pytest.mark.venvs) for r in RELEASES]
+    return [pytest.param(r, marks=() if RELEASES[r] is None else pytest.mark.venvs(RELEASES[r])) for r in RELEASES]
 
 
 def adaptation_notes(warnings: list[str], release: str) -> tuple[list[str], list[str]]:
