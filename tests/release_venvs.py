@@ -80,7 +80,7 @@ def _run(cmd: list[str], log, timeout: float) -> None:
         raise BuildError(f"{' '.join(cmd)} exited {proc.returncode}")
 
 
-def venv(name: str, lock: Path, python: str | None = None, torch: bool = True, timeout: float = 1800) -> Path:
+def venv(name: str, lock: Path, python: str | None = None, torch: bool = True, timeout: float = 3600) -> Path:
     """The venv `name` holding exactly the pins of `lock` (torch first when `torch`), built with
     `python` (this interpreter by default). Returns its directory; raises BuildError with the
     build log's tail when an install step fails."""

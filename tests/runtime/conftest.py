@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from importlib import metadata
 
 import pytest
@@ -21,25 +22,18 @@ def release_python():
     release. The suite's own release is this interpreter; the others get a venv built on first
     use from requirements/venvs/<name>.lock and kept between runs (tests/release_venvs.py)."""
     built: dict[str, str] = {}
-    failed: dict[str, str] = {}
 
     def python(release: str) -> str:
-        if release in failed:  # built once per session at most, failed or not
-            pytest.fail(failed[release])
         if release not in built:
             name = RELEASES[release]
             if name is None:
-                import sys
-
                 assert metadata.version("mindstudio-probe") == release, "the suite's venv holds another msprobe"
                 built[release] = sys.executable
             else:
-                try:
-                    env = release_venvs.get(name)
+                try:  # built once per session at most: a failed build fails every test that needs it
+                    built[release] = str(release_venvs.get(name) / "bin" / "python")
                 except release_venvs.BuildError as e:
-                    failed[release] = str(e)
-                    pytest.fail(failed[release])
-                built[release] = str(env / "bin" / "python")
+                    pytest.fail(str(e))
         return built[release]
 
     return python
