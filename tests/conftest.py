@@ -54,3 +54,30 @@ def verl_tree(verl_trees):
             pytest.skip(f"verl {version}'s wheel could not be downloaded")
         return verl_trees[version]
     return get
+
+
+# ---------------------------------------------------------------- venvs of their own, built in the background
+
+import release_venvs  # noqa: E402
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session, config, items):
+    """Tests that need a venv of their own (marked `venvs`) run last: the venvs build meanwhile."""
+    later = [item for item in items if item.get_closest_marker("venvs")]
+    if later:
+        items[:] = [item for item in items if not item.get_closest_marker("venvs")] + later
+
+
+def pytest_collection_finish(session):
+    """Start building, in the background, every venv the selected tests ask for."""
+    if session.config.option.collectonly:
+        return
+    for item in session.items:
+        mark = item.get_closest_marker("venvs")
+        if mark is not None and mark.args:
+            release_venvs.prebuild(*mark.args)
+
+
+def pytest_sessionfinish(session):
+    release_venvs.stop_builds()

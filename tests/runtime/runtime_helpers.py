@@ -16,6 +16,25 @@ CONFIGS = os.path.join(HERE, "configs")
 SCRIPT = os.path.join(HERE, "scenarios.py")
 
 
+# mindstudio-probe releases the runtime's msprobe tests run on: the suite's own (None: this
+# interpreter) and others, each in a venv of its own built from requirements/venvs/<name>.lock.
+RELEASES = {"26.2.0": None, "26.1.0.post1": "msprobe-26.1.0.post1", "8.3.3": "msprobe-8.3.3"}
+# Releases without service._disable_dump_runtime(): the runtime says once what it does instead.
+LACK_DISABLE_DUMP_RUNTIME = ("8.3.3",)
+
+
+def release_params() -> list:
+    """RELEASES as parameters; those needing a venv of their own are marked `venvs`."""
+    return [pytest.param(r, marks=() if RELEASES[r] is None else pytest.mark.venvs(RELEASES[r])) for r in RELEASES]
+
+
+def adaptation_notes(warnings: list[str], release: str) -> tuple[list[str], list[str]]:
+    """(the runtime's notes on what `release` lacks, every other warning)."""
+    prefix = f"precision_debugger: msprobe {release} has no "
+    notes = [w for w in warnings if w.startswith(prefix)]
+    return notes, [w for w in warnings if not w.startswith(prefix)]
+
+
 def config(name: str) -> str:
     return os.path.join(CONFIGS, name + ".json")
 
@@ -29,11 +48,11 @@ def free_port() -> int:
 class Scenario:
     """One scenario process; `result()` waits for it and returns what it wrote."""
 
-    def __init__(self, tmp: str, name: str, *args: str, tag: str = ""):
+    def __init__(self, tmp: str, name: str, *args: str, tag: str = "", python: str | None = None):
         self.result_path = os.path.join(tmp, f"{name}{tag}.result.json")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p),
                    PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen([sys.executable, SCRIPT, name, self.result_path, *args], cwd=tmp, env=env,
+        self.proc = subprocess.Popen([python or sys.executable, SCRIPT, name, self.result_path, *args], cwd=tmp, env=env,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     def result(self, timeout: float = 240) -> dict:

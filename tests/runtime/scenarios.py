@@ -109,6 +109,9 @@ def tree(root: str) -> dict:
 
 
 def write(result_path: str, result: dict) -> None:
+    from verl_pdbg_conf.runtime import compat
+
+    result["msprobe"] = compat.release()  # the release this process ran on
     with open(result_path, "w") as f:
         json.dump(result, f, indent=1, sort_keys=True)
 
@@ -360,9 +363,18 @@ def matrix(result_path: str, config: str, out: str) -> None:
                 rec["call_msg"] = str(e)
                 prof.stop()
         rec["ran"] = counter["n"]
+        rec["running_after"] = msprobe_running()
         rec["warnings"] = cap.take()
         rec["tree"] = tree(save)
         cases[name + ("-strict" if strict else "")] = rec
+
+    def msprobe_running():
+        """msprobe's dump switches after a case: [Runtime.is_running, service.primitive_switch]."""
+        runtime = sys.modules.get("msprobe.core.common.runtime")
+        dbg = runtime_session._state.debugger
+        if runtime is None or dbg is None:
+            return None
+        return [bool(runtime.Runtime.is_running), bool(getattr(dbg.service, "primitive_switch", False))]
 
     good = {"config_path": config}
 
@@ -389,13 +401,44 @@ def matrix(result_path: str, config: str, out: str) -> None:
     def boom(*a, **k):
         raise RuntimeError("injected msprobe failure")
 
+    from verl_pdbg_conf.runtime import compat
+
     for method in ("start", "stop"):
         original = PrecisionDebugger.__dict__[method]
         setattr(PrecisionDebugger, method, classmethod(boom))
         for strict in (False, True):
             case(f"{method}-raises", good, strict)
+        if method == "stop":
+            # msprobe started, its stop() failed: the runtime must switch collection off itself
+            # (26.x: service._disable_dump_runtime(); 8.x: compat's own switch-off). Replayed with
+            # that switch-off made a no-op, to show what it changes; then switched off for real.
+            disable_dump, compat.disable_dump = compat.disable_dump, lambda service: None
+            case("stop-raises-unstopped", good, False, calls=1)
+            compat.disable_dump = disable_dump
+            disable_dump(PrecisionDebugger._instance.service)
         setattr(PrecisionDebugger, method, original)
         case(f"after-{method}-raises", good, False)  # msprobe works again and its dump has not grown
+
+    # msprobe's data processor raising inside a hook (as on a full disk). 26.x lets it out of the hook:
+    # the runtime's guard stops collection for the rest of the stage, which runs on. 8.x catches it in
+    # its own collector (and logs it there). "-unstopped" replays it with the switch-off a no-op.
+    processor = type(PrecisionDebugger._instance.service.data_collector.data_processor)
+    own = processor.__dict__.get("analyze_forward_output")
+
+    def full_disk(self, *a, **k):
+        raise OSError(28, "injected: no space left on device")
+
+    processor.analyze_forward_output = full_disk
+    for strict in (False, True):
+        case("collect-raises", good, strict)
+    disable_dump, compat.disable_dump = compat.disable_dump, lambda service: None
+    case("collect-raises-unstopped", good, False)
+    compat.disable_dump = disable_dump
+    if own is None:
+        del processor.analyze_forward_output
+    else:
+        processor.analyze_forward_output = own
+    case("after-collect-raises", good, False)
 
     # the stage's own exception reaches the caller unchanged, and the session is closed
     def failing(owner, x):

@@ -3,8 +3,8 @@
 msprobe's PrecisionDebugger is a process singleton (a second construction returns the first object
 and ignores its arguments) and its runtime status is global, so every profiler instance in a
 process (verl builds several: the outer worker's, its inner TrainingWorkers', a colocated
-critic's) goes through the one state kept here. Only this module imports msprobe, and only
-when a stage is actually collected."""
+critic's) goes through the one state kept here. Only this module and compat.py import msprobe, and
+only when a stage is actually collected."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ import os
 import threading
 from dataclasses import dataclass
 from typing import Any
+
+from verl_pdbg_conf.runtime import compat
 
 log = logging.getLogger("verl_pdbg_conf.runtime")
 
@@ -97,6 +99,7 @@ def debugger(config_path: str, dump_path: str):
         if getattr(dbg, "service", None) is None:
             raise RuntimeError("msprobe's PrecisionDebugger in this process was left half-constructed by an "
                                "earlier failure (it has no service); it cannot dump")
+        compat.note_missing(dbg.service)
         overrides = getattr(dbg, "_overrides", None) or {}
         # A debugger the user made before us keeps its own config; remember which one that is.
         used = overrides.get("config_path") if earlier is not None else config_path
@@ -201,9 +204,8 @@ def _reset(dbg) -> None:
 
 def _abort(dbg) -> None:
     """After msprobe raised: make sure it is not left collecting, and drop what it cached."""
-    service = getattr(dbg, "service", None)
     try:
-        service._disable_dump_runtime()
+        compat.disable_dump(dbg.service)
     except Exception:  # best effort: msprobe is already in trouble
         pass
     try:
@@ -235,7 +237,7 @@ def _collect_failed(error: BaseException) -> None:
     if session.error is None:
         session.error = error
     try:
-        _state.debugger.service._disable_dump_runtime()
+        compat.disable_dump(_state.debugger.service)
     except Exception:
         pass
 

@@ -1,0 +1,197 @@
+"""Virtual environments the tests build on demand and keep between runs: one per pinned requirement
+set (another mindstudio-probe release beside a verl it installs with), or per Python interpreter.
+
+A venv lives under $VERL_PDBG_CONF_VENVS, else $XDG_CACHE_HOME/verl-pdbg-conf/venvs (~/.cache/...),
+in a directory named for a hash of what went into it, so a changed lock builds a new one. It is
+marked complete only once every install step succeeded; a half-built one is removed and built
+again. A file lock keeps two test processes from building the same venv at once.
+
+Tests ask for one with `pytest.mark.venvs(name[, python_version])`; tests/conftest.py starts
+building every venv the selected tests ask for in a background thread (one at a time, niced) as
+soon as collection ends, and runs those tests last, so the builds overlap the rest of the suite."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import Future
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+REQUIREMENTS = ROOT / "requirements"
+# Installed first, alone: pip then takes the machine's CPU wheel (or the CPU index given in PIP_*),
+# and the lock's torch pin is already satisfied, so no CUDA build is ever pulled in.
+TORCH = "torch==2.13.0"
+_DONE = ".complete"
+
+
+def cache_root() -> Path:
+    explicit = os.environ.get("VERL_PDBG_CONF_VENVS")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "verl-pdbg-conf" / "venvs"
+
+
+def interpreter_version(python: str) -> str:
+    out = subprocess.run([python, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"],
+                         capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        raise RuntimeError(f"{python} does not run: {out.stderr.strip()[-500:]}")
+    return out.stdout.strip()
+
+
+class BuildError(RuntimeError):
+    pass
+
+
+_RUNNING: set = set()
+
+
+def stop_builds() -> None:
+    """Kill the install steps still running (the session ended first); their venvs stay incomplete
+    and are built again next time."""
+    for proc in list(_RUNNING):
+        proc.kill()
+
+
+def _run(cmd: list[str], log, timeout: float) -> None:
+    log.write(f"$ {' '.join(cmd)}\n")
+    log.flush()
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1"),
+                            preexec_fn=lambda: os.nice(10))  # builds overlap the suite's own tests
+    _RUNNING.add(proc)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    finally:
+        _RUNNING.discard(proc)
+    if proc.returncode != 0:
+        raise BuildError(f"{' '.join(cmd)} exited {proc.returncode}")
+
+
+def venv(name: str, lock: Path, python: str | None = None, torch: bool = True, timeout: float = 3600) -> Path:
+    """The venv `name` holding exactly the pins of `lock` (torch first when `torch`), built with
+    `python` (this interpreter by default). Returns its directory; raises BuildError with the
+    build log's tail when an install step fails."""
+    python = python or sys.executable
+    version = interpreter_version(python)
+    pins = [ln.strip() for ln in lock.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    key = hashlib.sha256("\n".join([version, TORCH if torch else "", *pins]).encode()).hexdigest()[:12]
+    target = cache_root() / f"{name}-py{version}-{key}"
+    if (target / _DONE).exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "w") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)  # another process may be building it: wait, then reuse
+        if (target / _DONE).exists():
+            return target
+        shutil.rmtree(target, ignore_errors=True)
+        started = time.monotonic()
+        log_path = target.parent / f"{target.name}.log"
+        with open(log_path, "w") as log:
+            try:
+                _run([python, "-m", "venv", str(target)], log, 300)
+                py = str(target / "bin" / "python")
+                _run([py, "-m", "pip", "install", "-q", "-U", "pip"], log, timeout)
+                if torch:
+                    _run([py, "-m", "pip", "install", "-q", TORCH], log, timeout)
+                _run([py, "-m", "pip", "install", "-q", "-r", str(lock)], log, timeout)
+                _run([py, "-m", "pip", "check"], log, 300)
+            except (BuildError, subprocess.TimeoutExpired) as e:
+                log.close()
+                tail = log_path.read_text()[-4000:]
+                raise BuildError(f"building venv {name} failed: {e}\n{tail}") from e
+        (target / _DONE).write_text(f"built in {time.monotonic() - started:.0f} s from {lock.name}\n")
+    return target
+
+
+def _runs_as(python: str, version: str) -> bool:
+    try:
+        return interpreter_version(python).startswith(version + ".")
+    except (RuntimeError, OSError, subprocess.TimeoutExpired):
+        return False  # e.g. a pyenv shim for a version pyenv has not activated
+
+
+def find_python(version: str) -> str | None:
+    """An interpreter of `version` (X.Y): `pythonX.Y` on PATH, else pyenv's newest X.Y.*."""
+    found = shutil.which(f"python{version}")
+    if found and _runs_as(found, version):
+        return found
+    root = os.environ.get("PYENV_ROOT")
+    pyenv = shutil.which("pyenv")
+    if not root and pyenv:
+        out = subprocess.run([pyenv, "root"], capture_output=True, text=True, timeout=60)
+        root = out.stdout.strip() if out.returncode == 0 else None
+    if root:
+        pattern = re.compile(re.escape(version) + r"\.(\d+)$")
+        versions = sorted((int(m.group(1)), p) for p in (Path(root) / "versions").glob(f"{version}.*")
+                          if (m := pattern.match(p.name)))
+        for _, prefix in reversed(versions):
+            candidate = str(prefix / "bin" / f"python{version}")
+            if _runs_as(candidate, version):
+                return candidate
+    return None
+
+
+class NoInterpreter(LookupError):
+    pass
+
+
+_BUILDS: dict[tuple, Future] = {}
+_QUEUE_LOCK = threading.Lock()
+_ONE_AT_A_TIME = threading.Lock()
+
+
+def _spec(name: str, python_version: str | None) -> tuple[Path, str | None, bool]:
+    """(lock, interpreter, torch) of venv `name`: requirements/venvs/<name>.lock; built with this
+    interpreter, or with one of `python_version` (then without torch: the validator's venvs)."""
+    lock = REQUIREMENTS / "venvs" / f"{name}.lock"
+    if python_version is None:
+        return lock, None, True
+    python = find_python(python_version)
+    if python is None:
+        raise NoInterpreter(f"no Python {python_version} interpreter: no python{python_version} on PATH and "
+                            f"none among pyenv's versions (Debian bookworm packages no python{python_version})")
+    return lock, python, False
+
+
+def _build(name: str, python_version: str | None) -> Path:
+    lock, python, torch = _spec(name, python_version)
+    with _ONE_AT_A_TIME:
+        return venv(name, lock, python=python, torch=torch)
+
+
+def prebuild(name: str, python_version: str | None = None) -> None:
+    """Start building venv `name` in a daemon thread; `get` waits for it."""
+    key = (name, python_version)
+    with _QUEUE_LOCK:
+        if key in _BUILDS:
+            return
+        future: Future = Future()
+        _BUILDS[key] = future
+
+    def work():
+        try:
+            future.set_result(_build(name, python_version))
+        except BaseException as e:  # handed to the test that waits for it
+            future.set_exception(e)
+
+    threading.Thread(target=work, name=f"venv-{name}", daemon=True).start()
+
+
+def get(name: str, python_version: str | None = None) -> Path:
+    """Venv `name` (for `python_version`), built now or by the background build prebuild started.
+    Raises NoInterpreter or BuildError."""
+    prebuild(name, python_version)
+    return _BUILDS[(name, python_version)].result()
