@@ -69,26 +69,34 @@ def find_entry(target: str, script: Script, cwd: str | None = None, pythonpath: 
     (its config cannot be known); else None (data preparation, model conversion...: not a
     training launch)."""
     if target in ENTRY_POINTS or target.endswith("verl/trainer/main_ppo.py"):
-        return Entry("verl.trainer.main_ppo", ENTRY_POINTS["verl.trainer.main_ppo"], "config", None)
+        # a repository's own verl may name another primary config in its main_ppo's @hydra.main
+        src = _module_source("verl.trainer.main_ppo", True, script, cwd, pythonpath or [])
+        name = _hydra_main_args(src).get("config_name") if src else None
+        return Entry("verl.trainer.main_ppo", name or ENTRY_POINTS["verl.trainer.main_ppo"], "config", None)
     like = _MAIN_PPO_LIKE.search(target)
     if (target.startswith("verl.") or re.search(r"(?:^|/)verl/\w+/", target)) and not like:
         return None  # verl's other entry points (main_generation, SFT trainers): other configs, not profiled runs
     is_module = not (target.endswith(".py") or "/" in target)
     src = _module_source(target, is_module, script, cwd, pythonpath or [])
-    if src is not None:
-        m = None
-        try:
-            with open(src, encoding="utf-8", errors="replace") as fh:
-                m = _HYDRA_MAIN.search(fh.read(1 << 20))
-        except OSError:
-            pass
-        if m is not None:
-            args = dict(re.findall(r"(config_path|config_name)\s*=\s*[\"']([^\"']*)[\"']", m.group(1)))
-            return Entry(target, args.get("config_name", ""), args.get("config_path"),
-                         os.path.dirname(os.path.abspath(src)), verl=False, source=src)
+    args = _hydra_main_args(src) if src is not None else None
+    if args is not None:
+        return Entry(target, args.get("config_name", ""), args.get("config_path"),
+                     os.path.dirname(os.path.abspath(src)), verl=False, source=src)
     if like:
         return Entry(target, "", None, None, verl=False)
     return None
+
+
+def _hydra_main_args(src: str) -> dict | None:
+    """config_path/config_name of the `@hydra.main` in src, None when it has none."""
+    try:
+        with open(src, encoding="utf-8", errors="replace") as fh:
+            m = _HYDRA_MAIN.search(fh.read(1 << 20))
+    except OSError:
+        return None
+    if m is None:
+        return None
+    return dict(re.findall(r"(config_path|config_name)\s*=\s*[\"']([^\"']*)[\"']", m.group(1)))
 
 
 def _module_source(target: str, is_module: bool, script: Script, cwd: str | None,
