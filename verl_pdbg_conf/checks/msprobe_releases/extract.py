@@ -476,6 +476,27 @@ def write_examples(root: str, jobs: int = 1) -> int:
     return 0
 
 
+def merge_parts(version: str, out_dir: str) -> int:
+    """The facts of VERSION from its --part files, cases in the matrix's order."""
+    from verl_pdbg_conf.checks.msprobe_releases.cases import matrix
+
+    parts = []
+    for n in sorted(os.listdir(out_dir)):
+        if n.startswith(f"msprobe-{version}.part-") and n.endswith(".json"):
+            with open(os.path.join(out_dir, n), encoding="utf-8") as f:
+                parts.append(json.load(f))
+    by_id = {c["id"]: c for p in parts for c in p["cases"]}
+    order = [c["id"] for c in matrix()]
+    if not parts or set(by_id) != set(order):
+        raise SystemExit(f"the parts of {version} do not cover the matrix ({len(by_id)} of {len(order)} cases)")
+    facts = dict(parts[0], cases=[by_id[i] for i in order])
+    data = dumps(facts)
+    with open(path_for(version, out_dir), "wb") as f:
+        f.write(data)
+    print(f"{path_for(version, out_dir)}: {len(order)} cases, {len(data)} bytes")
+    return 0
+
+
 def _repo_root() -> str:
     return os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 
@@ -493,6 +514,9 @@ def main(argv=None) -> int:
                    help="measure every DIR/cases/*.json and write DIR/outcomes/msprobe-<version>.json (the tests' "
                         "per-release example matrix) instead of the facts")
     p.add_argument("-j", "--jobs", type=int, default=2, help="cases run at once (default 2)")
+    p.add_argument("--part", metavar="K/N", help="measure every N-th case from the K-th (0-based) and write "
+                                                 "msprobe-<version>.part-K-of-N.json; --merge joins the parts")
+    p.add_argument("--merge", metavar="VERSION", help="join the part files of VERSION in --out-dir into its facts")
     p.add_argument("-q", "--quiet", action="store_true")
     args = p.parse_args(argv)
     if args.venv:
@@ -507,6 +531,7 @@ def main(argv=None) -> int:
         cmd += ["--examples", os.path.abspath(args.examples)] if args.examples else []
         cmd += ["-q"] if args.quiet else []
         cmd += ["--jobs", str(args.jobs)]
+        cmd += ["--part", args.part] if args.part else []
         return subprocess.call(cmd, env=env)
     from verl_pdbg_conf.checks.msprobe_releases.cases import matrix
 
@@ -522,7 +547,17 @@ def main(argv=None) -> int:
         return 0
     if args.examples:
         return write_examples(args.examples, args.jobs)
+    if args.merge:
+        return merge_parts(args.merge, args.out_dir)
     cases = matrix()
+    if args.part:
+        k, n = map(int, args.part.split("/"))
+        facts = measure(cases[k::n], None, args.jobs)
+        out = os.path.join(args.out_dir, f"msprobe-{facts['version']}.part-{k}-of-{n}.json")
+        with open(out, "w", encoding="utf-8") as f:
+            json.dump(facts, f)
+        print(f"{out}: {len(facts['cases'])} cases")
+        return 0
     if args.only:
         cases = [c for c in cases if args.only in c["id"]]
 
