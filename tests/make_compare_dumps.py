@@ -3,11 +3,12 @@ profiler (run as a subprocess, one per rank: msprobe wraps torch for the life of
 its PrecisionDebugger is a process singleton, so one level/task per process).
 
     python make_compare_dumps.py OUT_DIR CONFIG_JSON RANK WORLD_SIZE PORT [--steps 1,2] [--variants ...]
+                                 [--blocks 6] [--calls 1]
 
 WORLD_SIZE 0 runs without a process group (msprobe then writes proc<pid>/, not rank<R>/).
 One save_path per variant under OUT_DIR, each with steps x three actor/ref stages:
 
-  golden   the reference: a 6-block model, seed 0
+  golden   the reference: a 6-block model (--blocks), seed 0; each stage calls it --calls times
   same     the same run again (nothing differs)
   scaled   blocks.3.fc.weight multiplied by 1.01
   dtype    blocks.3 computes in bfloat16 (its input cast to bfloat16, its output back to float32)
@@ -23,7 +24,7 @@ VARIANTS = ("golden", "same", "scaled", "dtype")
 BLOCKS, WIDTH, PERTURBED = 6, 16, 3
 
 
-def build(variant: str):
+def build(variant: str, blocks: int = BLOCKS):
     import torch
 
     class Block(torch.nn.Module):
@@ -39,7 +40,7 @@ def build(variant: str):
     class Net(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.blocks = torch.nn.Sequential(*(Block() for _ in range(BLOCKS)))
+            self.blocks = torch.nn.Sequential(*(Block() for _ in range(blocks)))
             self.head = torch.nn.Linear(WIDTH, 4)
 
         def forward(self, x):
@@ -65,6 +66,8 @@ def main() -> None:
     ap.add_argument("--steps", default="1,2")
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--stages", default=",".join(STAGES))
+    ap.add_argument("--blocks", type=int, default=BLOCKS, help="model depth (records grow with it)")
+    ap.add_argument("--calls", type=int, default=1, help="forward (and backward) passes per stage")
     a = ap.parse_args()
 
     import torch
@@ -77,7 +80,7 @@ def main() -> None:
 
     stages = a.stages.split(",")
     for variant in a.variants.split(","):
-        model = build(variant)
+        model = build(variant, a.blocks)
         prof = PrecisionDebuggerProfiler({"config_path": a.config, "stages": stages}, rank=a.rank,
                                          save_path=os.path.join(a.out, variant))
         for step in (int(s) for s in a.steps.split(",")):
@@ -87,12 +90,13 @@ def main() -> None:
                 torch.manual_seed(1000 * step + 10 * STAGES.index(stage) + a.rank)
                 x = torch.randn(4, WIDTH)
                 with prof.stage(stage, model=model):
-                    if stage == "actor_update":
-                        model.zero_grad(set_to_none=True)
-                        model(x).square().mean().backward()
-                    else:
-                        with torch.no_grad():
-                            model(x)
+                    for _ in range(a.calls):
+                        if stage == "actor_update":
+                            model.zero_grad(set_to_none=True)
+                            model(x).square().mean().backward()
+                        else:
+                            with torch.no_grad():
+                                model(x)
             prof.stop()
     if a.world:
         dist.barrier()

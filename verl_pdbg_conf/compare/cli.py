@@ -12,7 +12,7 @@ import json
 import math
 import sys
 
-from verl_pdbg_conf.compare.runs import DEFAULT_TOP, EXIT_USAGE, UsageError, as_dict, compare_runs
+from verl_pdbg_conf.compare.runs import CSV_POLICIES, DEFAULT_TOP, EXIT_USAGE, UsageError, as_dict, compare_runs
 from verl_pdbg_conf.compare.nodes import DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS
 
 PROG = "verl-pdbg-compare"
@@ -41,9 +41,18 @@ def build_parser() -> argparse.ArgumentParser:
                     f"(default {DEFAULT_TOP})")
     ap.add_argument("-j", "--jobs", type=int, default=None,
                     help="pairs compared at once (default: the CPU count, at most 4)")
+    ap.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
+                    help="spread the pairs over an existing Ray cluster (its address, or 'auto': the local one) "
+                    "instead of local worker processes; each pair runs on a node that can read its dumps")
+    ap.add_argument("--ray-resource", metavar="NAME", help="with --ray: only nodes holding this custom resource "
+                    "(e.g. those that mount the dumps) compare pairs")
+    ap.add_argument("--msprobe-csv", choices=CSV_POLICIES, default="diverged",
+                    help="which pairs keep msprobe's result CSV in the output directory (default: diverged ones; "
+                    "every pair gets a summary.json)")
     ap.add_argument("-f", "--format", choices=("text", "json"), default="text")
-    ap.add_argument("--html", metavar="FILE", help="also write one self-contained HTML report with a plot per "
-                    "pair (needs matplotlib: pip install 'verl-pdbg-conf[report]')")
+    ap.add_argument("--html", metavar="FILE", help="also write one self-contained HTML report: per run an overview "
+                    "of steps x stages x ranks, and a per-layer plot for each diverged pair (needs matplotlib: "
+                    "pip install 'verl-pdbg-conf[report]')")
     return ap
 
 
@@ -56,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.threshold < 0 or math.isnan(args.threshold) or args.top < 0 or (args.jobs is not None and args.jobs < 1):
         sys.stderr.write(f"{PROG}: error: --threshold and --top must be >= 0, --jobs >= 1\n")
         return EXIT_USAGE
+    if args.ray_resource and not args.ray:
+        sys.stderr.write(f"{PROG}: error: --ray-resource needs --ray\n")
+        return EXIT_USAGE
     if args.html:
         from verl_pdbg_conf.compare.report_html import matplotlib_missing
 
@@ -66,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     progress = _progress_bar() if sys.stderr.isatty() else None
     try:
         cmp = compare_runs(args.target, args.golden, args.output, args.metric, args.threshold, args.top,
-                           args.jobs, progress, args.ignore_dtype)
+                           args.jobs, progress, args.ignore_dtype, ray=args.ray, ray_resource=args.ray_resource,
+                           msprobe_csv=args.msprobe_csv)
     except UsageError as e:
         sys.stderr.write(f"{PROG}: error: {e}\n")
         return EXIT_USAGE

@@ -78,7 +78,7 @@ class Node:
         return d
 
 
-@dataclass
+@dataclass(slots=True)
 class LayerStat:
     """One layer or module of a pair, aggregated over its nodes in execution order: what a plot and
     an overview show at any dump size (a pair's nodes are not all kept)."""
@@ -99,6 +99,76 @@ class Analysis:
     top: list[Node] = field(default_factory=list)
     layers: list[LayerStat] = field(default_factory=list)  # execution order, bounded
     n_nodes: int = 0  # nodes compared, whether or not kept in `nodes`
+
+
+# A pair's plot and summary hold at most this many layers, whatever the dump's size (500k nodes included):
+# adjacent layers are merged beyond it, so a summary stays a few tens of kB and a plot stays readable.
+MAX_LAYERS = 400
+SPAN = 64  # nodes with no module (L1 dumps): grouped by this many consecutive nodes in execution order
+
+
+def layer_label(module: str | None) -> str | None:
+    """model.layers.3.mlp.down_proj -> model.layers.3.mlp: a module path cut one part after its first
+    index (a repeated block), so a layer's submodules share a label; None stays None."""
+    if module is None:
+        return None
+    parts = module.split(".")
+    for i, part in enumerate(parts):
+        if part.isdigit():
+            return ".".join(parts[:i + 2])
+    return module
+
+
+def layers_of(nodes: list[Node], first: Node | None, max_layers: int = MAX_LAYERS) -> list[LayerStat]:
+    """Nodes in execution order -> LayerStats: one per run of consecutive nodes of the same layer
+    (layer_label of the node's module; a span of SPAN nodes where no module is known), at most
+    max_layers (adjacent runs merged evenly beyond that)."""
+    runs: list[LayerStat] = []
+    for n in nodes:
+        label = layer_label(n.module)
+        if label is None:
+            label = f"nodes {n.order // SPAN * SPAN}-{n.order // SPAN * SPAN + SPAN - 1}"
+        if not runs or runs[-1].label != label:
+            runs.append(LayerStat(label, n.order))
+        _add(runs[-1], n, first)
+    if len(runs) <= max_layers:
+        return runs
+    merged: list[LayerStat] = []
+    per = -(-len(runs) // max_layers)
+    for i in range(0, len(runs), per):
+        group = runs[i:i + per]
+        m = LayerStat(group[0].label if len(group) == 1 else f"{group[0].label} .. {group[-1].label}",
+                      group[0].first_order)
+        for g in group:
+            m.n_nodes += g.n_nodes
+            m.worst = _max(m.worst, g.worst)
+            m.nan |= g.nan
+            m.inf |= g.inf
+            m.diverged |= g.diverged
+        merged.append(m)
+    return merged
+
+
+def _max(a, b):
+    if a is None:
+        return b
+    return a if b is None or a >= b else b
+
+
+def _add(layer: LayerStat, n: Node, first: Node | None) -> None:
+    layer.n_nodes += 1
+    v = n.value
+    if v is not None:
+        if math.isnan(v) or n.reason == "nan":
+            layer.nan = True
+        elif math.isinf(v):
+            layer.inf = True
+        else:
+            layer.worst = _max(layer.worst, v)
+    elif n.reason == "nan":
+        layer.nan = True
+    if n is first:
+        layer.diverged = True
 
 
 def _json_number(v):

@@ -9,26 +9,27 @@ files go to an output directory outside both. Returns data; nothing is printed h
 from __future__ import annotations
 
 import concurrent.futures as cf
+import json
 import multiprocessing
 import os
 import re
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 
 from verl_pdbg_conf.core.findings import Finding, Severity
+from verl_pdbg_conf.compare.executors import default_jobs, run_local, worker_pool  # noqa: F401 (the API)
 from verl_pdbg_conf.compare.msprobe_csv import read_result
-from verl_pdbg_conf.compare.nodes import DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS, Analysis, MetricUnavailable
+from verl_pdbg_conf.compare.nodes import (DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS, Analysis, MetricUnavailable,
+                                          _json_number, layers_of)
 from verl_pdbg_conf.run.inspect_run import _INNER, _RANK, _STAGE, _STEP, scan
 
 E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
 DEFAULT_TOP = 5
 EXIT_OK, EXIT_DIVERGED, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
-# Each worker holds torch and msprobe (a few hundred MB) and msprobe's tensor compare starts its own pool.
-MAX_DEFAULT_JOBS = 4
-
-
-def default_jobs() -> int:
-    return max(1, min(os.cpu_count() or 1, MAX_DEFAULT_JOBS))
+CSV_POLICIES = ("diverged", "all", "none")  # which pairs keep msprobe's result CSV in the output directory
+MAX_KEPT_NODES = 10_000  # a pair's nodes come back to the driver up to this many (layers always do)
+SUMMARY = "summary.json"  # per pair, in its output directory; the whole comparison's at the top
 
 
 class UsageError(ValueError):
@@ -65,6 +66,7 @@ class Pair:
     result_file: str | None = None
     log_file: str | None = None
     findings: list[Finding] = field(default_factory=list)
+    ran_on: str = ""  # the Ray node that compared it (--ray)
 
     @property
     def rank_label(self) -> str:
@@ -85,6 +87,7 @@ class Comparison:
     threshold: float
     top: int
     ignore_dtype: bool = False
+    msprobe_csv: str = "diverged"
     pairs: list[Pair] = field(default_factory=list)
     only_in_target: list[Side] = field(default_factory=list)
     only_in_golden: list[Side] = field(default_factory=list)
@@ -284,6 +287,60 @@ def _msprobe_compare(job: tuple[str, str, str]) -> dict:
     return {"result": os.path.join(out, new[-1]) if new else None, "error": error, "log": log}
 
 
+@dataclass(frozen=True)
+class PairJob:
+    """What a worker needs to compare one pair (picklable; sent to worker processes or Ray nodes)."""
+    target: str
+    golden: str
+    out_dir: str | None  # None: a temporary directory on the worker's node (Ray), files come back as data
+    metric: str
+    threshold: float
+    top: int
+    ignore_dtype: bool = False
+    msprobe_csv: str = "diverged"
+
+    @property
+    def reads(self) -> tuple[str, str]:
+        return self.target, self.golden
+
+
+def msprobe_pair(job: PairJob) -> dict:
+    """The per-pair job of today, in a worker: msprobe's own compare, its CSV read here into an Analysis
+    that is bounded whatever the dump's size (its layers; its nodes up to MAX_KEPT_NODES). The CSV is
+    kept per job.msprobe_csv (deleted otherwise); on a Ray node it comes back as bytes."""
+    out = job.out_dir or tempfile.mkdtemp(prefix="verl-pdbg-pair-")
+    try:
+        outcome = _msprobe_compare((job.target, job.golden, out))
+        outcome["log_tail"] = _log_tail(outcome["log"])
+        result = outcome["result"]
+        if result:
+            try:
+                an = read_result(result, job.metric, job.threshold, job.top, job.target, job.ignore_dtype)
+            except MetricUnavailable as e:
+                outcome["metric_error"] = str(e)
+            except (OSError, ValueError, KeyError) as e:
+                outcome["read_error"] = str(e)
+            else:
+                an.n_nodes = len(an.nodes)
+                an.layers = layers_of(an.nodes, an.first)
+                if an.n_nodes > MAX_KEPT_NODES:
+                    an.nodes = []
+                outcome["analysis"] = an
+                keep = job.msprobe_csv == "all" or (job.msprobe_csv == "diverged" and an.first is not None)
+                if not keep:
+                    os.remove(result)
+                    outcome["result"] = None
+                elif job.out_dir is None:
+                    with open(result, "rb") as fh:
+                        outcome["csv"] = (os.path.basename(result), fh.read())
+        if job.out_dir is None:
+            outcome["result"] = outcome["log"] = None
+        return outcome
+    finally:
+        if job.out_dir is None:
+            shutil.rmtree(out, ignore_errors=True)
+
+
 def _log_tail(log: str | None, n: int = 3) -> str:
     """msprobe's last errors and warnings (not its CANN complaint, which every CPU run logs)."""
     try:
@@ -327,7 +384,7 @@ def _diagnose(pair: Pair, outcome: dict) -> Finding:
             return _finding("dump-empty", E, f"{side.file_label} holds no records", side.path,
                             "the stage ran no hooked API or module (config.json scope/list/level, or the stage's "
                             "model was not resolved)")
-    said = _log_tail(outcome.get("log")) or outcome.get("error") or "no result file"
+    said = outcome.get("log_tail") or _log_tail(outcome.get("log")) or outcome.get("error") or "no result file"
     return _finding("compare-failed", E, f"{pair.label}: msprobe compare wrote no result: {said}",
                     outcome.get("log") or pair.target.path,
                     "the two dumps may be of different tasks or levels, or hold no call in common; "
@@ -336,11 +393,17 @@ def _diagnose(pair: Pair, outcome: dict) -> Finding:
 
 def compare_runs(target: str, golden: str, out_dir: str | None = None, metric: str = DEFAULT_METRIC,
                  threshold: float = DEFAULT_THRESHOLD, top: int = DEFAULT_TOP, jobs: int | None = None,
-                 progress=None, ignore_dtype: bool = False, pool: cf.Executor | None = None) -> Comparison:
+                 progress=None, ignore_dtype: bool = False, pool: cf.Executor | None = None,
+                 ray: str | None = None, ray_resource: str | None = None, msprobe_csv: str = "diverged",
+                 job_fn=msprobe_pair) -> Comparison:
     """Pair, compare and analyze. progress(done, total) is called as pairs finish. `pool` (from
-    worker_pool()) lets several comparisons share workers that have imported msprobe already."""
+    worker_pool()) lets several comparisons share workers that have imported msprobe already; `ray`
+    (an address, or "auto") runs the pairs on a Ray cluster instead (ray_runner). `job_fn(PairJob) ->
+    outcome` is the per-pair job (msprobe_pair). Writes a summary.json per pair and one for the whole."""
     if metric not in METRICS:
         raise UsageError(f"unknown metric {metric!r}; one of {', '.join(METRICS)}")
+    if msprobe_csv not in CSV_POLICIES:
+        raise UsageError(f"--msprobe-csv {msprobe_csv!r}: one of {', '.join(CSV_POLICIES)}")
     for p in (target, golden):
         if not os.path.exists(p):
             raise UsageError(f"{p}: no such file or directory")
@@ -355,7 +418,7 @@ def compare_runs(target: str, golden: str, out_dir: str | None = None, metric: s
             raise UsageError(f"{p}: no rank directory or dump.json there (give a save_path, a step_N/stage "
                              "directory or a dump.json)")
     cmp = Comparison(os.path.abspath(target), os.path.abspath(golden), os.path.abspath(out_dir), metric,
-                     threshold, top, ignore_dtype=ignore_dtype)
+                     threshold, top, ignore_dtype=ignore_dtype, msprobe_csv=msprobe_csv)
     cmp.pairs, cmp.only_in_target, cmp.only_in_golden, cmp.findings = pair_up(t_sides, g_sides)
     if not cmp.pairs and {s.key for s in t_sides}.isdisjoint({s.key for s in g_sides}):
         raise UsageError(f"{target} and {golden} have no (step, stage, rank) in common: give two paths of the "
@@ -363,17 +426,13 @@ def compare_runs(target: str, golden: str, out_dir: str | None = None, metric: s
     for side, which in [(s, "target") for s in cmp.only_in_target] + [(s, "golden") for s in cmp.only_in_golden]:
         cmp.findings.append(_finding("compare-pairing", W, f"{side.label} is in the {which} run only",
                                      os.path.dirname(side.path), "the other run did not collect it"))
-    _run(cmp, jobs, progress, pool)
+    _run(cmp, jobs, progress, pool, ray, ray_resource, job_fn)
+    _write_json(os.path.join(cmp.out_dir, SUMMARY), as_dict(cmp))
     return cmp
 
 
-def worker_pool(jobs: int | None = None) -> cf.ProcessPoolExecutor:
-    """Worker processes for msprobe compare. spawn, not fork: the caller may have torch loaded."""
-    return cf.ProcessPoolExecutor(max_workers=jobs or default_jobs(),
-                                  mp_context=multiprocessing.get_context("spawn"))
-
-
-def _run(cmp: Comparison, jobs: int | None, progress, shared: cf.Executor | None = None) -> None:
+def _run(cmp: Comparison, jobs: int | None, progress, shared: cf.Executor | None = None, ray: str | None = None,
+         ray_resource: str | None = None, job_fn=msprobe_pair) -> None:
     todo: list[Pair] = []
     for p in cmp.pairs:
         p.out_dir = os.path.join(cmp.out_dir, *p.target.key, p.rank_label)
@@ -388,60 +447,65 @@ def _run(cmp: Comparison, jobs: int | None, progress, shared: cf.Executor | None
         progress(done, len(cmp.pairs))
     if not todo:
         return
-    workers = max(1, min(jobs or default_jobs(), len(todo)))
-    retry = _pool(cmp, todo, shared or worker_pool(workers), progress, done, last_try=False, own=shared is None)
-    for p in retry:  # a worker died (killed, out of memory) and took the pool: each again, alone
-        _pool(cmp, [p], worker_pool(1), progress, len(cmp.pairs) - len(retry), last_try=True, own=True)
+    specs = [PairJob(p.target.path, p.golden.path, None if ray else p.out_dir, cmp.metric, cmp.threshold, cmp.top,
+                     cmp.ignore_dtype, cmp.msprobe_csv) for p in todo]
+    notes: list[str] = []
+    cluster_error: tuple = ()
+    if ray:
+        from verl_pdbg_conf.compare.ray_runner import ClusterError, run_ray
 
-
-def _pool(cmp: Comparison, todo: list[Pair], pool: cf.Executor, progress, done: int, last_try: bool,
-          own: bool) -> list[Pair]:
-    lost = []
+        finished, cluster_error = run_ray(job_fn, specs, _reads, ray, ray_resource, notes), (ClusterError,)
+    else:
+        finished = run_local(job_fn, specs, jobs, shared)
     try:
-        try:
-            futures = {pool.submit(_msprobe_compare, (p.target.path, p.golden.path, p.out_dir)): p for p in todo}
-        except cf.process.BrokenProcessPool:
-            return list(todo)  # a shared pool broken earlier
-        for fut in cf.as_completed(futures):
-            p = futures[fut]
-            try:
-                outcome = fut.result()
-            except cf.process.BrokenProcessPool:
-                if not last_try:
-                    lost.append(p)
-                    continue
-                outcome = {"result": None, "error": "the msprobe compare worker process died", "log": None}
-            _finish(cmp, p, outcome)
+        for i, outcome in finished:
+            _finish(cmp, todo[i], outcome)
             done += 1
             if progress:
                 progress(done, len(cmp.pairs))
-    finally:
-        if own:
-            pool.shutdown(wait=True, cancel_futures=True)
-    return lost
+    except cluster_error as e:
+        raise UsageError(str(e)) from e
+    cmp.findings += [_finding("compare-ray", W, n, cmp.out_dir) for n in notes]
+
+
+def _reads(job: PairJob) -> tuple[str, str]:
+    return job.reads
 
 
 def _finish(cmp: Comparison, p: Pair, outcome: dict) -> None:
+    """One pair's outcome in: its status, findings and analysis; its summary.json (and the CSV a Ray
+    node sent back) written here, by the driver."""
     p.log_file = outcome.get("log")
-    if not outcome.get("result"):
+    p.ran_on = outcome.get("node", "")
+    p.result_file = outcome.get("result")
+    if outcome.get("csv"):
+        name, data = outcome["csv"]
+        p.result_file = os.path.join(p.out_dir, name)
+        with open(p.result_file, "wb") as fh:
+            fh.write(data)
+    if outcome.get("metric_error"):
+        p.status = "error"
+        p.findings.append(_finding("compare-metric", E, f"{p.label}: {outcome['metric_error']}",
+                                   p.result_file or p.target.path, "choose another --metric for this task"))
+    elif outcome.get("read_error"):
+        p.status = "error"
+        p.findings.append(_finding("compare-failed", E, f"{p.label}: msprobe's result cannot be read "
+                                   f"({outcome['read_error']})", p.result_file or p.target.path))
+    elif outcome.get("analysis") is None:
         p.status = "error"
         p.findings.append(_diagnose(p, outcome))
-        return
-    p.result_file = outcome["result"]
-    try:
-        p.analysis = read_result(p.result_file, cmp.metric, cmp.threshold, cmp.top, p.target.path,
-                                 cmp.ignore_dtype)
-    except MetricUnavailable as e:
-        p.status = "error"
-        p.findings.append(_finding("compare-metric", E, f"{p.label}: {e}", p.result_file,
-                                   "choose another --metric for this task"))
-        return
-    except (OSError, ValueError, KeyError) as e:
-        p.status = "error"
-        p.findings.append(_finding("compare-failed", E, f"{p.label}: msprobe's result cannot be read ({e})",
-                                   p.result_file))
-        return
-    p.status = "diverged" if p.analysis.first else "same"
+    else:
+        p.analysis = outcome["analysis"]
+        p.status = "diverged" if p.analysis.first else "same"
+    _write_json(os.path.join(p.out_dir, SUMMARY), pair_dict(p, cmp.metric, layers=True))
+    if p.status == "same" and p.analysis:
+        p.analysis.layers = []  # in its summary.json; only a diverged pair is plotted
+
+
+def _write_json(path: str, doc: dict) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, indent=1)
+        fh.write("\n")
 
 
 # ----------------------------------------------------------------------------- data out
@@ -452,22 +516,35 @@ def side_dict(s: Side) -> dict:
             "path": s.path}
 
 
+def layer_dict(layer) -> dict:
+    return {"label": layer.label, "first_order": layer.first_order, "nodes": layer.n_nodes,
+            "worst": _json_number(layer.worst), "nan": layer.nan, "inf": layer.inf, "diverged": layer.diverged}
+
+
+def pair_dict(p: Pair, metric: str, layers: bool = False) -> dict:
+    """One pair as data: bounded (first divergence, top, counts; with `layers`, its per-layer summary)."""
+    an = p.analysis
+    d = {
+        "step": p.step, "stage": p.stage, "rank": p.rank,
+        "rank_dir": {"target": p.target.rank_dir, "golden": p.golden.rank_dir},
+        "status": p.status,
+        "first_divergence": an.first.as_dict(metric) if an and an.first else None,
+        "top": [n.as_dict(metric) for n in an.top] if an else [],
+        "result_file": p.result_file,
+        "task": an.task if an else None,
+        "nodes": (an.n_nodes or len(an.nodes)) if an else 0,
+        "target": p.target.path, "golden": p.golden.path,
+        "findings": [f.to_dict() for f in p.findings],
+    }
+    if p.ran_on:
+        d["ran_on"] = p.ran_on
+    if layers:
+        d["layers"] = [layer_dict(lay) for lay in an.layers] if an else []
+    return d
+
+
 def as_dict(cmp: Comparison) -> dict:
-    pairs = []
-    for p in cmp.pairs:
-        an = p.analysis
-        pairs.append({
-            "step": p.step, "stage": p.stage, "rank": p.rank,
-            "rank_dir": {"target": p.target.rank_dir, "golden": p.golden.rank_dir},
-            "status": p.status,
-            "first_divergence": an.first.as_dict(cmp.metric) if an and an.first else None,
-            "top": [n.as_dict(cmp.metric) for n in an.top] if an else [],
-            "result_file": p.result_file,
-            "task": an.task if an else None,
-            "nodes": len(an.nodes) if an else 0,
-            "target": p.target.path, "golden": p.golden.path,
-            "findings": [f.to_dict() for f in p.findings],
-        })
+    pairs = [pair_dict(p, cmp.metric) for p in cmp.pairs]
     return {
         "target": cmp.target, "golden": cmp.golden, "output_dir": cmp.out_dir,
         "metric": cmp.metric, "threshold": cmp.threshold,
