@@ -40,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--top", type=int, default=DEFAULT_TOP, help=f"largest differences listed per pair "
                     f"(default {DEFAULT_TOP})")
     ap.add_argument("-j", "--jobs", type=int, default=None,
-                    help="pairs compared at once (default: the CPU count, at most 4)")
+                    help="pairs compared at once on this machine (default: the CPU count, at most 4; with --ray, one "
+                    "per CPU of each node)")
     ap.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
                     help="spread the pairs over an existing Ray cluster (its address, or 'auto': the local one) "
                     "instead of local worker processes; each pair runs on a node that can read its dumps")

@@ -70,8 +70,8 @@ def _pin(node: str):
 
 
 def _probe(ray, nodes: list[str], paths: list[str], notes: list) -> dict[str, set[str]]:
-    task = ray.remote(readable).options(num_cpus=0, max_retries=0)
-    refs = {task.options(scheduling_strategy=_pin(n)).remote(paths): n for n in nodes}
+    task = ray.remote(readable)
+    refs = {task.options(num_cpus=0, max_retries=0, scheduling_strategy=_pin(n)).remote(paths): n for n in nodes}
     ready, late = ray.wait(list(refs), num_returns=len(refs), timeout=PROBE_TIMEOUT)
     seen = {}
     for ref in ready:
@@ -106,7 +106,7 @@ def _schedule(ray, fn, jobs: list, reads, resource: str | None, notes: list) -> 
         cand[i] = nodes
         queues.setdefault(nodes, deque()).append(i)
     free = {n: c for n, c in slots.items() if n in seen}
-    task = ray.remote(fn).options(num_cpus=1, max_retries=0)  # retried here, on another node if any
+    task = ray.remote(fn)
     inflight: dict = {}
     tries: dict[int, int] = {}
     while queues or inflight:
@@ -115,7 +115,9 @@ def _schedule(ray, fn, jobs: list, reads, resource: str | None, notes: list) -> 
                 i = _next(queues, n)
                 if i is None:
                     break
-                inflight[task.options(scheduling_strategy=_pin(n)).remote(jobs[i])] = (i, n)
+                # max_retries=0: a pair whose worker dies is retried here, on another node if one reads it
+                ref = task.options(num_cpus=1, max_retries=0, scheduling_strategy=_pin(n)).remote(jobs[i])
+                inflight[ref] = (i, n)
                 free[n] -= 1
                 tries[i] = tries.get(i, 0) + 1
         if not inflight:  # pairs left whose every reader is gone
