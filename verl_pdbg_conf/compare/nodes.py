@@ -63,6 +63,9 @@ class Node:
     where: str = ""  # the innermost user frame from stack.json (L1 has no module tree)
     reason: str = ""  # why this node counts as diverged: threshold | dtype | shape | unmatched | nan
     shape_differs: bool = False
+    minibatch: int | None = None  # 0-based: forward after backward starts the next (engine only)
+    call: int | None = None  # the call counter in the record name
+    golden_nonfinite: str = ""  # nan | inf: the golden run is non-finite there too (differently)
 
     def as_dict(self, metric: str) -> dict:
         d = {"name": self.name, "metric": metric, "value": _json_number(self.value), "order": self.order,
@@ -75,6 +78,12 @@ class Node:
             d["reason"] = self.reason
         if self.result:
             d["msprobe_result"] = self.result
+        if self.minibatch is not None:
+            d["minibatch"] = self.minibatch
+        if self.call is not None:
+            d["call"] = self.call
+        if self.golden_nonfinite:
+            d["golden_nonfinite"] = self.golden_nonfinite
         return d
 
 
@@ -99,6 +108,9 @@ class Analysis:
     top: list[Node] = field(default_factory=list)
     layers: list[LayerStat] = field(default_factory=list)  # execution order, bounded
     n_nodes: int = 0  # nodes compared, whether or not kept in `nodes`
+    minibatches: int = 1  # forward/backward rounds in the dump (the engine counts them)
+    ignored: dict = field(default_factory=dict)  # --ignore pattern -> nodes it left out
+    both_nonfinite: Node | None = None  # first node NaN/Inf in both runs alike (not a divergence)
 
 
 def _json_number(v):

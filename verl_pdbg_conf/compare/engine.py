@@ -1,0 +1,370 @@
+"""The first-divergence engine: one pair of dump.json files read side by side as two streams, rows paired
+as msprobe's compare pairs them, judged in the order the target's records were written (forward and
+backward interleaved as they ran, mini-batch by mini-batch), in memory bounded by a pairing window,
+not by the dump.
+
+`compare_pair(PairJob) -> PairOutcome` is a top-level function of plain data, for a process pool or a
+Ray task. A node diverges, in this order of rules: no counterpart (msprobe's pairing, its dtype groups),
+NaN/Inf on one side and not the other (or both, differently), a shape, a dtype (unless told), an integer
+or bool tensor not exactly equal, then the metric above the threshold."""
+
+from __future__ import annotations
+
+import heapq
+import math
+import os
+from dataclasses import dataclass, field
+
+from verl_pdbg_conf.compare import metrics as M
+from verl_pdbg_conf.compare.dumpread import DumpError, DumpReader, KeyCounter, read_header, rows_of
+from verl_pdbg_conf.compare.nodes import (DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS, Analysis, LayerStat, Node,
+                                          _api_modules, _load_json, _stack_index, module_path, split_name)
+
+try:  # the default ignores and their matcher live with the multi-rank rules (branch issue17)
+    from verl_pdbg_conf.compare.ignores import DEFAULT_IGNORES, match_ignore
+except ImportError:  # pragma: no cover - until that module is merged
+    import fnmatch
+
+    DEFAULT_IGNORES: tuple = ()
+
+    def match_ignore(name: str, patterns) -> str | None:
+        return next((p for p in patterns if fnmatch.fnmatchcase(name, p)), None)
+
+WINDOW = 1 << 16  # golden rows held while looking ahead for a target row's counterpart
+SLACK = 1 << 13  # golden rows this far behind the last match are taken as golden-only and dropped
+MAX_LAYERS = 4096  # LayerStat entries per pair; further labels fold into the last one
+
+
+@dataclass(frozen=True)
+class PairJob:
+    target: str  # dump.json paths
+    golden: str
+    metric: str = DEFAULT_METRIC
+    threshold: float = DEFAULT_THRESHOLD
+    top: int = 5
+    ignore_dtype: bool = False
+    dtype_aware: bool = False
+    ignores: tuple = ()
+    keep_nodes: int = 0  # keep up to this many nodes (for a per-node plot); 0 keeps none
+
+
+@dataclass
+class PairOutcome:
+    analysis: Analysis | None = None
+    error: str = ""  # why nothing was compared
+    rule: str = ""  # its finding rule: dump-corrupt, compare-mismatch...
+    path: str = ""  # the file at fault
+    hint: str = ""
+    notes: list = field(default_factory=list)  # (rule, message, hint) said about a compared pair
+
+
+def header_of(path: str) -> dict:
+    """task, level and summary_mode of a dump (first record only); {} when it cannot be read."""
+    try:
+        return read_header(path)
+    except (OSError, DumpError, UnicodeDecodeError):
+        return {}
+
+
+def mismatch(t: dict, g: dict) -> str:
+    """The two dumps were collected differently: no node by node comparison means anything."""
+    said = []
+    for key, what in (("task", "task"), ("level", "level"), ("summary_mode", "summary_mode")):
+        a, b = t.get(key), g.get(key)
+        if a and b and a != b:
+            said.append(f"{what} {a} against {b}")
+    return ", ".join(said)
+
+
+def compare_pair(job: PairJob) -> PairOutcome:
+    th, gh = header_of(job.target), header_of(job.golden)
+    differ = mismatch(th, gh)
+    if differ:
+        return PairOutcome(error=f"the two dumps were collected differently ({differ}): not compared node by "
+                           "node", rule="compare-mismatch", path=job.target,
+                           hint="collect both runs with the same config.json task, level and summary_mode")
+    task = th.get("task") or gh.get("task") or "statistics"
+    if th.get("summary_mode") == "md5":
+        task = "md5"
+    spec = METRICS[job.metric]
+    if task not in spec.tasks:
+        return PairOutcome(error=f"{job.metric} is not given by a {task} dump", rule="compare-metric",
+                           path=job.target, hint="choose another --metric for this task")
+    try:
+        return _compare(job, task, th.get("level") or "")
+    except DumpError as e:
+        return PairOutcome(error=str(e), rule="dump-corrupt", path=getattr(e, "path", job.target),
+                           hint="the writer was interrupted (a killed worker, a full disk); collect this stage again")
+
+
+class _Side:
+    """A dump's rows in its order, with pairing keys; counts mini-batches on the way."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.reader = DumpReader(path)
+        self.keys = KeyCounter()
+        self.minibatch = 0
+        self._back = False
+
+    def rows(self):
+        try:
+            for name, rec in self.reader.records():
+                prefix, direction = self.keys.record_prefix(name)
+                if not direction:
+                    continue  # msprobe skips names with no forward/backward/parameters_grad part
+                if direction == "forward":
+                    if self._back:  # a forward after a backward: the next mini-batch (or optimizer step)
+                        self.minibatch += 1
+                        self._back = False
+                else:
+                    self._back = True
+                for row in rows_of(name, rec):
+                    if prefix is not name and row.name.startswith(name):
+                        row.key = prefix + row.name[len(name):]
+                    yield row
+        except DumpError as e:
+            e.path = self.path
+            raise
+
+
+def _compare(job: PairJob, task: str, level: str) -> PairOutcome:
+    spec = METRICS[job.metric]
+    arrays = task == "tensor" and job.metric != "NormRelativeErr"  # the others come from the tensor files
+    stat_i = None if arrays else M.STAT_INDEX[job.metric]
+    t_dir, g_dir = (os.path.join(os.path.dirname(p), "dump_tensor_data") for p in (job.target, job.golden))
+    patterns = tuple(job.ignores)
+    ignored: dict[str, int] = {}
+    tside, gside = _Side(job.target), _Side(job.golden)
+    g_rows = gside.rows()
+    pending: dict[str, tuple] = {}  # golden rows read ahead: key -> (golden index, row)
+    g_next = 0
+    last_match = 0
+
+    def counterpart(key: str):
+        nonlocal g_next, last_match
+        hit = pending.pop(key, None)
+        if hit is None:
+            for g in g_rows:
+                g_next += 1
+                if g.key == key:
+                    hit = (g_next - 1, g)
+                    break
+                pending[g.key] = (g_next - 1, g)
+                if len(pending) >= WINDOW:
+                    break
+        if hit is None:
+            return None
+        last_match = hit[0]
+        while pending:  # golden-only rows well behind the match point: msprobe drops them too
+            k = next(iter(pending))
+            if pending[k][0] >= last_match - SLACK:
+                break
+            del pending[k]
+        return hit[1]
+
+    an = Analysis(task)
+    first = None
+    both_nonfinite = None
+    top: list = []  # heap of (value, -order, row, golden row, reason, mb)
+    layers: dict[str, LayerStat] = {}
+    apis = None
+    lowp_eps = 0.0  # --dtype-aware: the largest rounding step of a float dtype the runs differ in
+    suggest = ""
+    n = 0
+    for order, t in enumerate(tside.rows()):
+        g = counterpart(t.key)
+        if patterns:
+            hit = match_ignore(t.name, patterns)
+            if hit is not None:
+                ignored[hit] = ignored.get(hit, 0) + 1
+                continue
+        n += 1
+        mb = tside.minibatch
+        reason, golden_nf = "", ""
+        value = None
+        if g is None or not M.dtypes_pair(t.dtype or "None", g.dtype or "None"):
+            reason = "unmatched"
+        else:
+            tc, gc = M.nonfinite(t.stats), M.nonfinite(g.stats)
+            if tc != gc:
+                reason = M.kind_of(tc) or M.kind_of(gc)
+                golden_nf = M.kind_of(gc)
+                value = math.nan
+            else:
+                if stat_i is not None:
+                    value = M.rel_err(t.stats[stat_i], g.stats[stat_i])
+                if value is not None and not spec.higher_is_worse:
+                    value = 1.0 - value
+                if M.kind_of(tc) and both_nonfinite is None:
+                    both_nonfinite = (order, t, g, M.kind_of(tc), mb)
+                if str(t.shape) != str(g.shape):
+                    reason = "shape"
+                elif t.dtype != g.dtype:
+                    if t.dtype in M.FLOAT_DTYPES and g.dtype in M.FLOAT_DTYPES:
+                        step = max(M.EPS[t.dtype], M.EPS[g.dtype])
+                        if job.dtype_aware:
+                            lowp_eps = max(lowp_eps, step)
+                        elif not suggest:
+                            low = t.dtype if M.EPS[t.dtype] == step else g.dtype
+                            suggest = (f"{t.dtype} against {g.dtype}: --dtype-aware judges such runs with the "
+                                       f"threshold raised to {step:.3g}, the relative rounding step (machine "
+                                       f"epsilon) of {low}")
+                    if not (job.ignore_dtype or job.dtype_aware):
+                        reason = "dtype"
+                if not reason and M.exact_dtype(t.dtype) and t.stats != g.stats:
+                    reason = "exact"
+                    if not value:
+                        value = max((v for v in map(M.rel_err, t.stats, g.stats) if v is not None), default=None)
+                if not reason and arrays:
+                    value = _array_value(job.metric, t, g, t_dir, g_dir)
+                    if value is not None and not spec.higher_is_worse:
+                        value = 1.0 - value
+                if not reason and not arrays and task == "tensor" and M.exact_dtype(t.dtype):
+                    if _arrays_differ(t, g, t_dir, g_dir):
+                        reason = "exact"
+                if not reason and value is not None:
+                    if value != value:
+                        reason = "nan"
+                    elif value > max(job.threshold, lowp_eps):
+                        reason = "threshold"
+        if reason and first is None:
+            first = (order, t, g, reason, mb, golden_nf)
+        label = _label(t, level, job.target, apis)
+        if label is None and level in ("mix", "L0") and apis is None:
+            apis = _api_modules(_load_json(os.path.join(os.path.dirname(job.target), "construct.json")))
+            label = _label(t, level, job.target, apis)
+        _layer(layers, label or "", order, value, reason, first is not None and first[0] == order)
+        if value is not None and value == value and value > 0 and job.top:
+            item = (value, -order, id(t), t, g, reason, mb)
+            if len(top) < job.top:
+                heapq.heappush(top, item)
+            elif item > top[0]:
+                heapq.heapreplace(top, item)
+        if job.keep_nodes and len(an.nodes) < job.keep_nodes:
+            an.nodes.append(_node(order, t, g, value, reason, mb, apis))
+    an.n_nodes = n
+    an.minibatches = tside.minibatch + 1
+    an.ignored = ignored
+    if job.keep_nodes and n > job.keep_nodes:
+        an.nodes = []  # too many to plot one by one: the per-layer summary stands for them
+    if first:
+        order, t, g, reason, mb, golden_nf = first
+        an.first = _node(order, t, g, None, reason, mb, apis)
+        an.first.value = _value_of(an, order, top, job, t, g, stat_i, spec, arrays, t_dir, g_dir)
+        an.first.golden_nonfinite = golden_nf
+    an.top = [_node(-neg, t, g, v, r, mb, apis) for v, neg, _, t, g, r, mb in sorted(top, reverse=True)]
+    if both_nonfinite:
+        order, t, g, kind, mb = both_nonfinite
+        an.both_nonfinite = _node(order, t, g, None, kind, mb, apis)
+    _locate(an, job.target, level)
+    an.layers = sorted(layers.values(), key=lambda s: s.first_order)
+    out = PairOutcome(an)
+    if suggest:
+        out.notes.append(("compare-dtype", suggest, "or --ignore-dtype to keep the threshold"))
+    if job.dtype_aware and lowp_eps:
+        out.notes.append(("compare-dtype", f"--dtype-aware: threshold {max(job.threshold, lowp_eps):.3g} "
+                          "(machine epsilon of the lower precision the runs differ in)", ""))
+    return out
+
+
+def _value_of(an, order, top, job, t, g, stat_i, spec, arrays, t_dir, g_dir):
+    for v, neg, _, *_rest in top:
+        if -neg == order:
+            return v
+    if g is None:
+        return None
+    if arrays:
+        v = _array_value(job.metric, t, g, t_dir, g_dir)
+    else:
+        v = M.rel_err(t.stats[stat_i], g.stats[stat_i])
+    if v is not None and not spec.higher_is_worse:
+        v = 1.0 - v
+    return v
+
+
+def _array_value(metric: str, t, g, t_dir: str, g_dir: str):
+    if t.data_name in ("-1", "", None) or g.data_name in ("-1", "", None):
+        return None
+    try:
+        n, b = M.load_array(os.path.join(t_dir, t.data_name)), M.load_array(os.path.join(g_dir, g.data_name))
+    except (OSError, RuntimeError, ValueError):
+        return None
+    return M.tensor_metric(metric, n, b)
+
+
+def _arrays_differ(t, g, t_dir: str, g_dir: str) -> bool:
+    """The tensor task keeps the values: an integer tensor is equal only if every element is."""
+    import numpy as np
+
+    if t.data_name in ("-1", "", None) or g.data_name in ("-1", "", None):
+        return False
+    try:
+        n, b = M.load_array(os.path.join(t_dir, t.data_name)), M.load_array(os.path.join(g_dir, g.data_name))
+    except (OSError, RuntimeError, ValueError):
+        return False
+    return not np.array_equal(n, b)
+
+
+def _label(t, level: str, target: str, apis) -> str | None:
+    """The module a row belongs to (its own for a module record, the enclosing one for an API at mix)."""
+    m = module_path(t.record)
+    if m is not None:
+        return m
+    if apis is None:
+        return None if level in ("mix", "L0") else ""
+    return apis.get(t.record, "") or ""
+
+
+def _layer(layers: dict, label: str, order: int, value, reason: str, is_first: bool) -> None:
+    st = layers.get(label)
+    if st is None:
+        if len(layers) >= MAX_LAYERS:
+            label = "(more)"
+            st = layers.get(label)
+        if st is None:
+            st = layers[label] = LayerStat(label, order)
+    st.n_nodes += 1
+    if value is not None and value == value and (st.worst is None or value > st.worst):
+        st.worst = value
+    if reason == "nan":
+        st.nan = True
+    elif reason == "inf":
+        st.inf = True
+    if is_first:
+        st.diverged = True
+
+
+def _node(order: int, t, g, value, reason: str, mb: int, apis) -> Node:
+    direction, kind, owner, _ = split_name(t.name)
+    module = module_path(owner)
+    if module is None and apis:
+        module = apis.get(owner)
+    node = Node(order, order, t.name, direction, kind, owner, module, value, t.dtype or "",
+                (g.dtype or "") if g is not None else "", "", g is not None)
+    node.reason = reason
+    node.shape_differs = g is not None and str(t.shape) != str(g.shape)
+    node.minibatch = mb
+    node.call = _call(t.record)
+    return node
+
+
+def _call(record: str) -> int | None:
+    """The call counter in a record name: Functional.linear.3.forward -> 3, Module.x.Y.forward.2 -> 2."""
+    parts = record.split(".")
+    for p in (parts[-1], parts[-2] if len(parts) > 1 else ""):
+        if p.isdigit():
+            return int(p)
+    return None
+
+
+def _locate(an: Analysis, target: str, level: str) -> None:
+    """An API node outside any known module gets its calling line from stack.json (L1), and the layer
+    it ran in (call_order)."""
+    todo = [n for n in (an.first, *an.top) if n and n.module is None]
+    if not todo:
+        return
+    here = os.path.dirname(target)
+    where = _stack_index(_load_json(os.path.join(here, "stack.json")))
+    for n in todo:
+        n.where = where.get(n.owner, "") or where.get(n.owner.replace(".backward", ".forward"), "")
