@@ -16,19 +16,11 @@ import os
 from dataclasses import dataclass, field
 
 from verl_pdbg_conf.compare import metrics as M
-from verl_pdbg_conf.compare.dumpread import DumpError, DumpReader, KeyCounter, read_header, rows_of
+from verl_pdbg_conf.compare.dumpread import DumpError, DumpReader, KeyCounter, read_header, rows_of, split_record
 from verl_pdbg_conf.compare.nodes import (DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS, Analysis, LayerStat, Node,
                                           _api_modules, _load_json, _stack_index, module_path, split_name)
 
-try:  # the default ignores and their matcher live with the multi-rank rules (branch issue17)
-    from verl_pdbg_conf.compare.ignores import DEFAULT_IGNORES, match_ignore
-except ImportError:  # pragma: no cover - until that module is merged
-    import fnmatch
-
-    DEFAULT_IGNORES: tuple = ()
-
-    def match_ignore(name: str, patterns) -> str | None:
-        return next((p for p in patterns if fnmatch.fnmatchcase(name, p)), None)
+from verl_pdbg_conf.compare.ignores import match_ignore
 
 WINDOW = 1 << 16  # golden rows held while looking ahead for a target row's counterpart
 SLACK = 1 << 13  # golden rows this far behind the last match are taken as golden-only and dropped
@@ -98,7 +90,9 @@ def compare_pair(job: PairJob) -> PairOutcome:
 
 
 class _Side:
-    """A dump's rows in its order, with pairing keys; counts mini-batches on the way."""
+    """A dump's rows in its order, with pairing keys. Counts mini-batches on the way: one starts when the
+    op that opened the dump (the embedding, the root module) runs forward again after a backward, so an
+    optimizer step stays with the mini-batch whose gradients it applies."""
 
     def __init__(self, path: str):
         self.path = path
@@ -106,6 +100,7 @@ class _Side:
         self.keys = KeyCounter()
         self.minibatch = 0
         self._back = False
+        self._opener = None
 
     def rows(self):
         try:
@@ -114,7 +109,10 @@ class _Side:
                 if not direction:
                     continue  # msprobe skips names with no forward/backward/parameters_grad part
                 if direction == "forward":
-                    if self._back:  # a forward after a backward: the next mini-batch (or optimizer step)
+                    op = split_record(name)[0]
+                    if self._opener is None:
+                        self._opener = op
+                    elif self._back and op == self._opener:
                         self.minibatch += 1
                         self._back = False
                 else:
@@ -165,6 +163,7 @@ def _compare(job: PairJob, task: str, level: str) -> PairOutcome:
 
     an = Analysis(task)
     first = None
+    rec_name, rec_ints, inferred = None, [], ""
     both_nonfinite = None
     top: list = []  # heap of (value, -order, row, golden row, reason, mb)
     layers: dict[str, LayerStat] = {}
@@ -228,8 +227,19 @@ def _compare(job: PairJob, task: str, level: str) -> PairOutcome:
                         reason = "nan"
                     elif value > max(job.threshold, lowp_eps):
                         reason = "threshold"
+        if t.record != rec_name:
+            rec_name, rec_ints = t.record, []
         if reason and first is None:
             first = (order, t, g, reason, mb, golden_nf)
+            if t.state == "output" and rec_ints and reason in ("threshold", "exact", "nan", "inf"):
+                # every input and parameter of this call is equal, its output is not: an integer input
+                # whose statistics cannot show the change (msprobe keeps only max/min of one) differs
+                o, ti, gi = rec_ints[0]
+                first = (o, ti, gi, "exact", mb, "")
+                inferred = (f"{ti.name}: its statistics are equal, but the output of {t.record} differs "
+                            "while every other input is equal: its values differ")
+        elif g is not None and not reason and t.state == "input" and M.exact_dtype(t.dtype):
+            rec_ints.append((order, t, g))
         label = _label(t, level, job.target, apis)
         if label is None and level in ("mix", "L0") and apis is None:
             apis = _api_modules(_load_json(os.path.join(os.path.dirname(job.target), "construct.json")))
@@ -253,6 +263,7 @@ def _compare(job: PairJob, task: str, level: str) -> PairOutcome:
         an.first = _node(order, t, g, None, reason, mb, apis)
         an.first.value = _value_of(an, order, top, job, t, g, stat_i, spec, arrays, t_dir, g_dir)
         an.first.golden_nonfinite = golden_nf
+        an.first.note = inferred
     an.top = [_node(-neg, t, g, v, r, mb, apis) for v, neg, _, t, g, r, mb in sorted(top, reverse=True)]
     if both_nonfinite:
         order, t, g, kind, mb = both_nonfinite

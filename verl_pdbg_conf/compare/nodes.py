@@ -66,6 +66,7 @@ class Node:
     minibatch: int | None = None  # 0-based: forward after backward starts the next (engine only)
     call: int | None = None  # the call counter in the record name
     golden_nonfinite: str = ""  # nan | inf: the golden run is non-finite there too (differently)
+    note: str = ""  # how the engine reached its verdict when not from this node's own numbers
 
     def as_dict(self, metric: str) -> dict:
         d = {"name": self.name, "metric": metric, "value": _json_number(self.value), "order": self.order,
@@ -84,6 +85,8 @@ class Node:
             d["call"] = self.call
         if self.golden_nonfinite:
             d["golden_nonfinite"] = self.golden_nonfinite
+        if self.note:
+            d["note"] = self.note
         return d
 
 

@@ -16,8 +16,9 @@ import tempfile
 from dataclasses import dataclass, field
 
 from verl_pdbg_conf.core.findings import Finding, Severity
-from verl_pdbg_conf.compare.msprobe_csv import read_result
-from verl_pdbg_conf.compare.nodes import DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS, Analysis, MetricUnavailable
+from verl_pdbg_conf.compare.engine import PairJob, PairOutcome, compare_pair, header_of
+from verl_pdbg_conf.compare.ignores import DEFAULT_IGNORES
+from verl_pdbg_conf.compare.nodes import DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS, Analysis
 from verl_pdbg_conf.run.inspect_run import _INNER, _RANK, _STAGE, _STEP, scan
 
 E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
@@ -60,7 +61,7 @@ class Pair:
     rank: int | None
     out_dir: str = ""
     note: str = ""
-    status: str = "pending"  # same | diverged | error
+    status: str = "pending"  # same | diverged | mismatch (collected differently) | error
     analysis: Analysis | None = None
     result_file: str | None = None
     log_file: str | None = None
@@ -85,6 +86,9 @@ class Comparison:
     threshold: float
     top: int
     ignore_dtype: bool = False
+    dtype_aware: bool = False
+    msprobe_csv: str | None = None  # diverged | all: msprobe's own compare also ran on those pairs
+    ignores: tuple = ()
     pairs: list[Pair] = field(default_factory=list)
     only_in_target: list[Side] = field(default_factory=list)
     only_in_golden: list[Side] = field(default_factory=list)
@@ -100,9 +104,9 @@ class Comparison:
         rank) is in one run only; 2 nothing could be compared; 0 every pair compared, none diverged."""
         if any(p.status == "diverged" for p in self.pairs):
             return EXIT_DIVERGED
-        if not self.pairs or all(p.status == "error" for p in self.pairs):
+        if not self.pairs or all(p.status in ("error", "mismatch") for p in self.pairs):
             return EXIT_USAGE
-        if any(p.status == "error" for p in self.pairs) or self.only_in_target or self.only_in_golden:
+        if any(p.status in ("error", "mismatch") for p in self.pairs) or self.only_in_target or self.only_in_golden:
             return EXIT_INCOMPLETE
         return EXIT_OK
 
@@ -336,26 +340,34 @@ def _diagnose(pair: Pair, outcome: dict) -> Finding:
 
 def compare_runs(target: str, golden: str, out_dir: str | None = None, metric: str = DEFAULT_METRIC,
                  threshold: float = DEFAULT_THRESHOLD, top: int = DEFAULT_TOP, jobs: int | None = None,
-                 progress=None, ignore_dtype: bool = False, pool: cf.Executor | None = None) -> Comparison:
-    """Pair, compare and analyze. progress(done, total) is called as pairs finish. `pool` (from
-    worker_pool()) lets several comparisons share workers that have imported msprobe already."""
+                 progress=None, ignore_dtype: bool = False, pool: cf.Executor | None = None,
+                 msprobe_csv: str | None = None, ignores=None, dtype_aware: bool = False,
+                 keep_nodes: int = 0) -> Comparison:
+    """Pair, compare (the engine, per pair) and analyze. progress(done, total) is called as pairs
+    finish. msprobe_csv: None, "diverged" or "all": also run msprobe's own compare on those pairs for
+    its result file. ignores: fnmatch patterns of nodes left out (None: DEFAULT_IGNORES). `pool`
+    (from worker_pool()) lets several comparisons share workers."""
     if metric not in METRICS:
         raise UsageError(f"unknown metric {metric!r}; one of {', '.join(METRICS)}")
+    if msprobe_csv not in (None, "diverged", "all"):
+        raise UsageError(f"--msprobe-csv {msprobe_csv!r}: diverged or all")
     for p in (target, golden):
         if not os.path.exists(p):
             raise UsageError(f"{p}: no such file or directory")
-    if out_dir is None:
+    if out_dir is None and msprobe_csv:
         out_dir = tempfile.mkdtemp(prefix="verl-pdbg-compare-")
     for root in (target, golden):
-        if _inside(out_dir, root):
+        if out_dir and _inside(out_dir, root):
             raise UsageError(f"-o {out_dir} is inside {root}: nothing is written under TARGET or GOLDEN")
     t_sides, g_sides = collect(target), collect(golden)
     for p, sides in ((target, t_sides), (golden, g_sides)):
         if not sides:
             raise UsageError(f"{p}: no rank directory or dump.json there (give a save_path, a step_N/stage "
                              "directory or a dump.json)")
-    cmp = Comparison(os.path.abspath(target), os.path.abspath(golden), os.path.abspath(out_dir), metric,
-                     threshold, top, ignore_dtype=ignore_dtype)
+    cmp = Comparison(os.path.abspath(target), os.path.abspath(golden), os.path.abspath(out_dir) if out_dir else "",
+                     metric, threshold, top, ignore_dtype=ignore_dtype)
+    cmp.msprobe_csv, cmp.dtype_aware = msprobe_csv, dtype_aware
+    cmp.ignores = tuple(DEFAULT_IGNORES if ignores is None else ignores)
     cmp.pairs, cmp.only_in_target, cmp.only_in_golden, cmp.findings = pair_up(t_sides, g_sides)
     if not cmp.pairs and {s.key for s in t_sides}.isdisjoint({s.key for s in g_sides}):
         raise UsageError(f"{target} and {golden} have no (step, stage, rank) in common: give two paths of the "
@@ -363,43 +375,96 @@ def compare_runs(target: str, golden: str, out_dir: str | None = None, metric: s
     for side, which in [(s, "target") for s in cmp.only_in_target] + [(s, "golden") for s in cmp.only_in_golden]:
         cmp.findings.append(_finding("compare-pairing", W, f"{side.label} is in the {which} run only",
                                      os.path.dirname(side.path), "the other run did not collect it"))
-    _run(cmp, jobs, progress, pool)
+    todo = _prechecked(cmp)
+    _refuse_metric(cmp, todo)
+    _run_engine(cmp, todo, jobs, progress, pool, keep_nodes)
+    if msprobe_csv:
+        _run_msprobe(cmp, jobs, pool)
     return cmp
 
 
+def _prechecked(cmp: Comparison) -> list[Pair]:
+    todo = []
+    for p in cmp.pairs:
+        bad = [f for f in (_precheck(p.target), _precheck(p.golden)) if f]
+        if bad:
+            p.status, p.findings = "error", bad
+        else:
+            todo.append(p)
+    return todo
+
+
+def _refuse_metric(cmp: Comparison, todo: list[Pair]) -> None:
+    """A metric no dump here can give is refused before anything runs (exit 2)."""
+    spec = METRICS[cmp.metric]
+    for p in todo:
+        for side in (p.target, p.golden):
+            head = header_of(side.path)
+            task = "md5" if head.get("summary_mode") == "md5" else head.get("task")
+            if task and task not in spec.tasks:
+                offered = ", ".join(m for m, s in METRICS.items() if task in s.tasks)
+                raise UsageError(f"--metric {cmp.metric} cannot be computed from {side.file_label}: a {task} dump "
+                                 f"(metrics for it: {offered})")
+
+
 def worker_pool(jobs: int | None = None) -> cf.ProcessPoolExecutor:
-    """Worker processes for msprobe compare. spawn, not fork: the caller may have torch loaded."""
+    """Worker processes for the engine and msprobe compare. spawn, not fork: the caller may have torch
+    loaded."""
     return cf.ProcessPoolExecutor(max_workers=jobs or default_jobs(),
                                   mp_context=multiprocessing.get_context("spawn"))
 
 
-def _run(cmp: Comparison, jobs: int | None, progress, shared: cf.Executor | None = None) -> None:
-    todo: list[Pair] = []
-    for p in cmp.pairs:
-        p.out_dir = os.path.join(cmp.out_dir, *p.target.key, p.rank_label)
-        bad = [f for f in (_precheck(p.target), _precheck(p.golden)) if f]
-        if bad:
-            p.status, p.findings = "error", bad
-            continue
-        os.makedirs(p.out_dir, mode=0o750, exist_ok=True)
-        todo.append(p)
+def _run_engine(cmp: Comparison, todo: list[Pair], jobs: int | None, progress, shared: cf.Executor | None,
+                keep_nodes: int) -> None:
+    def job(p: Pair) -> PairJob:
+        return PairJob(p.target.path, p.golden.path, cmp.metric, cmp.threshold, cmp.top, cmp.ignore_dtype,
+                       cmp.dtype_aware, cmp.ignores, keep_nodes)
+
     done = len(cmp.pairs) - len(todo)
     if progress:
         progress(done, len(cmp.pairs))
     if not todo:
         return
     workers = max(1, min(jobs or default_jobs(), len(todo)))
-    retry = _pool(cmp, todo, shared or worker_pool(workers), progress, done, last_try=False, own=shared is None)
-    for p in retry:  # a worker died (killed, out of memory) and took the pool: each again, alone
-        _pool(cmp, [p], worker_pool(1), progress, len(cmp.pairs) - len(retry), last_try=True, own=True)
+    if shared is None and workers == 1:  # one pair or -j 1: no worker process to start
+        for p in todo:
+            _finish_engine(cmp, p, compare_pair(job(p)))
+            done += 1
+            if progress:
+                progress(done, len(cmp.pairs))
+        return
+    retry = _pool(todo, shared or worker_pool(workers), compare_pair, job,
+                  lambda p, out: _finish_engine(cmp, p, out), progress, done, len(cmp.pairs), shared is None)
+    for p in retry:  # a worker died (killed, out of memory) and took the pool: each again, in this process
+        _finish_engine(cmp, p, compare_pair(job(p)))
 
 
-def _pool(cmp: Comparison, todo: list[Pair], pool: cf.Executor, progress, done: int, last_try: bool,
-          own: bool) -> list[Pair]:
+def _run_msprobe(cmp: Comparison, jobs: int | None, shared: cf.Executor | None) -> None:
+    """msprobe's own compare, for its CSV: on the diverged pairs, or on every compared pair."""
+    todo = [p for p in cmp.pairs if p.status == "diverged" or (cmp.msprobe_csv == "all" and p.status == "same")]
+    if not todo:
+        return
+    for p in todo:
+        p.out_dir = os.path.join(cmp.out_dir, *p.target.key, p.rank_label)
+        os.makedirs(p.out_dir, mode=0o750, exist_ok=True)
+    workers = max(1, min(jobs or default_jobs(), len(todo)))
+    lost = _pool(todo, shared or worker_pool(workers), _msprobe_compare,
+                 lambda p: (p.target.path, p.golden.path, p.out_dir), lambda p, out: _finish_csv(p, out),
+                 None, 0, len(todo), shared is None)
+    if lost:
+        _pool(lost, worker_pool(1), _msprobe_compare, lambda p: (p.target.path, p.golden.path, p.out_dir),
+              lambda p, out: _finish_csv(p, out), None, 0, len(lost), True,
+              died={"result": None, "error": "the msprobe compare worker process died", "log": None})
+
+
+def _pool(todo: list[Pair], pool: cf.Executor, fn, make_job, finish, progress, done: int, total: int, own: bool,
+          died: dict | None = None) -> list[Pair]:
+    """Run fn(make_job(p)) for each pair; finish(p, outcome) as they complete. Returns the pairs lost to a
+    worker that died (when `died` is None; otherwise they finish with it)."""
     lost = []
     try:
         try:
-            futures = {pool.submit(_msprobe_compare, (p.target.path, p.golden.path, p.out_dir)): p for p in todo}
+            futures = {pool.submit(fn, make_job(p)): p for p in todo}
         except cf.process.BrokenProcessPool:
             return list(todo)  # a shared pool broken earlier
         for fut in cf.as_completed(futures):
@@ -407,41 +472,39 @@ def _pool(cmp: Comparison, todo: list[Pair], pool: cf.Executor, progress, done: 
             try:
                 outcome = fut.result()
             except cf.process.BrokenProcessPool:
-                if not last_try:
+                if died is None:
                     lost.append(p)
                     continue
-                outcome = {"result": None, "error": "the msprobe compare worker process died", "log": None}
-            _finish(cmp, p, outcome)
+                outcome = died
+            finish(p, outcome)
             done += 1
             if progress:
-                progress(done, len(cmp.pairs))
+                progress(done, total)
     finally:
         if own:
             pool.shutdown(wait=True, cancel_futures=True)
     return lost
 
 
-def _finish(cmp: Comparison, p: Pair, outcome: dict) -> None:
-    p.log_file = outcome.get("log")
-    if not outcome.get("result"):
-        p.status = "error"
-        p.findings.append(_diagnose(p, outcome))
+def _finish_engine(cmp: Comparison, p: Pair, out: PairOutcome) -> None:
+    for rule, msg, hint in out.notes:
+        p.findings.append(_finding(rule, I, f"{p.label}: {msg}", p.target.path, hint))
+    if out.analysis is None:
+        p.status = "mismatch" if out.rule == "compare-mismatch" else "error"
+        sev = W if p.status == "mismatch" else E
+        p.findings.append(_finding(out.rule, sev, f"{p.label}: {out.error}", out.path or p.target.path, out.hint))
         return
-    p.result_file = outcome["result"]
-    try:
-        p.analysis = read_result(p.result_file, cmp.metric, cmp.threshold, cmp.top, p.target.path,
-                                 cmp.ignore_dtype)
-    except MetricUnavailable as e:
-        p.status = "error"
-        p.findings.append(_finding("compare-metric", E, f"{p.label}: {e}", p.result_file,
-                                   "choose another --metric for this task"))
-        return
-    except (OSError, ValueError, KeyError) as e:
-        p.status = "error"
-        p.findings.append(_finding("compare-failed", E, f"{p.label}: msprobe's result cannot be read ({e})",
-                                   p.result_file))
-        return
+    p.analysis = out.analysis
     p.status = "diverged" if p.analysis.first else "same"
+
+
+def _finish_csv(p: Pair, outcome: dict) -> None:
+    p.log_file = outcome.get("log")
+    if outcome.get("result"):
+        p.result_file = outcome["result"]
+    else:
+        f = _diagnose(p, outcome)  # the engine's verdict stands; only msprobe's CSV is missing
+        p.findings.append(Finding(f.rule, W, f.message, f.file, f.line, f.column, f.path, f.hint))
 
 
 # ----------------------------------------------------------------------------- data out
@@ -464,13 +527,18 @@ def as_dict(cmp: Comparison) -> dict:
             "top": [n.as_dict(cmp.metric) for n in an.top] if an else [],
             "result_file": p.result_file,
             "task": an.task if an else None,
-            "nodes": len(an.nodes) if an else 0,
+            "nodes": an.n_nodes if an else 0,
+            "minibatches": an.minibatches if an else None,
+            "ignored": dict(an.ignored) if an else {},
+            "both_nonfinite": an.both_nonfinite.as_dict(cmp.metric) if an and an.both_nonfinite else None,
             "target": p.target.path, "golden": p.golden.path,
             "findings": [f.to_dict() for f in p.findings],
         })
     return {
         "target": cmp.target, "golden": cmp.golden, "output_dir": cmp.out_dir,
         "metric": cmp.metric, "threshold": cmp.threshold,
+        "ignore_patterns": [p[0] if isinstance(p, tuple) else p for p in cmp.ignores],
+        "msprobe_csv": cmp.msprobe_csv,
         "pairs": pairs,
         "only_in_target": [side_dict(s) for s in cmp.only_in_target],
         "only_in_golden": [side_dict(s) for s in cmp.only_in_golden],
