@@ -81,7 +81,8 @@ class DumpReader:
     def _expect(self, ch: str) -> None:
         got = self._peek()
         if got != ch:
-            raise DumpError(f"expected {ch!r}, found {got or 'end of file'!r} at byte ~{self._fh.tell()}")
+            raise DumpError(f"is not valid JSON (expected {ch!r}, found {got or 'end of file'!r} near byte "
+                            f"{self._fh.tell()}): truncated or overwritten")
         self._pos += 1
 
     def _value(self):
@@ -92,7 +93,7 @@ class DumpReader:
                 value, end = _DEC.raw_decode(self._buf, self._pos)
             except json.JSONDecodeError as e:
                 if not self._fill(len(self._buf)):
-                    raise DumpError(f"not valid JSON ({e.msg}): truncated or overwritten") from None
+                    raise DumpError(f"is not valid JSON ({e.msg}): truncated or overwritten") from None
                 continue
             if end == len(self._buf) and not self._eof and not isinstance(value, (dict, list, str)):
                 self._fill()  # a number or literal may go on in the next chunk
@@ -104,7 +105,7 @@ class DumpReader:
     def records(self) -> Iterator[tuple[str, dict]]:
         with open(self.path, encoding="utf-8") as self._fh:
             if self._peek() != "{":
-                raise DumpError("not a JSON object: not an msprobe dump")
+                raise DumpError("is not a JSON object: not an msprobe dump")
             self._pos += 1
             seen_data = False
             while self._peek() != "}":
@@ -126,9 +127,9 @@ class DumpReader:
                 if self._peek() == ",":
                     self._pos += 1
                 elif self._peek() != "}":
-                    raise DumpError(f"expected ',' or '}}' at byte ~{self._fh.tell()}")
+                    raise DumpError(f"is not valid JSON (expected ',' or '}}' near byte {self._fh.tell()})")
             if not seen_data:
-                raise DumpError('no "data" mapping: not an msprobe dump')
+                raise DumpError('has no "data" mapping: not an msprobe dump')
 
 
 def read_header(path: str) -> dict:
@@ -182,7 +183,7 @@ def rows_of(name: str, rec) -> list[Row]:
 
 def _walk(data, name: str, state: str, out: list, depth: int, grad: bool) -> None:
     if depth > MAX_DEPTH:
-        raise DumpError(f"{name}: nested deeper than {MAX_DEPTH}")
+        raise DumpError(f"nests {name} deeper than {MAX_DEPTH}")
     if data is None:
         out.append((_STATE_RANK.get(state, 0), name, state, None, None, (None,) * 4, "-1", None))
         return

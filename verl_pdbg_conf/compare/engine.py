@@ -84,9 +84,12 @@ def compare_pair(job: PairJob) -> PairOutcome:
                            path=job.target, hint="choose another --metric for this task")
     try:
         return _compare(job, task, th.get("level") or "")
-    except DumpError as e:
-        return PairOutcome(error=str(e), rule="dump-corrupt", path=getattr(e, "path", job.target),
+    except (DumpError, UnicodeDecodeError) as e:
+        return PairOutcome(error=str(e) if isinstance(e, DumpError) else "is not UTF-8 text", rule="dump-corrupt",
+                           path=getattr(e, "path", job.target),
                            hint="the writer was interrupted (a killed worker, a full disk); collect this stage again")
+    except OSError as e:
+        return PairOutcome(error=f"cannot be read ({e.strerror})", rule="dump-missing", path=e.filename or job.target)
 
 
 class _Side:
@@ -99,12 +102,16 @@ class _Side:
         self.reader = DumpReader(path)
         self.keys = KeyCounter()
         self.minibatch = 0
+        self.passes = 0  # forward passes: the opening op run again (micro-batches of a no-grad stage too)
+        self.pass_first: dict[str, dict[int, int]] = {}  # API op -> pass -> its first call number there
+        self.records = 0
         self._back = False
         self._opener = None
 
     def rows(self):
         try:
             for name, rec in self.reader.records():
+                self.records += 1
                 prefix, direction = self.keys.record_prefix(name)
                 if not direction:
                     continue  # msprobe skips names with no forward/backward/parameters_grad part
@@ -112,9 +119,14 @@ class _Side:
                     op = split_record(name)[0]
                     if self._opener is None:
                         self._opener = op
-                    elif self._back and op == self._opener:
-                        self.minibatch += 1
-                        self._back = False
+                    elif op == self._opener:
+                        self.passes += 1
+                        if self._back:
+                            self.minibatch += 1
+                            self._back = False
+                    call = _call(name)
+                    if call is not None and not name.startswith(("Module.", "Cell.")):
+                        self.pass_first.setdefault(op, {}).setdefault(self.passes, call)
                 else:
                     self._back = True
                 for row in rows_of(name, rec):
@@ -130,6 +142,8 @@ def _compare(job: PairJob, task: str, level: str) -> PairOutcome:
     spec = METRICS[job.metric]
     arrays = task == "tensor" and job.metric != "NormRelativeErr"  # the others come from the tensor files
     stat_i = None if arrays else M.STAT_INDEX[job.metric]
+    # the tensor task's CSV has no NormRelativeErr: it is the l2norms' relative error, none without both
+    stat_rel = M.norm_rel if task == "tensor" else M.rel_err
     t_dir, g_dir = (os.path.join(os.path.dirname(p), "dump_tensor_data") for p in (job.target, job.golden))
     patterns = tuple(job.ignores)
     ignored: dict[str, int] = {}
@@ -192,7 +206,7 @@ def _compare(job: PairJob, task: str, level: str) -> PairOutcome:
                 value = math.nan
             else:
                 if stat_i is not None:
-                    value = M.rel_err(t.stats[stat_i], g.stats[stat_i])
+                    value = stat_rel(t.stats[stat_i], g.stats[stat_i])
                 if value is not None and not spec.higher_is_worse:
                     value = 1.0 - value
                 if M.kind_of(tc) and both_nonfinite is None:
@@ -236,8 +250,8 @@ def _compare(job: PairJob, task: str, level: str) -> PairOutcome:
                 # whose statistics cannot show the change (msprobe keeps only max/min of one) differs
                 o, ti, gi = rec_ints[0]
                 first = (o, ti, gi, "exact", mb, "")
-                inferred = (f"{ti.name}: its statistics are equal, but the output of {t.record} differs "
-                            "while every other input is equal: its values differ")
+                inferred = (f"statistics equal (msprobe keeps max/min of an integer tensor), but the output of "
+                            f"{t.record} differs with every other input equal")
         elif g is not None and not reason and t.state == "input" and M.exact_dtype(t.dtype):
             rec_ints.append((order, t, g))
         label = _label(t, level, job.target, apis)
@@ -253,6 +267,11 @@ def _compare(job: PairJob, task: str, level: str) -> PairOutcome:
                 heapq.heapreplace(top, item)
         if job.keep_nodes and len(an.nodes) < job.keep_nodes:
             an.nodes.append(_node(order, t, g, value, reason, mb, apis))
+    for side in (tside, gside):
+        if side.records == 0 and (side is tside or next(g_rows, None) is None and gside.records == 0):
+            return PairOutcome(error="holds no records", rule="dump-empty", path=side.path,
+                               hint="the stage ran no hooked API or module (config.json scope/list/level, or the "
+                               "stage's model was not resolved)")
     an.n_nodes = n
     an.minibatches = tside.minibatch + 1
     an.ignored = ignored
@@ -261,14 +280,14 @@ def _compare(job: PairJob, task: str, level: str) -> PairOutcome:
     if first:
         order, t, g, reason, mb, golden_nf = first
         an.first = _node(order, t, g, None, reason, mb, apis)
-        an.first.value = _value_of(an, order, top, job, t, g, stat_i, spec, arrays, t_dir, g_dir)
+        an.first.value = _value_of(an, order, top, job, t, g, stat_i, spec, arrays, t_dir, g_dir, task)
         an.first.golden_nonfinite = golden_nf
         an.first.note = inferred
     an.top = [_node(-neg, t, g, v, r, mb, apis) for v, neg, _, t, g, r, mb in sorted(top, reverse=True)]
     if both_nonfinite:
         order, t, g, kind, mb = both_nonfinite
         an.both_nonfinite = _node(order, t, g, None, kind, mb, apis)
-    _locate(an, job.target, level)
+    _locate(an, job.target, tside.pass_first)
     an.layers = sorted(layers.values(), key=lambda s: s.first_order)
     out = PairOutcome(an)
     if suggest:
@@ -279,7 +298,7 @@ def _compare(job: PairJob, task: str, level: str) -> PairOutcome:
     return out
 
 
-def _value_of(an, order, top, job, t, g, stat_i, spec, arrays, t_dir, g_dir):
+def _value_of(an, order, top, job, t, g, stat_i, spec, arrays, t_dir, g_dir, task):
     for v, neg, _, *_rest in top:
         if -neg == order:
             return v
@@ -288,7 +307,7 @@ def _value_of(an, order, top, job, t, g, stat_i, spec, arrays, t_dir, g_dir):
     if arrays:
         v = _array_value(job.metric, t, g, t_dir, g_dir)
     else:
-        v = M.rel_err(t.stats[stat_i], g.stats[stat_i])
+        v = (M.norm_rel if task == "tensor" else M.rel_err)(t.stats[stat_i], g.stats[stat_i])
     if v is not None and not spec.higher_is_worse:
         v = 1.0 - v
     return v
@@ -369,13 +388,39 @@ def _call(record: str) -> int | None:
     return None
 
 
-def _locate(an: Analysis, target: str, level: str) -> None:
-    """An API node outside any known module gets its calling line from stack.json (L1), and the layer
-    it ran in (call_order)."""
+def _locate(an: Analysis, target: str, pass_first: dict) -> None:
+    """An API node outside any known module (L1) gets its calling line from stack.json and the layer it
+    ran in: the same line runs once per layer, so its k-th call in a forward pass is layer k."""
     todo = [n for n in (an.first, *an.top) if n and n.module is None]
     if not todo:
         return
-    here = os.path.dirname(target)
-    where = _stack_index(_load_json(os.path.join(here, "stack.json")))
+    stack = _load_json(os.path.join(os.path.dirname(target), "stack.json"))
+    where = _stack_index(stack)
+    groups = {}
+    for entry in (stack or {}).values() if isinstance(stack, dict) else ():
+        if isinstance(entry, list) and entry and isinstance(entry[0], list):
+            for name in entry[0]:
+                groups.setdefault(name, entry[0])
     for n in todo:
-        n.where = where.get(n.owner, "") or where.get(n.owner.replace(".backward", ".forward"), "")
+        fwd = n.owner.replace(".backward", ".forward")
+        n.where = where.get(n.owner, "") or where.get(fwd, "")
+        n.layer = _layer_index(fwd, groups.get(fwd), pass_first)
+        if n.layer is not None and n.where:
+            n.where = f"{n.where}, layer {n.layer}"
+
+
+def _layer_index(fwd: str, group, pass_first: dict) -> int | None:
+    """Functional.linear.21.forward among the calls made from its stack in the same pass, in call order."""
+    op, _, _ = split_record(fwd)
+    call = _call(fwd)
+    firsts = pass_first.get(op)
+    if not group or call is None or not firsts:
+        return None
+    starts = sorted(firsts.values())
+    lo = max((c for c in starts if c <= call), default=0)
+    hi = min((c for c in starts if c > call), default=1 << 62)
+    same = sorted(c for c in (_call(g) for g in group if split_record(g)[0] == op and g.endswith(".forward"))
+                  if c is not None and lo <= c < hi)
+    if len(same) < 2 or call not in same:
+        return None  # a line run once per pass says nothing of layers
+    return same.index(call)

@@ -53,6 +53,15 @@ def rel_err(t, g) -> float | None:
     return abs((t - g) / g)
 
 
+def norm_rel(t, g) -> float | None:
+    """The tensor task's NormRelativeErr, from its two l2norms (msprobe prints no such column there)."""
+    if not (_num(t) and _num(g)):
+        return None
+    if g == 0:
+        return 0.0 if t == 0 else INF
+    return abs(t - g) / abs(g)
+
+
 def nonfinite(stats) -> tuple:
     """Per statistic: "nan", "inf", "-inf" or "" (finite or not a number)."""
     out = []

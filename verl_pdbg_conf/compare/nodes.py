@@ -67,6 +67,7 @@ class Node:
     call: int | None = None  # the call counter in the record name
     golden_nonfinite: str = ""  # nan | inf: the golden run is non-finite there too (differently)
     note: str = ""  # how the engine reached its verdict when not from this node's own numbers
+    layer: int | None = None  # L1: the layer, from the call order of its stack.json line in its pass
 
     def as_dict(self, metric: str) -> dict:
         d = {"name": self.name, "metric": metric, "value": _json_number(self.value), "order": self.order,
@@ -87,6 +88,8 @@ class Node:
             d["golden_nonfinite"] = self.golden_nonfinite
         if self.note:
             d["note"] = self.note
+        if self.layer is not None:
+            d["layer"] = self.layer
         return d
 
 

@@ -492,7 +492,9 @@ def _finish_engine(cmp: Comparison, p: Pair, out: PairOutcome) -> None:
     if out.analysis is None:
         p.status = "mismatch" if out.rule == "compare-mismatch" else "error"
         sev = W if p.status == "mismatch" else E
-        p.findings.append(_finding(out.rule, sev, f"{p.label}: {out.error}", out.path or p.target.path, out.hint))
+        side = p.golden if out.path == p.golden.path else p.target
+        what = f"{side.file_label} {out.error}" if out.rule.startswith("dump-") else f"{p.label}: {out.error}"
+        p.findings.append(_finding(out.rule, sev, what, out.path or p.target.path, out.hint))
         return
     p.analysis = out.analysis
     p.status = "diverged" if p.analysis.first else "same"
