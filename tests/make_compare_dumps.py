@@ -18,7 +18,8 @@ token ids (an Embedding, as an LLM does), then 6 blocks (Linear, Tanh) and a hea
   token    one token id of every batch changed
 
 actor_update runs K mini-batches with an SGD step after each (K = --minibatches, default 1).
-N is --block (default 3).
+N is --block (default 3). Every block's output carries a gradient hook multiplying by 1 (by 1.01 in
+grad); --hook-op visible makes it an op msprobe records (a forward-named call during backward).
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ import os
 STAGES = ("actor_compute_log_prob", "ref_compute_log_prob", "actor_update")
 VARIANTS = ("golden", "same", "scaled", "dtype")
 BLOCKS, WIDTH, PERTURBED, VOCAB, SEQ = 6, 16, 3, 50, 6
+HOOK_OP = "raw"
 
 
-def build(variant: str, block: int = PERTURBED):
+def build(variant: str, block: int = PERTURBED, blocks: int = BLOCKS):
     import torch
 
     class Block(torch.nn.Module):
@@ -45,15 +47,17 @@ def build(variant: str, block: int = PERTURBED):
             # The same calls in every variant, so that msprobe's API call numbers line up.
             y = self.act(self.fc(x.to(self.fc.weight.dtype))).to(x.dtype)
             if y.requires_grad:
-                # raw autograd op: msprobe records no call for it, so only the gradient differs
-                y.register_hook(lambda g: torch._C._VariableFunctions.mul(g, self.grad_scale))
+                # raw: an op msprobe does not record, so only the gradient differs; visible: `g * s`,
+                # which msprobe records as a forward-named call made during the backward pass
+                mul = torch._C._VariableFunctions.mul if HOOK_OP == "raw" else (lambda g, s: g * s)
+                y.register_hook(lambda g: mul(g, self.grad_scale))
             return y
 
     class Net(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.embed = torch.nn.Embedding(VOCAB, WIDTH)
-            self.blocks = torch.nn.Sequential(*(Block() for _ in range(BLOCKS)))
+            self.blocks = torch.nn.Sequential(*(Block() for _ in range(blocks)))
             self.head = torch.nn.Linear(WIDTH, 4)
 
         def forward(self, ids):
@@ -85,8 +89,13 @@ def main() -> None:
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--stages", default=",".join(STAGES))
     ap.add_argument("--block", type=int, default=PERTURBED)
+    ap.add_argument("--blocks", type=int, default=BLOCKS, help="model depth (bigger dumps for benches)")
     ap.add_argument("--minibatches", type=int, default=1)
+    ap.add_argument("--hook-op", choices=("raw", "visible"), default="raw",
+                    help="how the gradient hook multiplies (every variant alike, so call numbers line up)")
     a = ap.parse_args()
+    global HOOK_OP
+    HOOK_OP = a.hook_op
 
     import torch
     import torch.distributed as dist
@@ -98,7 +107,7 @@ def main() -> None:
 
     stages = a.stages.split(",")
     for variant in a.variants.split(","):
-        model = build(variant, a.block)
+        model = build(variant, a.block, a.blocks)
         opt = torch.optim.SGD(model.parameters(), lr=0.05, foreach=False)
         prof = PrecisionDebuggerProfiler({"config_path": a.config, "stages": stages}, rank=a.rank,
                                          save_path=os.path.join(a.out, variant))

@@ -85,7 +85,9 @@ def test_nan_in_a_weight_is_the_first_divergence(tmp_path, block, capsys):
 
 def test_scaled_gradient_is_a_backward_node_of_the_first_minibatch(tmp_path, block, capsys):
     make(tmp_path, [("mix", "statistics", "mix", "--variants", "golden,grad", "--block", str(block),
-                     "--stages", "actor_update", "--minibatches", "2")])
+                     "--stages", "actor_update", "--minibatches", "2"),
+                    ("l1", "statistics", "L1", "--variants", "golden,grad", "--block", str(block),
+                     "--stages", "actor_update", "--minibatches", "2", "--hook-op", "visible")])
     run = tmp_path / "mix"
     cmp = compare_runs(str(run / "grad"), str(run / "golden"))
     (p,) = cmp.pairs
@@ -97,6 +99,14 @@ def test_scaled_gradient_is_a_backward_node_of_the_first_minibatch(tmp_path, blo
     assert f.value == pytest.approx(0.01, rel=1e-3)
     code, out = text_of([str(run / "grad"), str(run / "golden")], capsys)
     assert "mini-batch 1 of 2" in out and f.name in out
+    # L1, the hook's multiplication recorded (a forward-named call inside the backward pass): still the
+    # backward pass of the first mini-batch, at the block's line and layer
+    cmp = compare_runs(str(tmp_path / "l1" / "grad"), str(tmp_path / "l1" / "golden"))
+    (p,) = cmp.pairs
+    f = p.analysis.first
+    assert (f.direction, f.minibatch) == ("backward", 0) and "backward pass" in f.note, f
+    assert f.name.startswith("Tensor.__mul__.") and f.kind == "input"  # the factor, then its output
+    assert "make_compare_dumps.py:" in f.where and f.layer == block
 
 
 def test_changed_token_id_is_named_at_the_input_ids(tmp_path, block, capsys):

@@ -165,7 +165,7 @@ def split_record(name: str) -> tuple[str, str, str]:
     return "", "", ""
 
 
-def rows_of(name: str, rec) -> list[Row]:
+def rows_of(name: str, rec, direction: str | None = None) -> list[Row]:
     """One record's rows in msprobe's order (inputs, parameters, outputs, parameter gradients)."""
     parts = name.split(".")
     out: list = []
@@ -177,7 +177,8 @@ def rows_of(name: str, rec) -> list[Row]:
                 _walk(rec[key], name + suffix, state, out, 0, False)
     if any(r[0] for r in out):
         out.sort(key=lambda r: r[0])  # stable: msprobe's reorder_index
-    _, _, direction = split_record(name)
+    if direction is None:
+        direction = split_record(name)[2]
     return [Row(n, n, name, st, direction, *rest) for _, n, st, *rest in out]
 
 
@@ -237,9 +238,9 @@ class KeyCounter:
     def __init__(self):
         self.backward: dict[str, int] = {}
 
-    def record_prefix(self, record: str) -> tuple[str, str]:
+    def record_prefix(self, record: str, split: tuple | None = None) -> tuple[str, str]:
         """record name -> (its name as it pairs, its direction)."""
-        op, call_dir, direction = split_record(record)
+        op, call_dir, direction = split or split_record(record)
         if direction != "backward" or not op:
             return record, direction
         n = self.backward.get(op, 0)

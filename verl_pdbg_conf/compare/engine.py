@@ -112,11 +112,12 @@ class _Side:
         try:
             for name, rec in self.reader.records():
                 self.records += 1
-                prefix, direction = self.keys.record_prefix(name)
-                if not direction:
+                split = split_record(name)
+                op, _, direction = split
+                if not op:
                     continue  # msprobe skips names with no forward/backward/parameters_grad part
+                prefix, _ = self.keys.record_prefix(name, split)
                 if direction == "forward":
-                    op = split_record(name)[0]
                     if self._opener is None:
                         self._opener = op
                     elif op == self._opener:
@@ -129,7 +130,7 @@ class _Side:
                         self.pass_first.setdefault(op, {}).setdefault(self.passes, call)
                 else:
                     self._back = True
-                for row in rows_of(name, rec):
+                for row in rows_of(name, rec, direction):
                     if prefix is not name and row.name.startswith(name):
                         row.key = prefix + row.name[len(name):]
                     yield row
@@ -178,6 +179,8 @@ def _compare(job: PairJob, task: str, level: str) -> PairOutcome:
     an = Analysis(task)
     first = None
     rec_name, rec_ints, inferred = None, [], ""
+    in_backward, ran_in_backward = None, False
+    label_of, label = None, ""
     both_nonfinite = None
     top: list = []  # heap of (value, -order, row, golden row, reason, mb)
     layers: dict[str, LayerStat] = {}
@@ -186,6 +189,14 @@ def _compare(job: PairJob, task: str, level: str) -> PairOutcome:
     suggest = ""
     n = 0
     for order, t in enumerate(tside.rows()):
+        if in_backward is not None and t.record != first[1].record:
+            # the first divergence was a forward-named call made after a backward record: if backward
+            # records follow in the same mini-batch, it ran inside the backward pass (a hook's op)
+            if t.direction == "backward" and tside.minibatch == first[4]:
+                in_backward = True
+                ran_in_backward = True
+            if t.direction == "backward" or tside.minibatch != first[4]:
+                in_backward = None
         g = counterpart(t.key)
         if patterns:
             hit = match_ignore(t.name, patterns)
@@ -211,7 +222,11 @@ def _compare(job: PairJob, task: str, level: str) -> PairOutcome:
                     value = 1.0 - value
                 if M.kind_of(tc) and both_nonfinite is None:
                     both_nonfinite = (order, t, g, M.kind_of(tc), mb)
-                if str(t.shape) != str(g.shape):
+                if arrays and t.shape == g.shape:
+                    value = _array_value(job.metric, t, g, t_dir, g_dir)
+                    if value is not None and not spec.higher_is_worse:
+                        value = 1.0 - value
+                if t.shape != g.shape:
                     reason = "shape"
                 elif t.dtype != g.dtype:
                     if t.dtype in M.FLOAT_DTYPES and g.dtype in M.FLOAT_DTYPES:
@@ -229,10 +244,6 @@ def _compare(job: PairJob, task: str, level: str) -> PairOutcome:
                     reason = "exact"
                     if not value:
                         value = max((v for v in map(M.rel_err, t.stats, g.stats) if v is not None), default=None)
-                if not reason and arrays:
-                    value = _array_value(job.metric, t, g, t_dir, g_dir)
-                    if value is not None and not spec.higher_is_worse:
-                        value = 1.0 - value
                 if not reason and not arrays and task == "tensor" and M.exact_dtype(t.dtype):
                     if _arrays_differ(t, g, t_dir, g_dir):
                         reason = "exact"
@@ -245,6 +256,8 @@ def _compare(job: PairJob, task: str, level: str) -> PairOutcome:
             rec_name, rec_ints = t.record, []
         if reason and first is None:
             first = (order, t, g, reason, mb, golden_nf)
+            if t.direction == "forward" and tside._back and module_path(t.record) is None:
+                in_backward = False
             if t.state == "output" and rec_ints and reason in ("threshold", "exact", "nan", "inf"):
                 # every input and parameter of this call is equal, its output is not: an integer input
                 # whose statistics cannot show the change (msprobe keeps only max/min of one) differs
@@ -254,10 +267,11 @@ def _compare(job: PairJob, task: str, level: str) -> PairOutcome:
                             f"{t.record} differs with every other input equal")
         elif g is not None and not reason and t.state == "input" and M.exact_dtype(t.dtype):
             rec_ints.append((order, t, g))
-        label = _label(t, level, job.target, apis)
-        if label is None and level in ("mix", "L0") and apis is None:
-            apis = _api_modules(_load_json(os.path.join(os.path.dirname(job.target), "construct.json")))
-            label = _label(t, level, job.target, apis)
+        if t.record is not label_of:
+            label_of, label = t.record, _label(t, level, job.target, apis)
+            if label is None and level in ("mix", "L0") and apis is None:
+                apis = _api_modules(_load_json(os.path.join(os.path.dirname(job.target), "construct.json")))
+                label = _label(t, level, job.target, apis)
         _layer(layers, label or "", order, value, reason, first is not None and first[0] == order)
         if value is not None and value == value and value > 0 and job.top:
             item = (value, -order, id(t), t, g, reason, mb)
@@ -283,6 +297,9 @@ def _compare(job: PairJob, task: str, level: str) -> PairOutcome:
         an.first.value = _value_of(an, order, top, job, t, g, stat_i, spec, arrays, t_dir, g_dir, task)
         an.first.golden_nonfinite = golden_nf
         an.first.note = inferred
+        if ran_in_backward:
+            an.first.direction = "backward"
+            an.first.note = "a forward-named call made during the backward pass (a hook's operation)"
     an.top = [_node(-neg, t, g, v, r, mb, apis) for v, neg, _, t, g, r, mb in sorted(top, reverse=True)]
     if both_nonfinite:
         order, t, g, kind, mb = both_nonfinite
@@ -404,12 +421,14 @@ def _locate(an: Analysis, target: str, pass_first: dict) -> None:
     for n in todo:
         fwd = n.owner.replace(".backward", ".forward")
         n.where = where.get(n.owner, "") or where.get(fwd, "")
-        n.layer = _layer_index(fwd, groups.get(fwd), pass_first)
+        # a forward-named call made during backward (a hook) runs the layers last to first
+        n.layer = _layer_index(fwd, groups.get(fwd), pass_first,
+                               reverse=n.direction == "backward" and n.owner.endswith(".forward"))
         if n.layer is not None and n.where:
             n.where = f"{n.where}, layer {n.layer}"
 
 
-def _layer_index(fwd: str, group, pass_first: dict) -> int | None:
+def _layer_index(fwd: str, group, pass_first: dict, reverse: bool = False) -> int | None:
     """Functional.linear.21.forward among the calls made from its stack in the same pass, in call order."""
     op, _, _ = split_record(fwd)
     call = _call(fwd)
@@ -423,4 +442,4 @@ def _layer_index(fwd: str, group, pass_first: dict) -> int | None:
                   if c is not None and lo <= c < hi)
     if len(same) < 2 or call not in same:
         return None  # a line run once per pass says nothing of layers
-    return same.index(call)
+    return len(same) - 1 - same.index(call) if reverse else same.index(call)

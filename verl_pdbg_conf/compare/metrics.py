@@ -62,8 +62,16 @@ def norm_rel(t, g) -> float | None:
     return abs(t - g) / abs(g)
 
 
+FINITE = ("", "", "", "")
+
+
 def nonfinite(stats) -> tuple:
     """Per statistic: "nan", "inf", "-inf" or "" (finite or not a number)."""
+    for v in stats:
+        if type(v) is float and (v != v or v == INF or v == -INF):
+            break
+    else:
+        return FINITE
     out = []
     for v in stats:
         if type(v) is float and (v != v or abs(v) == INF):
