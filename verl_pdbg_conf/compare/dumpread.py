@@ -132,6 +132,22 @@ class DumpReader:
                 raise DumpError('has no "data" mapping: not an msprobe dump')
 
 
+def iter_items(path: str, chunk: int = CHUNK) -> Iterator[tuple]:
+    """The (key, value) pairs of a file holding one JSON object (stack.json, construct.json), one at a
+    time. Raises DumpError if it is not one."""
+    reader = DumpReader(path, chunk)
+    with open(path, encoding="utf-8") as reader._fh:
+        if reader._peek() != "{":
+            raise DumpError("is not a JSON object")
+        reader._pos += 1
+        while reader._peek() != "}":
+            key = reader._value()
+            reader._expect(":")
+            yield key, reader._value()
+            if reader._peek() == ",":
+                reader._pos += 1
+
+
 def read_header(path: str) -> dict:
     """The top-level keys before "data" and whether the first tensor carries statistics or md5
     (summary_mode), reading only the first record."""

@@ -16,9 +16,10 @@ import os
 from dataclasses import dataclass, field
 
 from verl_pdbg_conf.compare import metrics as M
-from verl_pdbg_conf.compare.dumpread import DumpError, DumpReader, KeyCounter, read_header, rows_of, split_record
+from verl_pdbg_conf.compare.dumpread import (DumpError, DumpReader, KeyCounter, iter_items, read_header, rows_of,
+                                             split_record)
 from verl_pdbg_conf.compare.nodes import (DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS, Analysis, LayerStat, Node,
-                                          _api_modules, _load_json, _stack_index, module_path, split_name)
+                                          _stack_index, module_path, split_name)
 
 from verl_pdbg_conf.compare.ignores import match_ignore
 
@@ -205,6 +206,10 @@ def _compare(job: PairJob, task: str, level: str) -> PairOutcome:
                 continue
         n += 1
         mb = tside.minibatch
+        if t.record is not label_of:
+            if apis is None and level in ("mix", "L0"):
+                apis = _Construct(os.path.join(os.path.dirname(job.target), "construct.json"))
+            label_of, label = t.record, _label(t.record, apis)
         reason, golden_nf = "", ""
         value = None
         if g is None or not M.dtypes_pair(t.dtype or "None", g.dtype or "None"):
@@ -221,7 +226,7 @@ def _compare(job: PairJob, task: str, level: str) -> PairOutcome:
                 if value is not None and not spec.higher_is_worse:
                     value = 1.0 - value
                 if M.kind_of(tc) and both_nonfinite is None:
-                    both_nonfinite = (order, t, g, M.kind_of(tc), mb)
+                    both_nonfinite = (order, t, g, M.kind_of(tc), mb, label)
                 if arrays and t.shape == g.shape:
                     value = _array_value(job.metric, t, g, t_dir, g_dir)
                     if value is not None and not spec.higher_is_worse:
@@ -255,32 +260,27 @@ def _compare(job: PairJob, task: str, level: str) -> PairOutcome:
         if t.record != rec_name:
             rec_name, rec_ints = t.record, []
         if reason and first is None:
-            first = (order, t, g, reason, mb, golden_nf)
+            first = (order, t, g, reason, mb, golden_nf, label)
             if t.direction == "forward" and tside._back and module_path(t.record) is None:
                 in_backward = False
             if t.state == "output" and rec_ints and reason in ("threshold", "exact", "nan", "inf"):
                 # every input and parameter of this call is equal, its output is not: an integer input
                 # whose statistics cannot show the change (msprobe keeps only max/min of one) differs
                 o, ti, gi = rec_ints[0]
-                first = (o, ti, gi, "exact", mb, "")
+                first = (o, ti, gi, "exact", mb, "", label)
                 inferred = (f"statistics equal (msprobe keeps max/min of an integer tensor), but the output of "
                             f"{t.record} differs with every other input equal")
         elif g is not None and not reason and t.state == "input" and M.exact_dtype(t.dtype):
             rec_ints.append((order, t, g))
-        if t.record is not label_of:
-            label_of, label = t.record, _label(t, level, job.target, apis)
-            if label is None and level in ("mix", "L0") and apis is None:
-                apis = _api_modules(_load_json(os.path.join(os.path.dirname(job.target), "construct.json")))
-                label = _label(t, level, job.target, apis)
         _layer(layers, label or "", order, value, reason, first is not None and first[0] == order)
         if value is not None and value == value and value > 0 and job.top:
-            item = (value, -order, id(t), t, g, reason, mb)
+            item = (value, -order, id(t), t, g, reason, mb, label)
             if len(top) < job.top:
                 heapq.heappush(top, item)
             elif item > top[0]:
                 heapq.heapreplace(top, item)
         if job.keep_nodes and len(an.nodes) < job.keep_nodes:
-            an.nodes.append(_node(order, t, g, value, reason, mb, apis))
+            an.nodes.append(_node(order, t, g, value, reason, mb, label))
     for side in (tside, gside):
         if side.records == 0 and (side is tside or next(g_rows, None) is None and gside.records == 0):
             return PairOutcome(error="holds no records", rule="dump-empty", path=side.path,
@@ -292,18 +292,18 @@ def _compare(job: PairJob, task: str, level: str) -> PairOutcome:
     if job.keep_nodes and n > job.keep_nodes:
         an.nodes = []  # too many to plot one by one: the per-layer summary stands for them
     if first:
-        order, t, g, reason, mb, golden_nf = first
-        an.first = _node(order, t, g, None, reason, mb, apis)
+        order, t, g, reason, mb, golden_nf, lab = first
+        an.first = _node(order, t, g, None, reason, mb, lab)
         an.first.value = _value_of(an, order, top, job, t, g, stat_i, spec, arrays, t_dir, g_dir, task)
         an.first.golden_nonfinite = golden_nf
         an.first.note = inferred
         if ran_in_backward:
             an.first.direction = "backward"
             an.first.note = "a forward-named call made during the backward pass (a hook's operation)"
-    an.top = [_node(-neg, t, g, v, r, mb, apis) for v, neg, _, t, g, r, mb in sorted(top, reverse=True)]
+    an.top = [_node(-neg, t, g, v, r, mb, lab) for v, neg, _, t, g, r, mb, lab in sorted(top, reverse=True)]
     if both_nonfinite:
-        order, t, g, kind, mb = both_nonfinite
-        an.both_nonfinite = _node(order, t, g, None, kind, mb, apis)
+        order, t, g, kind, mb, lab = both_nonfinite
+        an.both_nonfinite = _node(order, t, g, None, kind, mb, lab)
     _locate(an, job.target, tside.pass_first)
     an.layers = sorted(layers.values(), key=lambda s: s.first_order)
     out = PairOutcome(an)
@@ -353,14 +353,36 @@ def _arrays_differ(t, g, t_dir: str, g_dir: str) -> bool:
     return not np.array_equal(n, b)
 
 
-def _label(t, level: str, target: str, apis) -> str | None:
-    """The module a row belongs to (its own for a module record, the enclosing one for an API at mix)."""
-    m = module_path(t.record)
+class _Construct:
+    """construct.json (mix level: each API call's enclosing module) read as a stream beside the dump,
+    in the same order; entries not asked for yet wait in a bounded window."""
+
+    def __init__(self, path: str):
+        self._items = iter_items(path) if os.path.isfile(path) else iter(())
+        self._ahead: dict = {}
+
+    def get(self, name: str):
+        if name in self._ahead:
+            return self._ahead.pop(name)
+        try:
+            for key, parent in self._items:
+                if key == name:
+                    return parent
+                self._ahead[key] = parent
+                if len(self._ahead) > WINDOW:
+                    del self._ahead[next(iter(self._ahead))]
+        except (OSError, DumpError, UnicodeDecodeError):
+            self._items = iter(())
+        return None
+
+
+def _label(record: str, construct) -> str:
+    """The module a record belongs to: its own for a module record, the enclosing one for an API at mix."""
+    m = module_path(record)
     if m is not None:
         return m
-    if apis is None:
-        return None if level in ("mix", "L0") else ""
-    return apis.get(t.record, "") or ""
+    parent = construct.get(record) if construct is not None else None
+    return (module_path(parent) or "") if isinstance(parent, str) else ""
 
 
 def _layer(layers: dict, label: str, order: int, value, reason: str, is_first: bool) -> None:
@@ -382,15 +404,15 @@ def _layer(layers: dict, label: str, order: int, value, reason: str, is_first: b
         st.diverged = True
 
 
-def _node(order: int, t, g, value, reason: str, mb: int, apis) -> Node:
+def _node(order: int, t, g, value, reason: str, mb: int, label: str) -> Node:
     direction, kind, owner, _ = split_name(t.name)
     module = module_path(owner)
-    if module is None and apis:
-        module = apis.get(owner)
+    if module is None:
+        module = label or None
     node = Node(order, order, t.name, direction, kind, owner, module, value, t.dtype or "",
                 (g.dtype or "") if g is not None else "", "", g is not None)
     node.reason = reason
-    node.shape_differs = g is not None and str(t.shape) != str(g.shape)
+    node.shape_differs = g is not None and t.shape != g.shape
     node.minibatch = mb
     node.call = _call(t.record)
     return node
@@ -411,13 +433,16 @@ def _locate(an: Analysis, target: str, pass_first: dict) -> None:
     todo = [n for n in (an.first, *an.top) if n and n.module is None]
     if not todo:
         return
-    stack = _load_json(os.path.join(os.path.dirname(target), "stack.json"))
-    where = _stack_index(stack)
-    groups = {}
-    for entry in (stack or {}).values() if isinstance(stack, dict) else ():
-        if isinstance(entry, list) and entry and isinstance(entry[0], list):
-            for name in entry[0]:
-                groups.setdefault(name, entry[0])
+    wanted = {n.owner for n in todo} | {n.owner.replace(".backward", ".forward") for n in todo}
+    kept = {}  # only the stack.json entries naming a reported node: read as a stream
+    try:
+        for key, entry in iter_items(os.path.join(os.path.dirname(target), "stack.json")):
+            if isinstance(entry, list) and entry and isinstance(entry[0], list) and wanted.intersection(entry[0]):
+                kept[key] = entry
+    except (OSError, DumpError, UnicodeDecodeError):
+        pass
+    where = _stack_index(kept)
+    groups = {name: entry[0] for entry in kept.values() for name in entry[0] if name in wanted}
     for n in todo:
         fwd = n.owner.replace(".backward", ".forward")
         n.where = where.get(n.owner, "") or where.get(fwd, "")
