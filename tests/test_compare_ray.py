@@ -19,7 +19,8 @@ ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from verl_pdbg_conf.compare.ray_runner import ClusterError, run_ray  # noqa: E402
-from verl_pdbg_conf.compare.runs import EXIT_DIVERGED, UsageError, compare_runs, msprobe_pair  # noqa: E402
+from verl_pdbg_conf.compare.engine import compare_pair  # noqa: E402
+from verl_pdbg_conf.compare.runs import EXIT_DIVERGED, UsageError, compare_runs  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -73,13 +74,13 @@ def die_once(job):
             pass
         else:
             os._exit(1)
-    return msprobe_pair(job)
+    return compare_pair(job)
 
 
 def always_die(job):
     if "step_2" in job.target and "ref_compute_log_prob" in job.target:
         os._exit(1)
-    return msprobe_pair(job)
+    return compare_pair(job)
 
 
 def file_size(path):
@@ -90,9 +91,10 @@ def file_size(path):
 
 def test_ray_agrees_with_the_local_pool_and_uses_readable_nodes_only(runs, cluster, tmp_path):
     seen = []
-    local = compare_runs(str(runs / "scaled"), str(runs / "golden"), str(tmp_path / "local"), jobs=2)
+    local = compare_runs(str(runs / "scaled"), str(runs / "golden"), str(tmp_path / "local"), jobs=2,
+                         msprobe_csv="diverged")
     remote = compare_runs(str(runs / "scaled"), str(runs / "golden"), str(tmp_path / "ray"), ray=cluster.address,
-                          ray_resource="dumps", progress=lambda d, t: seen.append((d, t)))
+                          ray_resource="dumps", progress=lambda d, t: seen.append((d, t)), msprobe_csv="diverged")
     assert remote.exit_code == local.exit_code == EXIT_DIVERGED and len(remote.pairs) == 6
     assert [(p.label, p.status, p.analysis.first.name, p.analysis.n_nodes) for p in remote.pairs] == \
         [(p.label, p.status, p.analysis.first.name, p.analysis.n_nodes) for p in local.pairs]
@@ -101,7 +103,8 @@ def test_ray_agrees_with_the_local_pool_and_uses_readable_nodes_only(runs, clust
     ran = {p.ran_on for p in remote.pairs}
     assert ran <= cluster.readers and cluster.other not in ran
     assert seen[0] == (0, 6) and seen[-1] == (6, 6) and [d for d, _ in seen] == sorted(d for d, _ in seen)
-    # the driver wrote the outputs: a summary per pair and the diverged pairs' CSVs the workers sent back
+    # the driver wrote the outputs: a summary per pair, and the diverged pairs' msprobe CSVs the workers sent
+    # back, the same bytes as msprobe wrote locally
     for p in remote.pairs:
         assert Path(p.result_file).is_file() and Path(p.result_file).parent == Path(p.out_dir)
         summary = json.loads((Path(p.out_dir) / "summary.json").read_text())
@@ -136,11 +139,13 @@ def test_generic_job_and_unreadable_files(runs, cluster, tmp_path):
     """Any job function: here a file's size. A job whose file no node can read never runs."""
     dumps = sorted(str(p) for p in (runs / "golden").rglob("dump.json"))
     notes = []
-    out = dict(run_ray(file_size, dumps + [str(tmp_path / "nowhere.json")], lambda j: [j], cluster.address,
-                       "dumps", notes))
-    assert [out[i]["size"] for i in range(len(dumps))] == [os.path.getsize(p) for p in dumps]
-    assert {out[i]["where"] for i in range(len(dumps))} <= cluster.readers
-    assert "no node of the Ray cluster can read" in out[len(dumps)]["error"] and "size" not in out[len(dumps)]
+    out = {i: (o, node, err) for i, o, node, err in run_ray(file_size, dumps + [str(tmp_path / "nowhere.json")],
+                                                              lambda j: [j], cluster.address, "dumps", notes)}
+    assert [out[i][0]["size"] for i in range(len(dumps))] == [os.path.getsize(p) for p in dumps]
+    assert all(out[i][0]["where"] == out[i][1] and out[i][2] == "" for i in range(len(dumps)))
+    assert {out[i][1] for i in range(len(dumps))} <= cluster.readers
+    outcome, node, error = out[len(dumps)]
+    assert outcome is None and node == "" and "no node of the Ray cluster can read" in error
     assert notes == []
     with pytest.raises(ClusterError, match="no alive node with a CPU with the resource 'gpu_dumps'"):
         list(run_ray(file_size, dumps, lambda j: [j], cluster.address, "gpu_dumps"))
@@ -160,8 +165,9 @@ def test_command_with_ray(runs, cluster, tmp_path):
     doc = json.loads(proc.stdout)
     assert [p["first_divergence"]["name"] for p in doc["pairs"]] == [FIRST] * 3
     assert {p["ran_on"] for p in doc["pairs"]} <= cluster.readers and "RAY True" in proc.stderr
-    proc = subprocess.run([sys.executable, "-c", probe, *argv, "-o", str(tmp_path / "b"), "--msprobe-csv", "none"],
+    proc = subprocess.run([sys.executable, "-c", probe, *argv, "-o", str(tmp_path / "b")],
                           env=ENV, capture_output=True, text=True, timeout=600)
     assert proc.returncode == EXIT_DIVERGED and "RAY False" in proc.stderr, proc.stderr[-3000:]
     assert all(p["result_file"] is None and "ran_on" not in p for p in json.loads(proc.stdout)["pairs"])
+    # no msprobe CSV unless asked; a bounded summary per pair and one for the whole
     assert not list((tmp_path / "b").rglob("*.csv")) and len(list((tmp_path / "b").rglob("summary.json"))) == 4

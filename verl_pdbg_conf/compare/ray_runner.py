@@ -7,7 +7,7 @@ first runs a probe task pinned to it (node affinity, not soft) that says which o
 read. A pair then goes only to a node that reads both its files, pinned there the same way. Each node is
 fed one pair per CPU at a time, so a faster node takes more pairs, and results come back as they finish.
 A pair whose worker or node dies is tried once more, on another node that reads it if there is one; a
-second failure is that pair's error outcome.
+second failure is reported for that pair alone.
 
 The job function travels by reference, as Ray sends any module function: verl-pdbg-conf must be
 installed on every node. A job writes nothing the driver has to find: its outcome comes back as data
@@ -34,10 +34,11 @@ def readable(paths: list[str]) -> list[bool]:
 
 def run_ray(fn: Callable[[object], dict], jobs: Sequence, reads: Callable[[object], Sequence[str]],
             address: str = "auto", resource: str | None = None, notes: list | None = None
-            ) -> Iterator[tuple[int, dict]]:
-    """Yield (index, outcome) for each job as it finishes; outcome gets "node" (the node's id). A job no
-    node can read gets {"error": ...} without running. `notes` collects what the driver should tell
-    (nodes left out). Connects to the cluster at `address` (or uses the one this process joined)."""
+            ) -> Iterator[tuple[int, object, str, str]]:
+    """Yield (index, outcome, node id, error) for each job as it finishes: outcome is fn's result, or
+    None with the error when the job could not run (no node reads its files; its worker died twice).
+    `notes` collects what the driver should tell (nodes left out). Connects to the cluster at `address`
+    (or uses the one this process has joined)."""
     import ray
 
     own = not ray.is_initialized()
@@ -88,7 +89,7 @@ def _probe(ray, nodes: list[str], paths: list[str], notes: list) -> dict[str, se
     return seen
 
 
-def _schedule(ray, fn, jobs: list, reads, resource: str | None, notes: list) -> Iterator[tuple[int, dict]]:
+def _schedule(ray, fn, jobs: list, reads, resource: str | None, notes: list):
     slots = _alive(ray, resource)
     if not slots:
         what = f" with the resource {resource!r}" if resource else ""
@@ -101,7 +102,7 @@ def _schedule(ray, fn, jobs: list, reads, resource: str | None, notes: list) -> 
         need = set(reads(job))
         nodes = frozenset(n for n, files in seen.items() if need <= files)
         if not nodes:
-            yield i, _no_node(job, reads, "no node of the Ray cluster can read")
+            yield i, None, "", _no_node(job, reads, "no node of the Ray cluster can read")
             continue
         cand[i] = nodes
         queues.setdefault(nodes, deque()).append(i)
@@ -123,7 +124,7 @@ def _schedule(ray, fn, jobs: list, reads, resource: str | None, notes: list) -> 
         if not inflight:  # pairs left whose every reader is gone
             for q in queues.values():
                 for i in q:
-                    yield i, _no_node(jobs[i], reads, "no live node of the Ray cluster left that can read")
+                    yield i, None, "", _no_node(jobs[i], reads, "no live node of the Ray cluster left that can read")
             return
         (ref,), _ = ray.wait(list(inflight), num_returns=1)
         i, n = inflight.pop(ref)
@@ -140,9 +141,9 @@ def _schedule(ray, fn, jobs: list, reads, resource: str | None, notes: list) -> 
                 cand[i] = frozenset(others or {n})
                 queues.setdefault(cand[i], deque()).appendleft(i)
                 continue
-            outcome = {"result": None, "log": None,
-                       "error": f"the compare worker died on Ray node {n} ({type(e).__name__}), {tries[i]} tries"}
-        yield i, dict(outcome, node=n)
+            yield i, None, n, f"the compare worker died on Ray node {n} ({type(e).__name__}), {tries[i]} tries"
+            continue
+        yield i, outcome, n, ""
 
 
 def _next(queues: dict[frozenset, deque], node: str) -> int | None:
@@ -156,5 +157,5 @@ def _next(queues: dict[frozenset, deque], node: str) -> int | None:
     return queues[best].popleft() if best is not None else None
 
 
-def _no_node(job, reads, why: str) -> dict:
-    return {"result": None, "log": None, "error": f"{why} {' and '.join(reads(job))}"}
+def _no_node(job, reads, why: str) -> str:
+    return f"{why} {' and '.join(reads(job))}"

@@ -12,7 +12,7 @@ import html
 import io
 import math
 
-from verl_pdbg_conf.compare.nodes import layer_label, layers_of
+from verl_pdbg_conf.compare.nodes import MAX_LAYERS, fold_layers, layer_label, layers_of
 from verl_pdbg_conf.compare.runs import _layout_of, _rank_number
 
 MAX_PLOTS = 50  # diverged pairs plotted; the others are in the overview and get one line
@@ -35,21 +35,21 @@ def pair_layers(an) -> list:
 
 
 def plot_layers(an, metric: str, threshold: float, title: str = "") -> bytes:
-    """PNG: one bar per layer (x: its span of nodes in execution order; y: its worst metric, log scale),
-    red above the threshold; the first divergence a red line with its node named; NaN and Inf layers
-    marked with triangles along the top."""
+    """PNG: one bar per layer (at most MAX_LAYERS, adjacent ones folded; x: from its first node to the
+    next layer's, in execution order; y: its worst metric, log scale), red above the threshold; the
+    first divergence a red line with its node named; NaN and Inf layers marked along the top."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
 
-    layers = pair_layers(an)
+    layers = fold_layers(pair_layers(an), MAX_LAYERS)
     total = max(an.n_nodes, sum(lay.n_nodes for lay in layers), 1)
     floor = threshold / 100 if threshold > 0 else 1e-9
     fig = Figure(figsize=(11, 3.6), dpi=100)
     ax = fig.add_subplot(1, 1, 1)
     xs = [lay.first_order for lay in layers]
-    widths = [max(lay.n_nodes, 1) for lay in layers]
+    widths = [max(nxt - x, 1) for x, nxt in zip(xs, xs[1:] + [total])]
     ys = [max(lay.worst, floor) if lay.worst is not None else floor for lay in layers]
     colours = ["#c0392b" if lay.worst is not None and lay.worst > threshold else
                "#bbbbbb" if not lay.worst else "#2c7fb8" for lay in layers]
@@ -61,14 +61,14 @@ def plot_layers(an, metric: str, threshold: float, title: str = "") -> bytes:
     ax.set_ylim(floor / 2, top)
     ax.set_xlim(0, total)
     for flag, colour, mark in (("nan", "#8e44ad", "NaN"), ("inf", "#e67e22", "Inf")):
-        hit = [lay.first_order + lay.n_nodes / 2 for lay in layers if getattr(lay, flag)]
+        hit = [x + w / 2 for x, w, lay in zip(xs, widths, layers) if getattr(lay, flag)]
         if hit:
             ax.scatter(hit, [top / 3] * len(hit), marker="v", s=40, color=colour, zorder=4,
                        label=f"{mark} in a layer ({len(hit)})")
     first = an.first
     if first is not None:
         lay = next((lay for lay in layers if lay.diverged), None)
-        where = lay.label if lay else (layer_label(first.module) or first.where or "")
+        where = (lay.label if lay else "") or layer_label(first.module) or first.where or ""
         ax.axvline(first.order, color="#c0392b", linewidth=1.4, zorder=3)
         name = first.name if len(first.name) < 64 else "..." + first.name[-61:]
         left = first.order < 0.6 * total
@@ -135,7 +135,7 @@ def where_first(p) -> str:
         return ""
     f = an.first
     lay = next((lay for lay in an.layers if lay.diverged), None)
-    place = lay.label if lay else (layer_label(f.module) or f.where or f.owner)
+    place = (lay.label if lay else "") or layer_label(f.module) or f.where or f.owner
     total = an.n_nodes or len(an.nodes)
     return f"{place} @{100 * f.order / total:.0f}%" if total else place
 

@@ -18,18 +18,21 @@ import tempfile
 from dataclasses import dataclass, field
 
 from verl_pdbg_conf.core.findings import Finding, Severity
-from verl_pdbg_conf.compare.executors import default_jobs, run_local, worker_pool  # noqa: F401 (the API)
-from verl_pdbg_conf.compare.msprobe_csv import read_result
-from verl_pdbg_conf.compare.nodes import (DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS, Analysis, MetricUnavailable,
-                                          _json_number, layers_of)
+from verl_pdbg_conf.compare.engine import PairJob, PairOutcome, compare_pair, header_of
+from verl_pdbg_conf.compare.ignores import DEFAULT_IGNORES
+from verl_pdbg_conf.compare.nodes import DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS, Analysis, _json_number
 from verl_pdbg_conf.run.inspect_run import _INNER, _RANK, _STAGE, _STEP, scan
 
 E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
 DEFAULT_TOP = 5
 EXIT_OK, EXIT_DIVERGED, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
-CSV_POLICIES = ("diverged", "all", "none")  # which pairs keep msprobe's result CSV in the output directory
-MAX_KEPT_NODES = 10_000  # a pair's nodes come back to the driver up to this many (layers always do)
-SUMMARY = "summary.json"  # per pair, in its output directory; the whole comparison's at the top
+# Each worker holds torch and msprobe (a few hundred MB) and msprobe's tensor compare starts its own pool.
+MAX_DEFAULT_JOBS = 4
+SUMMARY = "summary.json"  # with an output directory: per pair in its directory, the whole comparison at the top
+
+
+def default_jobs() -> int:
+    return max(1, min(os.cpu_count() or 1, MAX_DEFAULT_JOBS))
 
 
 class UsageError(ValueError):
@@ -61,7 +64,7 @@ class Pair:
     rank: int | None
     out_dir: str = ""
     note: str = ""
-    status: str = "pending"  # same | diverged | error
+    status: str = "pending"  # same | diverged | mismatch (collected differently) | error
     analysis: Analysis | None = None
     result_file: str | None = None
     log_file: str | None = None
@@ -87,7 +90,11 @@ class Comparison:
     threshold: float
     top: int
     ignore_dtype: bool = False
-    msprobe_csv: str = "diverged"
+    dtype_aware: bool = False
+    msprobe_csv: str | None = None  # diverged | all: msprobe's own compare also ran on those pairs
+    ignores: tuple = ()
+    ray: str | None = None  # a Ray cluster's address (or "auto"): pairs run there, not in local workers
+    ray_resource: str | None = None  # only Ray nodes holding this custom resource
     pairs: list[Pair] = field(default_factory=list)
     only_in_target: list[Side] = field(default_factory=list)
     only_in_golden: list[Side] = field(default_factory=list)
@@ -103,9 +110,9 @@ class Comparison:
         rank) is in one run only; 2 nothing could be compared; 0 every pair compared, none diverged."""
         if any(p.status == "diverged" for p in self.pairs):
             return EXIT_DIVERGED
-        if not self.pairs or all(p.status == "error" for p in self.pairs):
+        if not self.pairs or all(p.status in ("error", "mismatch") for p in self.pairs):
             return EXIT_USAGE
-        if any(p.status == "error" for p in self.pairs) or self.only_in_target or self.only_in_golden:
+        if any(p.status in ("error", "mismatch") for p in self.pairs) or self.only_in_target or self.only_in_golden:
             return EXIT_INCOMPLETE
         return EXIT_OK
 
@@ -287,60 +294,6 @@ def _msprobe_compare(job: tuple[str, str, str]) -> dict:
     return {"result": os.path.join(out, new[-1]) if new else None, "error": error, "log": log}
 
 
-@dataclass(frozen=True)
-class PairJob:
-    """What a worker needs to compare one pair (picklable; sent to worker processes or Ray nodes)."""
-    target: str
-    golden: str
-    out_dir: str | None  # None: a temporary directory on the worker's node (Ray), files come back as data
-    metric: str
-    threshold: float
-    top: int
-    ignore_dtype: bool = False
-    msprobe_csv: str = "diverged"
-
-    @property
-    def reads(self) -> tuple[str, str]:
-        return self.target, self.golden
-
-
-def msprobe_pair(job: PairJob) -> dict:
-    """The per-pair job of today, in a worker: msprobe's own compare, its CSV read here into an Analysis
-    that is bounded whatever the dump's size (its layers; its nodes up to MAX_KEPT_NODES). The CSV is
-    kept per job.msprobe_csv (deleted otherwise); on a Ray node it comes back as bytes."""
-    out = job.out_dir or tempfile.mkdtemp(prefix="verl-pdbg-pair-")
-    try:
-        outcome = _msprobe_compare((job.target, job.golden, out))
-        outcome["log_tail"] = _log_tail(outcome["log"])
-        result = outcome["result"]
-        if result:
-            try:
-                an = read_result(result, job.metric, job.threshold, job.top, job.target, job.ignore_dtype)
-            except MetricUnavailable as e:
-                outcome["metric_error"] = str(e)
-            except (OSError, ValueError, KeyError) as e:
-                outcome["read_error"] = str(e)
-            else:
-                an.n_nodes = len(an.nodes)
-                an.layers = layers_of(an.nodes, an.first)
-                if an.n_nodes > MAX_KEPT_NODES:
-                    an.nodes = []
-                outcome["analysis"] = an
-                keep = job.msprobe_csv == "all" or (job.msprobe_csv == "diverged" and an.first is not None)
-                if not keep:
-                    os.remove(result)
-                    outcome["result"] = None
-                elif job.out_dir is None:
-                    with open(result, "rb") as fh:
-                        outcome["csv"] = (os.path.basename(result), fh.read())
-        if job.out_dir is None:
-            outcome["result"] = outcome["log"] = None
-        return outcome
-    finally:
-        if job.out_dir is None:
-            shutil.rmtree(out, ignore_errors=True)
-
-
 def _log_tail(log: str | None, n: int = 3) -> str:
     """msprobe's last errors and warnings (not its CANN complaint, which every CPU run logs)."""
     try:
@@ -394,31 +347,37 @@ def _diagnose(pair: Pair, outcome: dict) -> Finding:
 def compare_runs(target: str, golden: str, out_dir: str | None = None, metric: str = DEFAULT_METRIC,
                  threshold: float = DEFAULT_THRESHOLD, top: int = DEFAULT_TOP, jobs: int | None = None,
                  progress=None, ignore_dtype: bool = False, pool: cf.Executor | None = None,
-                 ray: str | None = None, ray_resource: str | None = None, msprobe_csv: str = "diverged",
-                 job_fn=msprobe_pair) -> Comparison:
-    """Pair, compare and analyze. progress(done, total) is called as pairs finish. `pool` (from
-    worker_pool()) lets several comparisons share workers that have imported msprobe already; `ray`
-    (an address, or "auto") runs the pairs on a Ray cluster instead (ray_runner). `job_fn(PairJob) ->
-    outcome` is the per-pair job (msprobe_pair). Writes a summary.json per pair and one for the whole."""
+                 msprobe_csv: str | None = None, ignores=None, dtype_aware: bool = False,
+                 keep_nodes: int = 0, ray: str | None = None, ray_resource: str | None = None,
+                 job_fn=compare_pair) -> Comparison:
+    """Pair, compare (the engine, per pair) and analyze. progress(done, total) is called as pairs
+    finish. msprobe_csv: None, "diverged" or "all": also run msprobe's own compare on those pairs for
+    its result file. ignores: fnmatch patterns of nodes left out (None: DEFAULT_IGNORES). `pool`
+    (from worker_pool()) lets several comparisons share workers; `ray` (an address, or "auto") runs
+    the pairs on a Ray cluster instead (ray_runner). job_fn(PairJob) -> PairOutcome is the per-pair
+    job. With an output directory, a summary.json per pair and one for the whole are written there."""
     if metric not in METRICS:
         raise UsageError(f"unknown metric {metric!r}; one of {', '.join(METRICS)}")
-    if msprobe_csv not in CSV_POLICIES:
-        raise UsageError(f"--msprobe-csv {msprobe_csv!r}: one of {', '.join(CSV_POLICIES)}")
+    if msprobe_csv not in (None, "diverged", "all"):
+        raise UsageError(f"--msprobe-csv {msprobe_csv!r}: diverged or all")
     for p in (target, golden):
         if not os.path.exists(p):
             raise UsageError(f"{p}: no such file or directory")
-    if out_dir is None:
+    if out_dir is None and msprobe_csv:
         out_dir = tempfile.mkdtemp(prefix="verl-pdbg-compare-")
     for root in (target, golden):
-        if _inside(out_dir, root):
+        if out_dir and _inside(out_dir, root):
             raise UsageError(f"-o {out_dir} is inside {root}: nothing is written under TARGET or GOLDEN")
     t_sides, g_sides = collect(target), collect(golden)
     for p, sides in ((target, t_sides), (golden, g_sides)):
         if not sides:
             raise UsageError(f"{p}: no rank directory or dump.json there (give a save_path, a step_N/stage "
                              "directory or a dump.json)")
-    cmp = Comparison(os.path.abspath(target), os.path.abspath(golden), os.path.abspath(out_dir), metric,
-                     threshold, top, ignore_dtype=ignore_dtype, msprobe_csv=msprobe_csv)
+    cmp = Comparison(os.path.abspath(target), os.path.abspath(golden), os.path.abspath(out_dir) if out_dir else "",
+                     metric, threshold, top, ignore_dtype=ignore_dtype)
+    cmp.msprobe_csv, cmp.dtype_aware = msprobe_csv, dtype_aware
+    cmp.ray, cmp.ray_resource = ray, ray_resource
+    cmp.ignores = tuple(DEFAULT_IGNORES if ignores is None else ignores)
     cmp.pairs, cmp.only_in_target, cmp.only_in_golden, cmp.findings = pair_up(t_sides, g_sides)
     if not cmp.pairs and {s.key for s in t_sides}.isdisjoint({s.key for s in g_sides}):
         raise UsageError(f"{target} and {golden} have no (step, stage, rank) in common: give two paths of the "
@@ -426,86 +385,205 @@ def compare_runs(target: str, golden: str, out_dir: str | None = None, metric: s
     for side, which in [(s, "target") for s in cmp.only_in_target] + [(s, "golden") for s in cmp.only_in_golden]:
         cmp.findings.append(_finding("compare-pairing", W, f"{side.label} is in the {which} run only",
                                      os.path.dirname(side.path), "the other run did not collect it"))
-    _run(cmp, jobs, progress, pool, ray, ray_resource, job_fn)
-    _write_json(os.path.join(cmp.out_dir, SUMMARY), as_dict(cmp))
+    todo = _prechecked(cmp)
+    _refuse_metric(cmp, todo)
+    _run_engine(cmp, todo, jobs, progress, pool, keep_nodes, job_fn)
+    if msprobe_csv:
+        _run_msprobe(cmp, jobs, pool)
+    if cmp.out_dir:
+        write_summaries(cmp)
     return cmp
 
 
-def _run(cmp: Comparison, jobs: int | None, progress, shared: cf.Executor | None = None, ray: str | None = None,
-         ray_resource: str | None = None, job_fn=msprobe_pair) -> None:
-    todo: list[Pair] = []
+def _prechecked(cmp: Comparison) -> list[Pair]:
+    todo = []
     for p in cmp.pairs:
-        p.out_dir = os.path.join(cmp.out_dir, *p.target.key, p.rank_label)
         bad = [f for f in (_precheck(p.target), _precheck(p.golden)) if f]
         if bad:
             p.status, p.findings = "error", bad
-            continue
-        os.makedirs(p.out_dir, mode=0o750, exist_ok=True)
-        todo.append(p)
+        else:
+            todo.append(p)
+    return todo
+
+
+def _refuse_metric(cmp: Comparison, todo: list[Pair]) -> None:
+    """A metric no dump here can give is refused before anything runs (exit 2)."""
+    spec = METRICS[cmp.metric]
+    for p in todo:
+        for side in (p.target, p.golden):
+            head = header_of(side.path)
+            task = "md5" if head.get("summary_mode") == "md5" else head.get("task")
+            if task and task not in spec.tasks:
+                offered = ", ".join(m for m, s in METRICS.items() if task in s.tasks)
+                raise UsageError(f"--metric {cmp.metric} cannot be computed from {side.file_label}: a {task} dump "
+                                 f"(metrics for it: {offered})")
+
+
+def worker_pool(jobs: int | None = None) -> cf.ProcessPoolExecutor:
+    """Worker processes for the engine and msprobe compare. spawn, not fork: the caller may have torch
+    loaded."""
+    return cf.ProcessPoolExecutor(max_workers=jobs or default_jobs(),
+                                  mp_context=multiprocessing.get_context("spawn"))
+
+
+def _run_engine(cmp: Comparison, todo: list[Pair], jobs: int | None, progress, shared: cf.Executor | None,
+                keep_nodes: int, job_fn=compare_pair) -> None:
+    def job(p: Pair) -> PairJob:
+        return PairJob(p.target.path, p.golden.path, cmp.metric, cmp.threshold, cmp.top, cmp.ignore_dtype,
+                       cmp.dtype_aware, cmp.ignores, keep_nodes)
+
     done = len(cmp.pairs) - len(todo)
     if progress:
         progress(done, len(cmp.pairs))
     if not todo:
         return
-    specs = [PairJob(p.target.path, p.golden.path, None if ray else p.out_dir, cmp.metric, cmp.threshold, cmp.top,
-                     cmp.ignore_dtype, cmp.msprobe_csv) for p in todo]
-    notes: list[str] = []
-    cluster_error: tuple = ()
-    if ray:
-        from verl_pdbg_conf.compare.ray_runner import ClusterError, run_ray
-
-        finished, cluster_error = run_ray(job_fn, specs, _reads, ray, ray_resource, notes), (ClusterError,)
-    else:
-        finished = run_local(job_fn, specs, jobs, shared)
-    try:
-        for i, outcome in finished:
-            _finish(cmp, todo[i], outcome)
+    if cmp.ray:
+        _spread(cmp, todo, job_fn, job, lambda p, out: _finish_engine(cmp, p, out), progress, done, len(cmp.pairs),
+                lambda p, error: PairOutcome(error=error, rule="compare-failed", path=p.target.path,
+                                             hint="see the Ray cluster's logs for that node"))
+        return
+    workers = max(1, min(jobs or default_jobs(), len(todo)))
+    if shared is None and workers == 1:  # one pair or -j 1: no worker process to start
+        for p in todo:
+            _finish_engine(cmp, p, job_fn(job(p)))
             done += 1
             if progress:
                 progress(done, len(cmp.pairs))
-    except cluster_error as e:
+        return
+    retry = _pool(todo, shared or worker_pool(workers), job_fn, job,
+                  lambda p, out: _finish_engine(cmp, p, out), progress, done, len(cmp.pairs), shared is None)
+    for p in retry:  # a worker died (killed, out of memory) and took the pool: each again, in this process
+        _finish_engine(cmp, p, job_fn(job(p)))
+
+
+def _run_msprobe(cmp: Comparison, jobs: int | None, shared: cf.Executor | None) -> None:
+    """msprobe's own compare, for its CSV: on the diverged pairs, or on every compared pair."""
+    todo = [p for p in cmp.pairs if p.status == "diverged" or (cmp.msprobe_csv == "all" and p.status == "same")]
+    if not todo:
+        return
+    for p in todo:
+        p.out_dir = _pair_dir(cmp, p)
+        os.makedirs(p.out_dir, mode=0o750, exist_ok=True)
+    if cmp.ray:  # the CSV comes back as data and is written here, by the driver
+        _spread(cmp, todo, msprobe_remote, lambda p: (p.target.path, p.golden.path),
+                lambda p, out: _finish_csv(p, _csv_written(p, out)), None, 0, len(todo),
+                lambda p, error: {"result": None, "error": error, "log": None})
+        return
+    workers = max(1, min(jobs or default_jobs(), len(todo)))
+    lost = _pool(todo, shared or worker_pool(workers), _msprobe_compare,
+                 lambda p: (p.target.path, p.golden.path, p.out_dir), lambda p, out: _finish_csv(p, out),
+                 None, 0, len(todo), shared is None)
+    if lost:
+        _pool(lost, worker_pool(1), _msprobe_compare, lambda p: (p.target.path, p.golden.path, p.out_dir),
+              lambda p, out: _finish_csv(p, out), None, 0, len(lost), True,
+              died={"result": None, "error": "the msprobe compare worker process died", "log": None})
+
+
+def _pool(todo: list[Pair], pool: cf.Executor, fn, make_job, finish, progress, done: int, total: int, own: bool,
+          died: dict | None = None) -> list[Pair]:
+    """Run fn(make_job(p)) for each pair; finish(p, outcome) as they complete. Returns the pairs lost to a
+    worker that died (when `died` is None; otherwise they finish with it)."""
+    lost = []
+    try:
+        try:
+            futures = {pool.submit(fn, make_job(p)): p for p in todo}
+        except cf.process.BrokenProcessPool:
+            return list(todo)  # a shared pool broken earlier
+        for fut in cf.as_completed(futures):
+            p = futures[fut]
+            try:
+                outcome = fut.result()
+            except cf.process.BrokenProcessPool:
+                if died is None:
+                    lost.append(p)
+                    continue
+                outcome = died
+            finish(p, outcome)
+            done += 1
+            if progress:
+                progress(done, total)
+    finally:
+        if own:
+            pool.shutdown(wait=True, cancel_futures=True)
+    return lost
+
+
+def _spread(cmp: Comparison, todo: list[Pair], fn, make_job, finish, progress, done: int, total: int, failed) -> None:
+    """On the Ray cluster: fn(make_job(p)) per pair, finish(p, outcome) as they come back; a pair the
+    cluster could not run finishes with failed(p, error). Ray is imported here only."""
+    from verl_pdbg_conf.compare.ray_runner import ClusterError, run_ray
+
+    notes: list[str] = []
+    try:
+        for i, outcome, node, error in run_ray(fn, [make_job(p) for p in todo], _reads, cmp.ray, cmp.ray_resource,
+                                               notes):
+            p = todo[i]
+            p.ran_on = node or p.ran_on
+            finish(p, failed(p, error) if error else outcome)
+            done += 1
+            if progress:
+                progress(done, total)
+    except ClusterError as e:
         raise UsageError(str(e)) from e
-    cmp.findings += [_finding("compare-ray", W, n, cmp.out_dir) for n in notes]
+    cmp.findings += [_finding("compare-ray", W, n, cmp.ray) for n in notes if n not in
+                     {f.message for f in cmp.findings}]
 
 
-def _reads(job: PairJob) -> tuple[str, str]:
-    return job.reads
+def _reads(job) -> tuple[str, str]:
+    """The two dump.json files a job reads (a PairJob, or msprobe's (target, golden))."""
+    return (job.target, job.golden) if isinstance(job, PairJob) else tuple(job[:2])
 
 
-def _finish(cmp: Comparison, p: Pair, outcome: dict) -> None:
-    """One pair's outcome in: its status, findings and analysis; its summary.json (and the CSV a Ray
-    node sent back) written here, by the driver."""
-    p.log_file = outcome.get("log")
-    p.ran_on = outcome.get("node", "")
-    p.result_file = outcome.get("result")
+def msprobe_remote(job: tuple[str, str]) -> dict:
+    """On a Ray node: msprobe's own compare into a temporary directory there; its CSV comes back as bytes
+    (the driver writes it), with the tail of msprobe's log."""
+    out = tempfile.mkdtemp(prefix="verl-pdbg-csv-")
+    try:
+        outcome = _msprobe_compare((job[0], job[1], out))
+        outcome["log_tail"] = _log_tail(outcome["log"])
+        if outcome["result"]:
+            with open(outcome["result"], "rb") as fh:
+                outcome["csv"] = (os.path.basename(outcome["result"]), fh.read())
+        outcome["result"] = outcome["log"] = None
+        return outcome
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def _csv_written(p: Pair, outcome: dict) -> dict:
     if outcome.get("csv"):
-        name, data = outcome["csv"]
-        p.result_file = os.path.join(p.out_dir, name)
-        with open(p.result_file, "wb") as fh:
+        name, data = outcome.pop("csv")
+        outcome["result"] = os.path.join(p.out_dir, name)
+        with open(outcome["result"], "wb") as fh:
             fh.write(data)
-    if outcome.get("metric_error"):
-        p.status = "error"
-        p.findings.append(_finding("compare-metric", E, f"{p.label}: {outcome['metric_error']}",
-                                   p.result_file or p.target.path, "choose another --metric for this task"))
-    elif outcome.get("read_error"):
-        p.status = "error"
-        p.findings.append(_finding("compare-failed", E, f"{p.label}: msprobe's result cannot be read "
-                                   f"({outcome['read_error']})", p.result_file or p.target.path))
-    elif outcome.get("analysis") is None:
-        p.status = "error"
-        p.findings.append(_diagnose(p, outcome))
+    return outcome
+
+
+def _pair_dir(cmp: Comparison, p: Pair) -> str:
+    return os.path.join(cmp.out_dir, *p.target.key, p.rank_label)
+
+
+def _finish_engine(cmp: Comparison, p: Pair, out: PairOutcome) -> None:
+    for rule, msg, hint in out.notes:
+        p.findings.append(_finding(rule, I, f"{p.label}: {msg}", p.target.path, hint))
+    if out.analysis is None:
+        p.status = "mismatch" if out.rule == "compare-mismatch" else "error"
+        sev = W if p.status == "mismatch" else E
+        side = p.golden if out.path == p.golden.path else p.target
+        what = f"{side.file_label} {out.error}" if out.rule.startswith("dump-") else f"{p.label}: {out.error}"
+        p.findings.append(_finding(out.rule, sev, what, out.path or p.target.path, out.hint))
+        return
+    p.analysis = out.analysis
+    p.status = "diverged" if p.analysis.first else "same"
+
+
+def _finish_csv(p: Pair, outcome: dict) -> None:
+    p.log_file = outcome.get("log")
+    if outcome.get("result"):
+        p.result_file = outcome["result"]
     else:
-        p.analysis = outcome["analysis"]
-        p.status = "diverged" if p.analysis.first else "same"
-    _write_json(os.path.join(p.out_dir, SUMMARY), pair_dict(p, cmp.metric, layers=True))
-    if p.status == "same" and p.analysis:
-        p.analysis.layers = []  # in its summary.json; only a diverged pair is plotted
-
-
-def _write_json(path: str, doc: dict) -> None:
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh, indent=1)
-        fh.write("\n")
+        f = _diagnose(p, outcome)  # the engine's verdict stands; only msprobe's CSV is missing
+        p.findings.append(Finding(f.rule, W, f.message, f.file, f.line, f.column, f.path, f.hint))
 
 
 # ----------------------------------------------------------------------------- data out
@@ -522,7 +600,8 @@ def layer_dict(layer) -> dict:
 
 
 def pair_dict(p: Pair, metric: str, layers: bool = False) -> dict:
-    """One pair as data: bounded (first divergence, top, counts; with `layers`, its per-layer summary)."""
+    """One pair as data, bounded whatever the dump's size: its first divergence, top nodes and counts;
+    with `layers`, its per-layer summary (Analysis.layers, at most a few thousand entries)."""
     an = p.analysis
     d = {
         "step": p.step, "stage": p.stage, "rank": p.rank,
@@ -532,7 +611,10 @@ def pair_dict(p: Pair, metric: str, layers: bool = False) -> dict:
         "top": [n.as_dict(metric) for n in an.top] if an else [],
         "result_file": p.result_file,
         "task": an.task if an else None,
-        "nodes": (an.n_nodes or len(an.nodes)) if an else 0,
+        "nodes": an.n_nodes if an else 0,
+        "minibatches": an.minibatches if an else None,
+        "ignored": dict(an.ignored) if an else {},
+        "both_nonfinite": an.both_nonfinite.as_dict(metric) if an and an.both_nonfinite else None,
         "target": p.target.path, "golden": p.golden.path,
         "findings": [f.to_dict() for f in p.findings],
     }
@@ -543,11 +625,29 @@ def pair_dict(p: Pair, metric: str, layers: bool = False) -> dict:
     return d
 
 
+def write_summaries(cmp: Comparison) -> None:
+    """OUT/<step>/<stage>/<inner>/<rank>/summary.json per pair (with its layers) and OUT/summary.json (the
+    whole comparison, without them): bounded files, written by this process only."""
+    for p in cmp.pairs:
+        d = _pair_dir(cmp, p)
+        os.makedirs(d, mode=0o750, exist_ok=True)
+        _write_json(os.path.join(d, SUMMARY), pair_dict(p, cmp.metric, layers=True))
+    _write_json(os.path.join(cmp.out_dir, SUMMARY), as_dict(cmp))
+
+
+def _write_json(path: str, doc: dict) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, indent=1)
+        fh.write("\n")
+
+
 def as_dict(cmp: Comparison) -> dict:
     pairs = [pair_dict(p, cmp.metric) for p in cmp.pairs]
     return {
         "target": cmp.target, "golden": cmp.golden, "output_dir": cmp.out_dir,
         "metric": cmp.metric, "threshold": cmp.threshold,
+        "ignore_patterns": [p[0] if isinstance(p, tuple) else p for p in cmp.ignores],
+        "msprobe_csv": cmp.msprobe_csv,
         "pairs": pairs,
         "only_in_target": [side_dict(s) for s in cmp.only_in_target],
         "only_in_golden": [side_dict(s) for s in cmp.only_in_golden],
