@@ -1,22 +1,22 @@
 """verl-pdbg-compare at the scale of a real run, against `msprobe compare -tp -gp -o`, in one run.
 
 Dumps: one real pair written on CPU by this package's runtime profiler (tests/make_compare_dumps.py: L1
-statistics, a deeper model: --blocks, called --calls times in one actor_update stage; the target's
-blocks.3.fc weight scaled by 1.01). A size up to the real pair's is its first records; a bigger one is
+statistics, a deeper model: --blocks, --minibatches forward+backward passes with an optimizer step in
+one actor_update stage; the target's blocks.3.fc weight scaled by 1.01). A size up to the real pair's is its first records; a bigger one is
 the real records replicated (each copy's API calls renumbered after the last, so every name stays
 unique and in execution order): real 200k-record L1 runs take too long on 2 shared cores. The script
 says which each size is. A record is one tensor's statistics (one row of msprobe's CSV).
 
 Per size, one pair, each whole command timed once, side by side:
   ours     `verl-pdbg-compare T G --format json -o OUT -j 1` (whatever per-pair job it runs: the
-           script names it; until the engine lands it is msprobe's own compare, read in the worker)
+           script names it; -j 1 runs one pair in the command's own process)
   msprobe  `msprobe compare -tp T -gp G -o OUT`
 records/s = records in the pair / wall time; peak = the largest sum of RSS over the command's process
 tree (sampled every 50 ms). Then the whole-run time of --pairs pairs (--run-size records each) with the
 local process pool and with a local Ray cluster of --ray-nodes nodes (ray.cluster_utils.Cluster, one CPU
 each; its start-up not counted).
 
-    python bench/compare_scale.py [--sizes 2000,20000,200000] [--pairs 4] [--run-size 5000] [--ray-nodes 2]"""
+    python bench/compare_scale.py [--sizes 2000,20000,200000] [--pairs 4] [--run-size 20000] [--ray-nodes 2]"""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.g
 CALL = re.compile(r"^(?P<api>.+)\.(?P<n>\d+)\.(?P<dir>forward|backward)$")
 
 
-def make_real(work: str, blocks: int, calls: int) -> tuple[str, str]:
+def make_real(work: str, blocks: int, minibatches: int) -> tuple[str, str]:
     """One real pair (golden, scaled) of one actor_update stage; returns the two dump.json paths."""
     cfg = os.path.join(work, "l1.json")
     with open(cfg, "w") as fh:
@@ -45,7 +45,7 @@ def make_real(work: str, blocks: int, calls: int) -> tuple[str, str]:
                    "statistics": {"scope": [], "list": [], "data_mode": ["all"]}}, fh)
     proc = subprocess.run([sys.executable, os.path.join(REPO, "tests", "make_compare_dumps.py"),
                            os.path.join(work, "real"), cfg, "0", "0", "0", "--steps", "1", "--stages", "actor_update",
-                           "--variants", "golden,scaled", "--blocks", str(blocks), "--calls", str(calls)],
+                           "--variants", "golden,scaled", "--blocks", str(blocks), "--minibatches", str(minibatches)],
                           cwd=work, env=ENV, capture_output=True, text=True)
     if proc.returncode:
         sys.exit(f"making the dumps failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
@@ -129,10 +129,12 @@ def check(proc: subprocess.CompletedProcess, what: str) -> dict:
 
 
 def job_name() -> str:
+    """The per-pair job verl-pdbg-compare runs by default (the engine once it has landed)."""
     from verl_pdbg_conf.compare.runs import compare_runs
 
-    fn = inspect.signature(compare_runs).parameters["job_fn"].default
-    return f"{fn.__module__}.{fn.__name__}"
+    fn = inspect.signature(compare_runs).parameters.get("job_fn")
+    fn = fn.default if fn is not None else None
+    return f"{fn.__module__}.{fn.__name__}" if fn else "unknown"
 
 
 def layout(root: str, pairs: int, src: str, records: int) -> None:
@@ -144,9 +146,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="2000,20000,200000", help="records per pair")
     ap.add_argument("--blocks", type=int, default=64, help="depth of the real model")
-    ap.add_argument("--calls", type=int, default=8, help="forward+backward passes in the real stage")
+    ap.add_argument("--minibatches", type=int, default=8, help="forward+backward passes in the real stage")
     ap.add_argument("--pairs", type=int, default=4, help="pairs of the whole run")
-    ap.add_argument("--run-size", type=int, default=5000, help="records per pair of the whole run")
+    ap.add_argument("--run-size", type=int, default=20000, help="records per pair of the whole run")
     ap.add_argument("--ray-nodes", type=int, default=2)
     ap.add_argument("--no-ray", action="store_true")
     a = ap.parse_args()
@@ -155,15 +157,15 @@ def main() -> None:
     work = tempfile.mkdtemp(prefix="bench-compare-scale-")
     try:
         t0 = time.perf_counter()
-        real_g, real_t = make_real(work, a.blocks, a.calls)
+        real_g, real_t = make_real(work, a.blocks, a.minibatches)
         with open(real_g) as fh:
             real = count(json.load(fh)["data"])
-        print(f"real pair: {real:,} records (L1 statistics, {a.blocks} blocks x {a.calls} calls, actor_update) "
-              f"made in {time.perf_counter() - t0:.0f} s")
+        print(f"real pair: {real:,} records (L1 statistics, {a.blocks} blocks x {a.minibatches} mini-batches, "
+              f"actor_update) made in {time.perf_counter() - t0:.0f} s; bigger sizes replicate its records")
         job = job_name()
-        engine = not job.endswith(".msprobe_pair")
+        engine = ".engine." in job
         print(f"verl-pdbg-compare's per-pair job: {job}" + ("" if engine else
-              " (msprobe's own compare, read in the worker: the engine has not landed; this measures today's job)"))
+              " (not the engine: this measures today's per-pair job)"))
         print()
         head = (f"{'records':>9} {'made':>10} | {'ours s':>8} {'rec/s':>8} {'peak MB':>8} | {'msprobe s':>9} "
                 f"{'rec/s':>8} {'peak MB':>8} | {'msprobe/ours':>12}")
@@ -179,9 +181,11 @@ def main() -> None:
             doc = check(proc, "verl-pdbg-compare")
             mt, mm, proc = measured(["msprobe", "compare", "-tp", tp, "-gp", gp, "-o", os.path.join(d, "msprobe")])
             check(proc, "msprobe compare")
-            first = (doc.get("pairs") or [{}])[0].get("first_divergence") or {}
+            pair = (doc.get("pairs") or [{}])[0]
+            first = pair.get("first_divergence") or {}
             print(f"{n:>9,} {made:>10} | {ot:>8.2f} {n / ot:>8,.0f} {om / 2**20:>8.0f} | {mt:>9.2f} {n / mt:>8,.0f} "
-                  f"{mm / 2**20:>8.0f} | {mt / ot:>11.2f}x   first: {first.get('name')}", flush=True)
+                  f"{mm / 2**20:>8.0f} | {mt / ot:>11.2f}x   ({pair.get('nodes')} nodes judged; first: "
+                  f"{first.get('name')} {first.get('module') or first.get('where') or ''})", flush=True)
             shutil.rmtree(d, ignore_errors=True)
         print()
         target, golden = os.path.join(work, "run", "target"), os.path.join(work, "run", "golden")
