@@ -146,3 +146,23 @@ def test_html_small_run_names_the_layer_in_each_cell():
     overview = page.split("<h2>Pairs</h2>")[0]
     assert ">model.layers.3.mlp @" in overview and "<th>rank0</th><th>rank1</th><th>rank2</th>" in overview
     assert page.count("<img ") == 4  # step 2: 2 stages x 2 ranks
+
+
+def test_pair_summary_is_bounded_whatever_the_layers():
+    """The engine may hand back thousands of layers (one per module); a pair's summary.json folds them."""
+    import json
+
+    from verl_pdbg_conf.compare.nodes import LayerStat
+    from verl_pdbg_conf.compare.runs import pair_dict
+
+    layers = [LayerStat(f"model.layers.{i // 8}.part{i % 8}", i * 100, 100, 1e-7 * (i % 3)) for i in range(4096)]
+    layers[2500].diverged, layers[3000].nan = True, True
+    an = Analysis("statistics", first=node(250_000, "model.layers.312.part4", 0.01), layers=layers, n_nodes=409_600)
+    key = ("step_1", "actor_update", "step0")
+    p = Pair(Side(key, "rank0", "/t/x/dump.json"), Side(key, "rank0", "/g/x/dump.json"), 1, "actor_update", 0,
+             status="diverged", analysis=an)
+    d = pair_dict(p, "NormRelativeErr", layers=True)
+    assert len(d["layers"]) <= MAX_LAYERS and sum(lay["nodes"] for lay in d["layers"]) == 409_600
+    assert sum(lay["diverged"] for lay in d["layers"]) == 1 and sum(lay["nan"] for lay in d["layers"]) == 1
+    assert "model.layers.312" in next(lay["label"] for lay in d["layers"] if lay["diverged"])
+    assert len(json.dumps(d)) < 100_000

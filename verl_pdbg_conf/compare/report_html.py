@@ -84,8 +84,8 @@ def plot_layers(an, metric: str, threshold: float, title: str = "") -> bytes:
     ticks = _ticks(layers, 10)
     ax.set_xticks([lay.first_order for lay in ticks])
     ax.set_xticklabels([_short(lay.label.split(" .. ")[0]) for lay in ticks], rotation=20, ha="right", fontsize=7)
-    ax.set_xlabel(f"layers in execution order ({len(layers)} bars over {total:,} nodes; width = nodes in the layer)",
-                  fontsize=8)
+    ax.set_xlabel(f"layers in execution order ({len(layers)} bars over {total:,} nodes; a bar spans from the "
+                  "layer's first node to the next layer's)", fontsize=8)
     ax.set_ylabel(f"worst {metric}", fontsize=8)
     if title:
         ax.set_title(title, fontsize=9)

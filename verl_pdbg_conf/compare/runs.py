@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from verl_pdbg_conf.core.findings import Finding, Severity
 from verl_pdbg_conf.compare.engine import PairJob, PairOutcome, compare_pair, header_of
 from verl_pdbg_conf.compare.ignores import DEFAULT_IGNORES
-from verl_pdbg_conf.compare.nodes import DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS, Analysis, _json_number
+from verl_pdbg_conf.compare.nodes import (DEFAULT_METRIC, DEFAULT_THRESHOLD, MAX_LAYERS, METRICS, Analysis, _json_number,
+                                          fold_layers)
 from verl_pdbg_conf.run.inspect_run import _INNER, _RANK, _STAGE, _STEP, scan
 
 E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
@@ -601,7 +602,7 @@ def layer_dict(layer) -> dict:
 
 def pair_dict(p: Pair, metric: str, layers: bool = False) -> dict:
     """One pair as data, bounded whatever the dump's size: its first divergence, top nodes and counts;
-    with `layers`, its per-layer summary (Analysis.layers, at most a few thousand entries)."""
+    with `layers`, its per-layer summary (Analysis.layers folded to at most MAX_LAYERS entries)."""
     an = p.analysis
     d = {
         "step": p.step, "stage": p.stage, "rank": p.rank,
@@ -621,7 +622,7 @@ def pair_dict(p: Pair, metric: str, layers: bool = False) -> dict:
     if p.ran_on:
         d["ran_on"] = p.ran_on
     if layers:
-        d["layers"] = [layer_dict(lay) for lay in an.layers] if an else []
+        d["layers"] = [layer_dict(lay) for lay in fold_layers(an.layers, MAX_LAYERS)] if an else []
     return d
 
 
