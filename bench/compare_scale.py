@@ -103,19 +103,23 @@ def measured(argv: list[str]) -> tuple[float, int, subprocess.CompletedProcess]:
     """(wall seconds, peak RSS of the process tree in bytes, the finished process)."""
     import psutil
 
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    root = psutil.Process(proc.pid)
-    peak = 0
-    while proc.poll() is None:
-        try:
-            rss = sum(p.memory_info().rss for p in [root, *root.children(recursive=True)])
-        except psutil.Error:
-            rss = 0
-        peak = max(peak, rss)
-        time.sleep(0.05)
-    out, err = proc.communicate()
-    return time.perf_counter() - t0, peak, subprocess.CompletedProcess(argv, proc.returncode, out, err)
+    # output to files, not pipes: msprobe prints progress bars enough to fill a pipe nobody reads yet
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(argv, env=ENV, stdout=out, stderr=err, text=True)
+        root = psutil.Process(proc.pid)
+        peak = 0
+        while proc.poll() is None:
+            try:
+                rss = sum(p.memory_info().rss for p in [root, *root.children(recursive=True)])
+            except psutil.Error:
+                rss = 0
+            peak = max(peak, rss)
+            time.sleep(0.05)
+        dt = time.perf_counter() - t0
+        out.seek(0)
+        err.seek(0)
+        return dt, peak, subprocess.CompletedProcess(argv, proc.returncode, out.read(), err.read())
 
 
 def ours_cmd(target: str, golden: str, out: str, *extra: str) -> list[str]:
