@@ -46,11 +46,12 @@ def runs(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def cluster():
     """head (0 CPU) + two nodes with the "dumps" resource + one node without it; this process joins."""
-    os.environ["PYTHONPATH"] = ENV["PYTHONPATH"]  # the nodes' workers import this checkout
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
-    readers = [c.add_node(num_cpus=1, resources={"dumps": 1}) for _ in range(2)]
-    other = c.add_node(num_cpus=1)
-    c.wait_for_nodes()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTHONPATH", ENV["PYTHONPATH"])  # the nodes' workers import this checkout
+        c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+        readers = [c.add_node(num_cpus=1, resources={"dumps": 1}) for _ in range(2)]
+        other = c.add_node(num_cpus=1)
+        c.wait_for_nodes()
     ray.init(address=c.address, log_to_driver=False)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the fault-injecting jobs below
     c.readers = {n.node_id for n in readers}

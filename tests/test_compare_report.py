@@ -91,8 +91,8 @@ def test_500k_nodes_stay_bounded_and_keep_their_marks(tmp_path):
 
 
 def synthetic_run(steps=3, stages=("actor_compute_log_prob", "actor_update"), ranks=64, diverged_from=2):
-    """A comparison of steps x stages x ranks pairs: step >= diverged_from diverges (500-node pairs),
-    one pair is an error, one rank directory is in the golden run only."""
+    """A comparison of steps x stages x ranks pairs: step >= diverged_from diverges (1000-node pairs),
+    one pair is an error, one a mismatch, one rank directory is in the golden run only."""
     cmp = Comparison("/t", "/g", "/o", "NormRelativeErr", THRESHOLD, 5)
     for step in range(1, steps + 1):
         for stage in stages:
@@ -100,11 +100,12 @@ def synthetic_run(steps=3, stages=("actor_compute_log_prob", "actor_update"), ra
                 key = (f"step_{step}", stage, "step0")
                 side = Side(key, f"rank{r}", f"/t/{'/'.join(key)}/rank{r}/dump.json")
                 p = Pair(side, Side(key, f"rank{r}", side.path.replace("/t/", "/g/")), step, stage, r)
-                if step == steps and stage == stages[0] and r == 5:
+                if step == steps and stage == stages[0] and r in (5, 6):
                     from verl_pdbg_conf.core.findings import Finding, Severity
 
-                    p.status = "error"
-                    p.findings = [Finding("dump-empty", Severity.ERROR, "dump.json is empty", side.path, 1, 1, "")]
+                    p.status, rule, msg = (("error", "dump-empty", "dump.json is empty") if r == 5 else
+                                           ("mismatch", "compare-mismatch", "collected differently (level L0 against L1)"))
+                    p.findings = [Finding(rule, Severity.ERROR, msg, side.path, 1, 1, "")]
                 else:
                     an = big_analysis(n_layers=10, per_module=25, first_layer=3 + r % 4, nan_layer=8) if step >= diverged_from \
                         else Analysis("statistics", n_nodes=500)
@@ -123,12 +124,13 @@ def test_html_overview_one_line_per_same_pair_and_bounded_plots(monkeypatch):
     page = report_html.render(cmp)
     n_same = sum(p.status == "same" for p in cmp.pairs)
     n_div = sum(p.status == "diverged" for p in cmp.pairs)
-    assert n_same == 128 and n_div == 255
+    assert n_same == 128 and n_div == 254
     # one overview row per (step, stage), a coloured cell per pair (and one for the rank in one run only)
     overview = page.split("<h2>Pairs</h2>")[0]
     assert overview.count("<tr><td>") == 6
-    assert overview.count("class='cell'") == len(cmp.pairs) + 1 + 4  # + the legend's four
+    assert overview.count("class='cell'") == len(cmp.pairs) + 1 + 5  # + the legend's five
     assert overview.count(report_html.COLOURS["diverged"]) == n_div + 1
+    assert overview.count(report_html.COLOURS["mismatch"]) == 1 + 1
     assert "step_3/actor_update/step0/rank64: only in the golden run" in overview
     # 64 ranks: compact cells, details on hover: where the pair first diverged and its place in order
     assert re.search(r"title='step_2/actor_compute_log_prob/step0/rank0: first divergence Module\.model\.layers\.3\.mlp", overview)
@@ -136,7 +138,8 @@ def test_html_overview_one_line_per_same_pair_and_bounded_plots(monkeypatch):
     assert page.count("<img ") == report_html.MAX_PLOTS
     assert page.count("none diverges") == n_same
     assert page.count("(plotted: the first") == n_div - report_html.MAX_PLOTS
-    assert "dump-empty: dump.json is empty" in page and "<script" not in page
+    assert "dump-empty: dump.json is empty" in page and "compare-mismatch: collected differently" in page
+    assert "<script" not in page
     assert len(page) < 8_000_000
 
 

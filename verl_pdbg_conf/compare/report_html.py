@@ -17,7 +17,8 @@ from verl_pdbg_conf.compare.runs import _layout_of, _rank_number
 
 MAX_PLOTS = 50  # diverged pairs plotted; the others are in the overview and get one line
 COMPACT_RANKS = 16  # above this many ranks, overview cells are colour only (details on hover)
-COLOURS = {"same": "#cfe8d5", "diverged": "#f1b0a8", "error": "#f6d7a7", "pending": "#eeeeee", "only": "#dddddd"}
+COLOURS = {"same": "#cfe8d5", "diverged": "#f1b0a8", "error": "#f6d7a7", "mismatch": "#d9cdee", "pending": "#eeeeee",
+           "only": "#dddddd"}  # by Pair.status; "only": in one run only
 
 
 def matplotlib_missing() -> str:
@@ -145,8 +146,8 @@ def _cell_text(p) -> tuple[str, str]:
     if p.status == "diverged":
         f = p.analysis.first
         return where_first(p), f"{p.label}: first divergence {f.name} ({f.direction} {f.kind}, node {f.order})"
-    if p.status == "error":
-        return "error", f"{p.label}: " + "; ".join(f.message for f in p.findings)
+    if p.status in ("error", "mismatch"):
+        return p.status, f"{p.label}: " + "; ".join(f.message for f in p.findings)
     return p.status, f"{p.label}: {p.status}"
 
 
@@ -179,6 +180,7 @@ def overview(cmp) -> str:
                 tds.append("<td></td>")
                 continue
             status, text, hover, link = cells[r]
+            status = status if status in COLOURS else "pending"
             inner = "" if compact else html.escape(text)
             if link:
                 inner = f"<a href='{link}'>{inner or '&nbsp;'}</a>"
@@ -187,7 +189,7 @@ def overview(cmp) -> str:
         out.append(f"<tr><td>{'-' if step is None else step}</td><td>{html.escape(stage)}</td>{''.join(tds)}</tr>")
     out.append("</table>")
     legend = " ".join(f"<span class='cell' style='background:{COLOURS[s]}'>{s if s != 'only' else 'in one run only'}"
-                      "</span>" for s in ("same", "diverged", "error", "only"))
+                      "</span>" for s in ("same", "diverged", "error", "mismatch", "only"))
     note = "diverged cells: the layer of the first divergence @ its place in execution order" + \
         ("; hover a cell for details" if compact else "")
     return f"<p>{legend}<br><small>{note}</small></p>" + "\n".join(out)
