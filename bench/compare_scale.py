@@ -148,7 +148,7 @@ def layout(root: str, pairs: int, src: str, records: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sizes", default="2000,20000,200000", help="records per pair")
+    ap.add_argument("--sizes", default="2000,20000,200000", help="records per pair ('' for the whole run only)")
     ap.add_argument("--blocks", type=int, default=64, help="depth of the real model")
     ap.add_argument("--minibatches", type=int, default=8, help="forward+backward passes in the real stage")
     ap.add_argument("--pairs", type=int, default=4, help="pairs of the whole run")
@@ -175,7 +175,7 @@ def main() -> None:
                 f"{'rec/s':>8} {'peak MB':>8} | {'msprobe/ours':>12}")
         print(head)
         print("-" * len(head))
-        for size in (int(s) for s in a.sizes.split(",")):
+        for size in (int(s) for s in a.sizes.split(",") if s):
             d = os.path.join(work, f"s{size}")
             n = resize(real_t, os.path.join(d, "t"), size)
             resize(real_g, os.path.join(d, "g"), size)
@@ -197,7 +197,7 @@ def main() -> None:
         layout(golden, a.pairs, real_g, a.run_size)
         dt, _, proc = measured(ours_cmd(target, golden, os.path.join(work, "run", "local")))
         doc = check(proc, "verl-pdbg-compare (local pool)")
-        from verl_pdbg_conf.compare.executors import default_jobs
+        from verl_pdbg_conf.compare.runs import default_jobs
 
         print(f"whole run, {a.pairs} pairs x {a.run_size:,} records: local pool ({default_jobs()} workers) {dt:.1f} s, "
               f"{sum(p['status'] == 'diverged' for p in doc['pairs'])} diverged", flush=True)
