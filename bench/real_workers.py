@@ -1,12 +1,13 @@
 #!/usr/bin/env python
 """verl 0.9.1's real PPO workers on CPU, profiled with `tool: precision_debugger`, two steps.
 
-    python bench/real_workers.py --out DIR [--level L0|L1] [--runtime pdbg|verl] [--strict]
+    python bench/real_workers.py --out DIR [--level L0|L1] [--runtime pdbg|verl] [--strict] [--nproc N]
 
 Builds a tiny random Qwen2 causal LM from a transformers config (no download), then verl's own
 worker classes (verl/workers/engine_workers.py): ActorRolloutRefWorker with role "actor" and with
 role "ref", and the critic's TrainingWorker(model_type="value_model"), each on verl's FSDP2 engine
-in a 1-rank gloo world. For global steps 1 and 2 it does what RayPPOTrainer does: start_profile on
+in a gloo world of --nproc ranks (1 by default; one process per rank, each given its share of
+the batch as verl's data-parallel dispatch does). For global steps 1 and 2 it does what RayPPOTrainer does: start_profile on
 each worker group (profile_step=N), then the real decorated methods with batches in the trainer's
 form (DataProto -> TensorDict -> no-padding, plus the non-tensor keys each method reads):
 actor compute_log_prob, ref compute_ref_log_prob, critic infer_batch (values), critic
@@ -308,7 +309,8 @@ def child(args) -> dict:
     import torch.distributed as dist
 
     _register_cpu_platform()
-    dist.init_process_group("gloo", rank=0, world_size=1)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo", rank=rank, world_size=world)
 
     from functools import partial
 
@@ -353,6 +355,8 @@ def child(args) -> dict:
     errors, metrics = [], {}
     for step in STEPS:
         batch = _batch(step)
+        if world > 1:  # verl's DP_COMPUTE_PROTO dispatch: rank r gets the r-th chunk, the meta_info whole
+            batch = batch.chunk(world)[rank]
         # ray_trainer._start_profiling: actor group with role="train", then each distinct group
         actor.start_profile(role="train", profile_step=step)
         ref.start_profile(profile_step=step)
@@ -481,30 +485,49 @@ def _matches_stages_py(resolver: dict, resolved: dict, runtime: str) -> dict:
     return out
 
 
-def run(out: str, level: str = "L1", runtime: str = "pdbg", strict: bool = False, timeout: float = 600) -> dict:
+def run(out: str, level: str = "L1", runtime: str = "pdbg", strict: bool = False, timeout: float = 600,
+        nproc: int = 1) -> dict:
+    """One child per rank (all at once, one gloo world); the summary is rank 0's, errors are every rank's."""
     out = os.path.abspath(out)
     os.makedirs(out, exist_ok=True)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="real_workers_") as tmp:
-        result_path = os.path.join(tmp, "child.json")
-        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE="1", RANK="0",
-                   LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", VERL_PLATFORM="cpu", VERL_ENGINE_DEVICE="cuda",
-                   CUDA_VISIBLE_DEVICES="", TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1",
-                   PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
-        cmd = [sys.executable, os.path.abspath(__file__), "--child", result_path, "--out", out, "--level", level,
-               "--runtime", runtime, "--model-dir", os.path.join(tmp, "tiny_qwen2")] + (["--strict"] if strict else [])
-        proc = subprocess.run(cmd, env=env, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              timeout=timeout)
-        child_result = {}
-        if os.path.exists(result_path):
-            with open(result_path) as f:
-                child_result = json.load(f)
+        port = str(_free_port())
+        procs = []
+        for rank in range(nproc):
+            result_path = os.path.join(tmp, f"child{rank}.json")
+            env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WORLD_SIZE=str(nproc),
+                       RANK=str(rank), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(nproc), VERL_PLATFORM="cpu",
+                       VERL_ENGINE_DEVICE="cuda", CUDA_VISIBLE_DEVICES="", TOKENIZERS_PARALLELISM="false",
+                       PYTHONUNBUFFERED="1",
+                       PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
+            cmd = [sys.executable, os.path.abspath(__file__), "--child", result_path, "--out", out, "--level", level,
+                   "--runtime", runtime, "--model-dir", os.path.join(tmp, f"tiny_qwen2_{rank}")]
+            cmd += ["--strict"] if strict else []
+            procs.append((result_path, subprocess.Popen(cmd, env=env, cwd=tmp, stdout=subprocess.PIPE,
+                                                        stderr=subprocess.STDOUT, text=True)))
+        outputs, children, codes = [], [], []
+        for result_path, proc in procs:
+            try:
+                outputs.append(proc.communicate(timeout=timeout)[0])
+            except subprocess.TimeoutExpired:  # a rank stuck in a collective its peer never reached
+                for _, other in procs:
+                    other.kill()
+                outputs.append(proc.communicate()[0] + f"\n(killed after {timeout:g} s)")
+            codes.append(proc.returncode)
+            child_result = {}
+            if os.path.exists(result_path):
+                with open(result_path) as f:
+                    child_result = json.load(f)
+            children.append(child_result)
+    child_result, output = children[0], "\n".join(outputs)
+    errors = [e for c in children for e in (c.get("errors") or [])]
+    errors += [f"rank {r}: exit {c}\n{o[-4000:]}" for r, (c, o) in enumerate(zip(codes, outputs)) if c]
     files = dump_tree(out)
-    output = proc.stdout
-    warnings = child_result.get("warnings", [])
+    warnings = [w for c in children for w in c.get("warnings", [])]
     resolved = _runtime_resolved(child_result.get("runtime_resolved") or [])
     return {
-        "runtime": runtime, "level": level, "strict": strict, "exit": proc.returncode,
+        "runtime": runtime, "level": level, "strict": strict, "nproc": nproc, "exit": max(codes),
         "stages": stages_collected(files), "dump_files": files,
         "warnings": sorted(set(warnings)), "warning_count": len(warnings),
         "model_not_resolved": sum(line.count(NOT_RESOLVED) for line in output.splitlines()),
@@ -512,8 +535,7 @@ def run(out: str, level: str = "L1", runtime: str = "pdbg", strict: bool = False
         "model_found_at": child_result.get("resolver"), "runtime_resolved": resolved,
         "model_at_matches_stages_py": _matches_stages_py(child_result.get("resolver") or {}, resolved, runtime),
         "tensordict": child_result.get("tensordict"),
-        "metrics": child_result.get("metrics"), "errors": child_result.get("errors") or (
-            [] if proc.returncode == 0 else [output[-4000:]]),
+        "metrics": child_result.get("metrics"), "errors": errors,
         "seconds": round(time.perf_counter() - t0, 2), "child_seconds": child_result.get("seconds"),
     }
 
@@ -525,6 +547,7 @@ def main(argv=None) -> int:
     p.add_argument("--runtime", choices=("pdbg", "verl"), default="pdbg",
                    help="pdbg: this package's runtime (install()); verl: verl 0.9.1's own backend")
     p.add_argument("--strict", action="store_true", help="precision_debugger.strict: True")
+    p.add_argument("--nproc", type=int, default=1, help="ranks (processes) of the gloo world (FSDP2 shards over them)")
     p.add_argument("--child", metavar="RESULT", help=argparse.SUPPRESS)
     p.add_argument("--model-dir", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -534,7 +557,7 @@ def main(argv=None) -> int:
         with open(args.child, "w") as f:
             json.dump(result, f)
         return 0
-    result = run(args.out, args.level, args.runtime, args.strict)
+    result = run(args.out, args.level, args.runtime, args.strict, nproc=args.nproc)
     print(json.dumps(result, sort_keys=True))
     return 0 if result["exit"] == 0 and not result["errors"] else 1
 

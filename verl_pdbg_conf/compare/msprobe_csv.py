@@ -12,6 +12,7 @@ import csv
 import math
 import os
 
+from verl_pdbg_conf.compare.metrics import norm_rel
 from verl_pdbg_conf.compare.nodes import (METRICS, Analysis, MetricUnavailable, Node, _api_modules, _load_json,
                                           _NA, _stack_index, module_path, split_name)
 
@@ -96,11 +97,7 @@ def read_result(csv_path: str, metric: str, threshold: float, top: int, target_d
 
 
 def _norm_rel(npu: float | None, bench: float | None) -> float | None:
-    if npu is None or bench is None:
-        return None
-    if bench == 0:
-        return 0.0 if npu == 0 else math.inf
-    return abs(npu - bench) / abs(bench)
+    return norm_rel(npu, bench)
 
 
 def _cell(r: dict, col: str) -> str:

@@ -9,15 +9,19 @@ files go to an output directory outside both. Returns data; nothing is printed h
 from __future__ import annotations
 
 import concurrent.futures as cf
+import json
 import multiprocessing
 import os
 import re
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 
 from verl_pdbg_conf.core.findings import Finding, Severity
-from verl_pdbg_conf.compare.msprobe_csv import read_result
-from verl_pdbg_conf.compare.nodes import DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS, Analysis, MetricUnavailable
+from verl_pdbg_conf.compare.engine import PairJob, PairOutcome, compare_pair, header_of
+from verl_pdbg_conf.compare.ignores import DEFAULT_IGNORES
+from verl_pdbg_conf.compare.nodes import (DEFAULT_METRIC, DEFAULT_THRESHOLD, MAX_LAYERS, METRICS, Analysis, _json_number,
+                                          fold_layers)
 from verl_pdbg_conf.run.inspect_run import _INNER, _RANK, _STAGE, _STEP, scan
 
 E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
@@ -25,6 +29,7 @@ DEFAULT_TOP = 5
 EXIT_OK, EXIT_DIVERGED, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
 # Each worker holds torch and msprobe (a few hundred MB) and msprobe's tensor compare starts its own pool.
 MAX_DEFAULT_JOBS = 4
+SUMMARY = "summary.json"  # with an output directory: per pair in its directory, the whole comparison at the top
 
 
 def default_jobs() -> int:
@@ -60,11 +65,12 @@ class Pair:
     rank: int | None
     out_dir: str = ""
     note: str = ""
-    status: str = "pending"  # same | diverged | error
+    status: str = "pending"  # same | diverged | mismatch (collected differently) | error
     analysis: Analysis | None = None
     result_file: str | None = None
     log_file: str | None = None
     findings: list[Finding] = field(default_factory=list)
+    ran_on: str = ""  # the Ray node that compared it (--ray)
 
     @property
     def rank_label(self) -> str:
@@ -85,6 +91,11 @@ class Comparison:
     threshold: float
     top: int
     ignore_dtype: bool = False
+    dtype_aware: bool = False
+    msprobe_csv: str | None = None  # diverged | all: msprobe's own compare also ran on those pairs
+    ignores: tuple = ()
+    ray: str | None = None  # a Ray cluster's address (or "auto"): pairs run there, not in local workers
+    ray_resource: str | None = None  # only Ray nodes holding this custom resource
     pairs: list[Pair] = field(default_factory=list)
     only_in_target: list[Side] = field(default_factory=list)
     only_in_golden: list[Side] = field(default_factory=list)
@@ -100,9 +111,9 @@ class Comparison:
         rank) is in one run only; 2 nothing could be compared; 0 every pair compared, none diverged."""
         if any(p.status == "diverged" for p in self.pairs):
             return EXIT_DIVERGED
-        if not self.pairs or all(p.status == "error" for p in self.pairs):
+        if not self.pairs or all(p.status in ("error", "mismatch") for p in self.pairs):
             return EXIT_USAGE
-        if any(p.status == "error" for p in self.pairs) or self.only_in_target or self.only_in_golden:
+        if any(p.status in ("error", "mismatch") for p in self.pairs) or self.only_in_target or self.only_in_golden:
             return EXIT_INCOMPLETE
         return EXIT_OK
 
@@ -327,7 +338,7 @@ def _diagnose(pair: Pair, outcome: dict) -> Finding:
             return _finding("dump-empty", E, f"{side.file_label} holds no records", side.path,
                             "the stage ran no hooked API or module (config.json scope/list/level, or the stage's "
                             "model was not resolved)")
-    said = _log_tail(outcome.get("log")) or outcome.get("error") or "no result file"
+    said = outcome.get("log_tail") or _log_tail(outcome.get("log")) or outcome.get("error") or "no result file"
     return _finding("compare-failed", E, f"{pair.label}: msprobe compare wrote no result: {said}",
                     outcome.get("log") or pair.target.path,
                     "the two dumps may be of different tasks or levels, or hold no call in common; "
@@ -336,26 +347,38 @@ def _diagnose(pair: Pair, outcome: dict) -> Finding:
 
 def compare_runs(target: str, golden: str, out_dir: str | None = None, metric: str = DEFAULT_METRIC,
                  threshold: float = DEFAULT_THRESHOLD, top: int = DEFAULT_TOP, jobs: int | None = None,
-                 progress=None, ignore_dtype: bool = False, pool: cf.Executor | None = None) -> Comparison:
-    """Pair, compare and analyze. progress(done, total) is called as pairs finish. `pool` (from
-    worker_pool()) lets several comparisons share workers that have imported msprobe already."""
+                 progress=None, ignore_dtype: bool = False, pool: cf.Executor | None = None,
+                 msprobe_csv: str | None = None, ignores=None, dtype_aware: bool = False,
+                 keep_nodes: int = 0, ray: str | None = None, ray_resource: str | None = None,
+                 job_fn=compare_pair) -> Comparison:
+    """Pair, compare (the engine, per pair) and analyze. progress(done, total) is called as pairs
+    finish. msprobe_csv: None, "diverged" or "all": also run msprobe's own compare on those pairs for
+    its result file. ignores: fnmatch patterns of nodes left out (None: DEFAULT_IGNORES). `pool`
+    (from worker_pool()) lets several comparisons share workers; `ray` (an address, or "auto") runs
+    the pairs on a Ray cluster instead (ray_runner). job_fn(PairJob) -> PairOutcome is the per-pair
+    job. With an output directory, a summary.json per pair and one for the whole are written there."""
     if metric not in METRICS:
         raise UsageError(f"unknown metric {metric!r}; one of {', '.join(METRICS)}")
+    if msprobe_csv not in (None, "diverged", "all"):
+        raise UsageError(f"--msprobe-csv {msprobe_csv!r}: diverged or all")
     for p in (target, golden):
         if not os.path.exists(p):
             raise UsageError(f"{p}: no such file or directory")
-    if out_dir is None:
+    if out_dir is None and msprobe_csv:
         out_dir = tempfile.mkdtemp(prefix="verl-pdbg-compare-")
     for root in (target, golden):
-        if _inside(out_dir, root):
+        if out_dir and _inside(out_dir, root):
             raise UsageError(f"-o {out_dir} is inside {root}: nothing is written under TARGET or GOLDEN")
     t_sides, g_sides = collect(target), collect(golden)
     for p, sides in ((target, t_sides), (golden, g_sides)):
         if not sides:
             raise UsageError(f"{p}: no rank directory or dump.json there (give a save_path, a step_N/stage "
                              "directory or a dump.json)")
-    cmp = Comparison(os.path.abspath(target), os.path.abspath(golden), os.path.abspath(out_dir), metric,
-                     threshold, top, ignore_dtype=ignore_dtype)
+    cmp = Comparison(os.path.abspath(target), os.path.abspath(golden), os.path.abspath(out_dir) if out_dir else "",
+                     metric, threshold, top, ignore_dtype=ignore_dtype)
+    cmp.msprobe_csv, cmp.dtype_aware = msprobe_csv, dtype_aware
+    cmp.ray, cmp.ray_resource = ray, ray_resource
+    cmp.ignores = tuple(DEFAULT_IGNORES if ignores is None else ignores)
     cmp.pairs, cmp.only_in_target, cmp.only_in_golden, cmp.findings = pair_up(t_sides, g_sides)
     if not cmp.pairs and {s.key for s in t_sides}.isdisjoint({s.key for s in g_sides}):
         raise UsageError(f"{target} and {golden} have no (step, stage, rank) in common: give two paths of the "
@@ -363,43 +386,108 @@ def compare_runs(target: str, golden: str, out_dir: str | None = None, metric: s
     for side, which in [(s, "target") for s in cmp.only_in_target] + [(s, "golden") for s in cmp.only_in_golden]:
         cmp.findings.append(_finding("compare-pairing", W, f"{side.label} is in the {which} run only",
                                      os.path.dirname(side.path), "the other run did not collect it"))
-    _run(cmp, jobs, progress, pool)
+    todo = _prechecked(cmp)
+    _refuse_metric(cmp, todo)
+    _run_engine(cmp, todo, jobs, progress, pool, keep_nodes, job_fn)
+    if msprobe_csv:
+        _run_msprobe(cmp, jobs, pool)
+    if cmp.out_dir:
+        write_summaries(cmp)
     return cmp
 
 
+def _prechecked(cmp: Comparison) -> list[Pair]:
+    todo = []
+    for p in cmp.pairs:
+        bad = [f for f in (_precheck(p.target), _precheck(p.golden)) if f]
+        if bad:
+            p.status, p.findings = "error", bad
+        else:
+            todo.append(p)
+    return todo
+
+
+def _refuse_metric(cmp: Comparison, todo: list[Pair]) -> None:
+    """A metric no dump here can give is refused before anything runs (exit 2)."""
+    spec = METRICS[cmp.metric]
+    for p in todo:
+        for side in (p.target, p.golden):
+            head = header_of(side.path)
+            task = "md5" if head.get("summary_mode") == "md5" else head.get("task")
+            if task and task not in spec.tasks:
+                offered = ", ".join(m for m, s in METRICS.items() if task in s.tasks)
+                raise UsageError(f"--metric {cmp.metric} cannot be computed from {side.file_label}: a {task} dump "
+                                 f"(metrics for it: {offered})")
+
+
 def worker_pool(jobs: int | None = None) -> cf.ProcessPoolExecutor:
-    """Worker processes for msprobe compare. spawn, not fork: the caller may have torch loaded."""
+    """Worker processes for the engine and msprobe compare. spawn, not fork: the caller may have torch
+    loaded."""
     return cf.ProcessPoolExecutor(max_workers=jobs or default_jobs(),
                                   mp_context=multiprocessing.get_context("spawn"))
 
 
-def _run(cmp: Comparison, jobs: int | None, progress, shared: cf.Executor | None = None) -> None:
-    todo: list[Pair] = []
-    for p in cmp.pairs:
-        p.out_dir = os.path.join(cmp.out_dir, *p.target.key, p.rank_label)
-        bad = [f for f in (_precheck(p.target), _precheck(p.golden)) if f]
-        if bad:
-            p.status, p.findings = "error", bad
-            continue
-        os.makedirs(p.out_dir, mode=0o750, exist_ok=True)
-        todo.append(p)
+def _run_engine(cmp: Comparison, todo: list[Pair], jobs: int | None, progress, shared: cf.Executor | None,
+                keep_nodes: int, job_fn=compare_pair) -> None:
+    def job(p: Pair) -> PairJob:
+        return PairJob(p.target.path, p.golden.path, cmp.metric, cmp.threshold, cmp.top, cmp.ignore_dtype,
+                       cmp.dtype_aware, cmp.ignores, keep_nodes)
+
     done = len(cmp.pairs) - len(todo)
     if progress:
         progress(done, len(cmp.pairs))
     if not todo:
         return
+    if cmp.ray:
+        _spread(cmp, todo, job_fn, job, lambda p, out: _finish_engine(cmp, p, out), progress, done, len(cmp.pairs),
+                lambda p, error: PairOutcome(error=error, rule="compare-failed", path=p.target.path,
+                                             hint="see the Ray cluster's logs for that node"))
+        return
     workers = max(1, min(jobs or default_jobs(), len(todo)))
-    retry = _pool(cmp, todo, shared or worker_pool(workers), progress, done, last_try=False, own=shared is None)
-    for p in retry:  # a worker died (killed, out of memory) and took the pool: each again, alone
-        _pool(cmp, [p], worker_pool(1), progress, len(cmp.pairs) - len(retry), last_try=True, own=True)
+    if shared is None and workers == 1:  # one pair or -j 1: no worker process to start
+        for p in todo:
+            _finish_engine(cmp, p, job_fn(job(p)))
+            done += 1
+            if progress:
+                progress(done, len(cmp.pairs))
+        return
+    retry = _pool(todo, shared or worker_pool(workers), job_fn, job,
+                  lambda p, out: _finish_engine(cmp, p, out), progress, done, len(cmp.pairs), shared is None)
+    for p in retry:  # a worker died (killed, out of memory) and took the pool: each again, in this process
+        _finish_engine(cmp, p, job_fn(job(p)))
 
 
-def _pool(cmp: Comparison, todo: list[Pair], pool: cf.Executor, progress, done: int, last_try: bool,
-          own: bool) -> list[Pair]:
+def _run_msprobe(cmp: Comparison, jobs: int | None, shared: cf.Executor | None) -> None:
+    """msprobe's own compare, for its CSV: on the diverged pairs, or on every compared pair."""
+    todo = [p for p in cmp.pairs if p.status == "diverged" or (cmp.msprobe_csv == "all" and p.status == "same")]
+    if not todo:
+        return
+    for p in todo:
+        p.out_dir = _pair_dir(cmp, p)
+        os.makedirs(p.out_dir, mode=0o750, exist_ok=True)
+    if cmp.ray:  # the CSV comes back as data and is written here, by the driver
+        _spread(cmp, todo, msprobe_remote, lambda p: (p.target.path, p.golden.path),
+                lambda p, out: _finish_csv(p, _csv_written(p, out)), None, 0, len(todo),
+                lambda p, error: {"result": None, "error": error, "log": None})
+        return
+    workers = max(1, min(jobs or default_jobs(), len(todo)))
+    lost = _pool(todo, shared or worker_pool(workers), _msprobe_compare,
+                 lambda p: (p.target.path, p.golden.path, p.out_dir), lambda p, out: _finish_csv(p, out),
+                 None, 0, len(todo), shared is None)
+    if lost:
+        _pool(lost, worker_pool(1), _msprobe_compare, lambda p: (p.target.path, p.golden.path, p.out_dir),
+              lambda p, out: _finish_csv(p, out), None, 0, len(lost), True,
+              died={"result": None, "error": "the msprobe compare worker process died", "log": None})
+
+
+def _pool(todo: list[Pair], pool: cf.Executor, fn, make_job, finish, progress, done: int, total: int, own: bool,
+          died: dict | None = None) -> list[Pair]:
+    """Run fn(make_job(p)) for each pair; finish(p, outcome) as they complete. Returns the pairs lost to a
+    worker that died (when `died` is None; otherwise they finish with it)."""
     lost = []
     try:
         try:
-            futures = {pool.submit(_msprobe_compare, (p.target.path, p.golden.path, p.out_dir)): p for p in todo}
+            futures = {pool.submit(fn, make_job(p)): p for p in todo}
         except cf.process.BrokenProcessPool:
             return list(todo)  # a shared pool broken earlier
         for fut in cf.as_completed(futures):
@@ -407,41 +495,96 @@ def _pool(cmp: Comparison, todo: list[Pair], pool: cf.Executor, progress, done: 
             try:
                 outcome = fut.result()
             except cf.process.BrokenProcessPool:
-                if not last_try:
+                if died is None:
                     lost.append(p)
                     continue
-                outcome = {"result": None, "error": "the msprobe compare worker process died", "log": None}
-            _finish(cmp, p, outcome)
+                outcome = died
+            finish(p, outcome)
             done += 1
             if progress:
-                progress(done, len(cmp.pairs))
+                progress(done, total)
     finally:
         if own:
             pool.shutdown(wait=True, cancel_futures=True)
     return lost
 
 
-def _finish(cmp: Comparison, p: Pair, outcome: dict) -> None:
-    p.log_file = outcome.get("log")
-    if not outcome.get("result"):
-        p.status = "error"
-        p.findings.append(_diagnose(p, outcome))
-        return
-    p.result_file = outcome["result"]
+def _spread(cmp: Comparison, todo: list[Pair], fn, make_job, finish, progress, done: int, total: int, failed) -> None:
+    """On the Ray cluster: fn(make_job(p)) per pair, finish(p, outcome) as they come back; a pair the
+    cluster could not run finishes with failed(p, error). Ray is imported here only."""
+    from verl_pdbg_conf.compare.ray_runner import ClusterError, run_ray
+
+    notes: list[str] = []
     try:
-        p.analysis = read_result(p.result_file, cmp.metric, cmp.threshold, cmp.top, p.target.path,
-                                 cmp.ignore_dtype)
-    except MetricUnavailable as e:
-        p.status = "error"
-        p.findings.append(_finding("compare-metric", E, f"{p.label}: {e}", p.result_file,
-                                   "choose another --metric for this task"))
+        for i, outcome, node, error in run_ray(fn, [make_job(p) for p in todo], _reads, cmp.ray, cmp.ray_resource,
+                                               notes):
+            p = todo[i]
+            p.ran_on = node or p.ran_on
+            finish(p, failed(p, error) if error else outcome)
+            done += 1
+            if progress:
+                progress(done, total)
+    except ClusterError as e:
+        raise UsageError(str(e)) from e
+    cmp.findings += [_finding("compare-ray", W, n, cmp.ray) for n in notes if n not in
+                     {f.message for f in cmp.findings}]
+
+
+def _reads(job) -> tuple[str, str]:
+    """The two dump.json files a job reads (a PairJob, or msprobe's (target, golden))."""
+    return (job.target, job.golden) if isinstance(job, PairJob) else tuple(job[:2])
+
+
+def msprobe_remote(job: tuple[str, str]) -> dict:
+    """On a Ray node: msprobe's own compare into a temporary directory there; its CSV comes back as bytes
+    (the driver writes it), with the tail of msprobe's log."""
+    out = tempfile.mkdtemp(prefix="verl-pdbg-csv-")
+    try:
+        outcome = _msprobe_compare((job[0], job[1], out))
+        outcome["log_tail"] = _log_tail(outcome["log"])
+        if outcome["result"]:
+            with open(outcome["result"], "rb") as fh:
+                outcome["csv"] = (os.path.basename(outcome["result"]), fh.read())
+        outcome["result"] = outcome["log"] = None
+        return outcome
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def _csv_written(p: Pair, outcome: dict) -> dict:
+    if outcome.get("csv"):
+        name, data = outcome.pop("csv")
+        outcome["result"] = os.path.join(p.out_dir, name)
+        with open(outcome["result"], "wb") as fh:
+            fh.write(data)
+    return outcome
+
+
+def _pair_dir(cmp: Comparison, p: Pair) -> str:
+    return os.path.join(cmp.out_dir, *p.target.key, p.rank_label)
+
+
+def _finish_engine(cmp: Comparison, p: Pair, out: PairOutcome) -> None:
+    for rule, msg, hint in out.notes:
+        p.findings.append(_finding(rule, I, f"{p.label}: {msg}", p.target.path, hint))
+    if out.analysis is None:
+        p.status = "mismatch" if out.rule == "compare-mismatch" else "error"
+        sev = W if p.status == "mismatch" else E
+        side = p.golden if out.path == p.golden.path else p.target
+        what = f"{side.file_label} {out.error}" if out.rule.startswith("dump-") else f"{p.label}: {out.error}"
+        p.findings.append(_finding(out.rule, sev, what, out.path or p.target.path, out.hint))
         return
-    except (OSError, ValueError, KeyError) as e:
-        p.status = "error"
-        p.findings.append(_finding("compare-failed", E, f"{p.label}: msprobe's result cannot be read ({e})",
-                                   p.result_file))
-        return
+    p.analysis = out.analysis
     p.status = "diverged" if p.analysis.first else "same"
+
+
+def _finish_csv(p: Pair, outcome: dict) -> None:
+    p.log_file = outcome.get("log")
+    if outcome.get("result"):
+        p.result_file = outcome["result"]
+    else:
+        f = _diagnose(p, outcome)  # the engine's verdict stands; only msprobe's CSV is missing
+        p.findings.append(Finding(f.rule, W, f.message, f.file, f.line, f.column, f.path, f.hint))
 
 
 # ----------------------------------------------------------------------------- data out
@@ -452,25 +595,60 @@ def side_dict(s: Side) -> dict:
             "path": s.path}
 
 
-def as_dict(cmp: Comparison) -> dict:
-    pairs = []
+def layer_dict(layer) -> dict:
+    return {"label": layer.label, "first_order": layer.first_order, "nodes": layer.n_nodes,
+            "worst": _json_number(layer.worst), "nan": layer.nan, "inf": layer.inf, "diverged": layer.diverged}
+
+
+def pair_dict(p: Pair, metric: str, layers: bool = False) -> dict:
+    """One pair as data, bounded whatever the dump's size: its first divergence, top nodes and counts;
+    with `layers`, its per-layer summary (Analysis.layers folded to at most MAX_LAYERS entries)."""
+    an = p.analysis
+    d = {
+        "step": p.step, "stage": p.stage, "rank": p.rank,
+        "rank_dir": {"target": p.target.rank_dir, "golden": p.golden.rank_dir},
+        "status": p.status,
+        "first_divergence": an.first.as_dict(metric) if an and an.first else None,
+        "top": [n.as_dict(metric) for n in an.top] if an else [],
+        "result_file": p.result_file,
+        "task": an.task if an else None,
+        "nodes": an.n_nodes if an else 0,
+        "minibatches": an.minibatches if an else None,
+        "ignored": dict(an.ignored) if an else {},
+        "both_nonfinite": an.both_nonfinite.as_dict(metric) if an and an.both_nonfinite else None,
+        "target": p.target.path, "golden": p.golden.path,
+        "findings": [f.to_dict() for f in p.findings],
+    }
+    if p.ran_on:
+        d["ran_on"] = p.ran_on
+    if layers:
+        d["layers"] = [layer_dict(lay) for lay in fold_layers(an.layers, MAX_LAYERS)] if an else []
+    return d
+
+
+def write_summaries(cmp: Comparison) -> None:
+    """OUT/<step>/<stage>/<inner>/<rank>/summary.json per pair (with its layers) and OUT/summary.json (the
+    whole comparison, without them): bounded files, written by this process only."""
     for p in cmp.pairs:
-        an = p.analysis
-        pairs.append({
-            "step": p.step, "stage": p.stage, "rank": p.rank,
-            "rank_dir": {"target": p.target.rank_dir, "golden": p.golden.rank_dir},
-            "status": p.status,
-            "first_divergence": an.first.as_dict(cmp.metric) if an and an.first else None,
-            "top": [n.as_dict(cmp.metric) for n in an.top] if an else [],
-            "result_file": p.result_file,
-            "task": an.task if an else None,
-            "nodes": len(an.nodes) if an else 0,
-            "target": p.target.path, "golden": p.golden.path,
-            "findings": [f.to_dict() for f in p.findings],
-        })
+        d = _pair_dir(cmp, p)
+        os.makedirs(d, mode=0o750, exist_ok=True)
+        _write_json(os.path.join(d, SUMMARY), pair_dict(p, cmp.metric, layers=True))
+    _write_json(os.path.join(cmp.out_dir, SUMMARY), as_dict(cmp))
+
+
+def _write_json(path: str, doc: dict) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, indent=1)
+        fh.write("\n")
+
+
+def as_dict(cmp: Comparison) -> dict:
+    pairs = [pair_dict(p, cmp.metric) for p in cmp.pairs]
     return {
         "target": cmp.target, "golden": cmp.golden, "output_dir": cmp.out_dir,
         "metric": cmp.metric, "threshold": cmp.threshold,
+        "ignore_patterns": [p[0] if isinstance(p, tuple) else p for p in cmp.ignores],
+        "msprobe_csv": cmp.msprobe_csv,
         "pairs": pairs,
         "only_in_target": [side_dict(s) for s in cmp.only_in_target],
         "only_in_golden": [side_dict(s) for s in cmp.only_in_golden],
