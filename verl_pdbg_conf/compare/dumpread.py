@@ -92,7 +92,7 @@ class DumpReader:
             try:
                 value, end = _DEC.raw_decode(self._buf, self._pos)
             except json.JSONDecodeError as e:
-                if not self._fill(len(self._buf)):
+                if not self._fill(2 * (len(self._buf) - self._pos)):  # the cut-off record, doubled
                     raise DumpError(f"is not valid JSON ({e.msg}): truncated or overwritten") from None
                 continue
             if end == len(self._buf) and not self._eof and not isinstance(value, (dict, list, str)):

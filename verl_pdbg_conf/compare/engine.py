@@ -26,6 +26,7 @@ from verl_pdbg_conf.compare.ignores import match_ignore
 WINDOW = 1 << 16  # golden rows held while looking ahead for a target row's counterpart
 SLACK = 1 << 13  # golden rows this far behind the last match are taken as golden-only and dropped
 MAX_LAYERS = 4096  # LayerStat entries per pair; further labels fold into the last one
+MAX_PASSES = 1024  # forward passes per op whose first call number is kept (for the L1 layer index)
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,9 @@ class _Side:
                             self._back = False
                     call = _call(name)
                     if call is not None and not name.startswith(("Module.", "Cell.")):
-                        self.pass_first.setdefault(op, {}).setdefault(self.passes, call)
+                        firsts = self.pass_first.setdefault(op, {})
+                        if len(firsts) < MAX_PASSES:
+                            firsts.setdefault(self.passes, call)
                 else:
                     self._back = True
                 for row in rows_of(name, rec, direction):
