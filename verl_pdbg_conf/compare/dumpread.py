@@ -157,7 +157,7 @@ def read_header(path: str) -> dict:
         head["records"] += 1
         for row in rows_of(name, rec):
             if row.dtype and row.dtype.startswith("torch."):
-                head["summary_mode"] = "md5" if row.md5 is not None and row.stats[0] is None else "statistics"
+                head["summary_mode"] = "md5" if row.md5 is not None else "statistics"  # as msprobe's md5_find
                 break
         if head["summary_mode"]:
             break
