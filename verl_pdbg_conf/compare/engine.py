@@ -333,27 +333,27 @@ def _value_of(an, order, top, job, t, g, stat_i, spec, arrays, t_dir, g_dir, tas
     return v
 
 
-def _array_value(metric: str, t, g, t_dir: str, g_dir: str):
+def _arrays(t, g, t_dir: str, g_dir: str):
+    """The two rows' tensor files as arrays, or None without both."""
     if t.data_name in ("-1", "", None) or g.data_name in ("-1", "", None):
         return None
     try:
-        n, b = M.load_array(os.path.join(t_dir, t.data_name)), M.load_array(os.path.join(g_dir, g.data_name))
+        return M.load_array(os.path.join(t_dir, t.data_name)), M.load_array(os.path.join(g_dir, g.data_name))
     except (OSError, RuntimeError, ValueError):
         return None
-    return M.tensor_metric(metric, n, b)
+
+
+def _array_value(metric: str, t, g, t_dir: str, g_dir: str):
+    both = _arrays(t, g, t_dir, g_dir)
+    return None if both is None else M.tensor_metric(metric, *both)
 
 
 def _arrays_differ(t, g, t_dir: str, g_dir: str) -> bool:
     """The tensor task keeps the values: an integer tensor is equal only if every element is."""
     import numpy as np
 
-    if t.data_name in ("-1", "", None) or g.data_name in ("-1", "", None):
-        return False
-    try:
-        n, b = M.load_array(os.path.join(t_dir, t.data_name)), M.load_array(os.path.join(g_dir, g.data_name))
-    except (OSError, RuntimeError, ValueError):
-        return False
-    return not np.array_equal(n, b)
+    both = _arrays(t, g, t_dir, g_dir)
+    return both is not None and not np.array_equal(*both)
 
 
 class _Construct:
