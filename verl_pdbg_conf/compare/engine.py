@@ -127,8 +127,9 @@ class _Side:
                         if self._back:
                             self.minibatch += 1
                             self._back = False
-                    call = _call(name)
-                    if call is not None and not name.startswith(("Module.", "Cell.")):
+                    head, _, tail = split[1].partition(".")  # "3.forward" (an API) or "forward.0"
+                    call = int(head) if head.isdigit() else None
+                    if call is not None:
                         firsts = self.pass_first.setdefault(op, {})
                         if len(firsts) < MAX_PASSES:
                             firsts.setdefault(self.passes, call)
