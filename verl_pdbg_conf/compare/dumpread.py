@@ -71,6 +71,9 @@ class DumpReader:
 
     def _peek(self) -> str:
         """Next non-blank character ("" at end of file), not consumed."""
+        buf, pos = self._buf, self._pos
+        if pos < len(buf) and buf[pos] not in " \t\n\r":
+            return buf[pos]
         while True:
             self._pos = _WS.match(self._buf, self._pos).end()
             if self._pos < len(self._buf):
@@ -92,7 +95,7 @@ class DumpReader:
             try:
                 value, end = _DEC.raw_decode(self._buf, self._pos)
             except json.JSONDecodeError as e:
-                if not self._fill(len(self._buf)):
+                if not self._fill(2 * (len(self._buf) - self._pos)):  # the cut-off record, doubled
                     raise DumpError(f"is not valid JSON ({e.msg}): truncated or overwritten") from None
                 continue
             if end == len(self._buf) and not self._eof and not isinstance(value, (dict, list, str)):
@@ -157,7 +160,7 @@ def read_header(path: str) -> dict:
         head["records"] += 1
         for row in rows_of(name, rec):
             if row.dtype and row.dtype.startswith("torch."):
-                head["summary_mode"] = "md5" if row.md5 is not None and row.stats[0] is None else "statistics"
+                head["summary_mode"] = "md5" if row.md5 is not None else "statistics"  # as msprobe's md5_find
                 break
         if head["summary_mode"]:
             break
@@ -208,7 +211,11 @@ def _walk(data, name: str, state: str, out: list, depth: int, grad: bool) -> Non
         return
     if isinstance(data, list):
         for i, d in enumerate(data):
-            _walk(d, name if grad else f"{name}.{i}", state, out, depth + 1, grad)
+            here = name if grad else f"{name}.{i}"
+            if type(d) is dict and type(d.get("type")) is str and "class_type" not in d:
+                out.append(_leaf(d, here, state))  # the common case, without a call per tensor
+            else:
+                _walk(d, here, state, out, depth + 1, grad)
     elif isinstance(data, dict):
         if data.get("class_type") == "torch.distributed.P2POp":
             t = data.get("tensor")
@@ -227,8 +234,8 @@ def _leaf(d: dict, name: str, state: str) -> tuple:
     full = data_name.rsplit(".", 1)[0] if data_name != "-1" else name
     dtype = d.get("dtype")
     if dtype:
-        stats = (d.get("Max"), d.get("Min"), d.get("Mean"), d.get("Norm"))
-        shape = d.get("shape")
+        return (_STATE_RANK.get(state, 0), full, state, dtype if type(dtype) is str else str(dtype), d.get("shape"),
+                (d.get("Max"), d.get("Min"), d.get("Mean"), d.get("Norm")), data_name, d.get("md5"))
     else:
         typ = d.get("type")
         value = d.get("value")

@@ -26,6 +26,7 @@ from verl_pdbg_conf.compare.ignores import match_ignore
 WINDOW = 1 << 16  # golden rows held while looking ahead for a target row's counterpart
 SLACK = 1 << 13  # golden rows this far behind the last match are taken as golden-only and dropped
 MAX_LAYERS = 4096  # LayerStat entries per pair; further labels fold into the last one
+MAX_PASSES = 1024  # forward passes per op whose first call number is kept (for the L1 layer index)
 
 
 @dataclass(frozen=True)
@@ -126,9 +127,12 @@ class _Side:
                         if self._back:
                             self.minibatch += 1
                             self._back = False
-                    call = _call(name)
-                    if call is not None and not name.startswith(("Module.", "Cell.")):
-                        self.pass_first.setdefault(op, {}).setdefault(self.passes, call)
+                    head, _, tail = split[1].partition(".")  # "3.forward" (an API) or "forward.0"
+                    call = int(head) if head.isdigit() else None
+                    if call is not None:
+                        firsts = self.pass_first.setdefault(op, {})
+                        if len(firsts) < MAX_PASSES:
+                            firsts.setdefault(self.passes, call)
                 else:
                     self._back = True
                 for row in rows_of(name, rec, direction):
@@ -330,27 +334,27 @@ def _value_of(an, order, top, job, t, g, stat_i, spec, arrays, t_dir, g_dir, tas
     return v
 
 
-def _array_value(metric: str, t, g, t_dir: str, g_dir: str):
+def _arrays(t, g, t_dir: str, g_dir: str):
+    """The two rows' tensor files as arrays, or None without both."""
     if t.data_name in ("-1", "", None) or g.data_name in ("-1", "", None):
         return None
     try:
-        n, b = M.load_array(os.path.join(t_dir, t.data_name)), M.load_array(os.path.join(g_dir, g.data_name))
+        return M.load_array(os.path.join(t_dir, t.data_name)), M.load_array(os.path.join(g_dir, g.data_name))
     except (OSError, RuntimeError, ValueError):
         return None
-    return M.tensor_metric(metric, n, b)
+
+
+def _array_value(metric: str, t, g, t_dir: str, g_dir: str):
+    both = _arrays(t, g, t_dir, g_dir)
+    return None if both is None else M.tensor_metric(metric, *both)
 
 
 def _arrays_differ(t, g, t_dir: str, g_dir: str) -> bool:
     """The tensor task keeps the values: an integer tensor is equal only if every element is."""
     import numpy as np
 
-    if t.data_name in ("-1", "", None) or g.data_name in ("-1", "", None):
-        return False
-    try:
-        n, b = M.load_array(os.path.join(t_dir, t.data_name)), M.load_array(os.path.join(g_dir, g.data_name))
-    except (OSError, RuntimeError, ValueError):
-        return False
-    return not np.array_equal(n, b)
+    both = _arrays(t, g, t_dir, g_dir)
+    return both is not None and not np.array_equal(*both)
 
 
 class _Construct:

@@ -76,20 +76,11 @@ class Node:
             d["where"] = self.where
         if self.target_dtype != self.golden_dtype:
             d["dtype"] = {"target": self.target_dtype, "golden": self.golden_dtype}
-        if self.reason:
-            d["reason"] = self.reason
-        if self.result:
-            d["msprobe_result"] = self.result
-        if self.minibatch is not None:
-            d["minibatch"] = self.minibatch
-        if self.call is not None:
-            d["call"] = self.call
-        if self.golden_nonfinite:
-            d["golden_nonfinite"] = self.golden_nonfinite
-        if self.note:
-            d["note"] = self.note
-        if self.layer is not None:
-            d["layer"] = self.layer
+        for key, value in (("reason", self.reason), ("msprobe_result", self.result), ("minibatch", self.minibatch),
+                           ("call", self.call), ("golden_nonfinite", self.golden_nonfinite), ("note", self.note),
+                           ("layer", self.layer)):
+            if value not in ("", None):
+                d[key] = value
         return d
 
 
