@@ -37,6 +37,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "= 0.01%%)")
     ap.add_argument("--ignore-dtype", action="store_true", help="a dtype that differs (bf16 against fp32) is "
                     "not by itself a divergence: for runs that differ in precision on purpose")
+    ap.add_argument("--ignore", action="append", default=[], metavar="PATTERN",
+                    help="leave out records whose name matches PATTERN (fnmatch, e.g. 'Tensor.narrow.*'; "
+                    "RECORD@CALLER also matches the calling frame 'path/file.py:LINE in func'); repeatable")
+    ap.add_argument("--no-default-ignores", action="store_true",
+                    help="compare the records left out by default too (FSDP2's all-gather buffer, read before "
+                    "it is filled: different in every run; see docs/compare-ignores.md)")
     ap.add_argument("--top", type=int, default=DEFAULT_TOP, help=f"largest differences listed per pair "
                     f"(default {DEFAULT_TOP})")
     ap.add_argument("-j", "--jobs", type=int, default=None,
@@ -66,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     progress = _progress_bar() if sys.stderr.isatty() else None
     try:
         cmp = compare_runs(args.target, args.golden, args.output, args.metric, args.threshold, args.top,
-                           args.jobs, progress, args.ignore_dtype)
+                           args.jobs, progress, args.ignore_dtype, ignores=args.ignore,
+                           default_ignores=not args.no_default_ignores)
     except UsageError as e:
         sys.stderr.write(f"{PROG}: error: {e}\n")
         return EXIT_USAGE
@@ -144,6 +151,13 @@ def render_text(cmp, doc: dict) -> str:
             L += [f"  {_node(n)}" for n in p["top"]]
     if shown > TOP_SHOWN:
         L.append(f"(top lists of {shown - TOP_SHOWN} more diverged pair(s): --format json or --html)")
+    left_out = [i for i in doc["ignored"] if i["records"] or not i["default"]]
+    if left_out:
+        L.append("")
+    for i in left_out:
+        kind = "default" if i["default"] else "--ignore"
+        L.append(f"left out ({kind}): {i['records']} record(s) in {i['pairs']} pair(s) matching {i['pattern']}"
+                 + (f"\n    {i['why']}" if i["why"] else ""))
     notes = doc["diagnostics"] + [f for p in doc["pairs"] for f in p["findings"]]
     if notes:
         L.append("")

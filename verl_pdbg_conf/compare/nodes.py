@@ -99,6 +99,7 @@ class Analysis:
     top: list[Node] = field(default_factory=list)
     layers: list[LayerStat] = field(default_factory=list)  # execution order, bounded
     n_nodes: int = 0  # nodes compared, whether or not kept in `nodes`
+    ignored: dict = field(default_factory=dict)  # ignore pattern -> records it left out of this pair
 
 
 def _json_number(v):

@@ -16,6 +16,7 @@ import tempfile
 from dataclasses import dataclass, field
 
 from verl_pdbg_conf.core.findings import Finding, Severity
+from verl_pdbg_conf.compare.ignores import DEFAULT_IGNORES
 from verl_pdbg_conf.compare.msprobe_csv import read_result
 from verl_pdbg_conf.compare.nodes import DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS, Analysis, MetricUnavailable
 from verl_pdbg_conf.run.inspect_run import _INNER, _RANK, _STAGE, _STEP, scan
@@ -85,6 +86,7 @@ class Comparison:
     threshold: float
     top: int
     ignore_dtype: bool = False
+    ignores: tuple = ()  # the patterns in force (the default's first, then --ignore's)
     pairs: list[Pair] = field(default_factory=list)
     only_in_target: list[Side] = field(default_factory=list)
     only_in_golden: list[Side] = field(default_factory=list)
@@ -336,11 +338,15 @@ def _diagnose(pair: Pair, outcome: dict) -> Finding:
 
 def compare_runs(target: str, golden: str, out_dir: str | None = None, metric: str = DEFAULT_METRIC,
                  threshold: float = DEFAULT_THRESHOLD, top: int = DEFAULT_TOP, jobs: int | None = None,
-                 progress=None, ignore_dtype: bool = False, pool: cf.Executor | None = None) -> Comparison:
+                 progress=None, ignore_dtype: bool = False, pool: cf.Executor | None = None,
+                 ignores: tuple = (), default_ignores: bool = True) -> Comparison:
     """Pair, compare and analyze. progress(done, total) is called as pairs finish. `pool` (from
-    worker_pool()) lets several comparisons share workers that have imported msprobe already."""
+    worker_pool()) lets several comparisons share workers that have imported msprobe already.
+    `ignores`: record patterns left out (ignores.py), after DEFAULT_IGNORES unless default_ignores
+    is False."""
     if metric not in METRICS:
         raise UsageError(f"unknown metric {metric!r}; one of {', '.join(METRICS)}")
+    patterns = ignore_patterns(ignores, default_ignores)
     for p in (target, golden):
         if not os.path.exists(p):
             raise UsageError(f"{p}: no such file or directory")
@@ -355,7 +361,7 @@ def compare_runs(target: str, golden: str, out_dir: str | None = None, metric: s
             raise UsageError(f"{p}: no rank directory or dump.json there (give a save_path, a step_N/stage "
                              "directory or a dump.json)")
     cmp = Comparison(os.path.abspath(target), os.path.abspath(golden), os.path.abspath(out_dir), metric,
-                     threshold, top, ignore_dtype=ignore_dtype)
+                     threshold, top, ignore_dtype=ignore_dtype, ignores=patterns)
     cmp.pairs, cmp.only_in_target, cmp.only_in_golden, cmp.findings = pair_up(t_sides, g_sides)
     if not cmp.pairs and {s.key for s in t_sides}.isdisjoint({s.key for s in g_sides}):
         raise UsageError(f"{target} and {golden} have no (step, stage, rank) in common: give two paths of the "
@@ -365,6 +371,18 @@ def compare_runs(target: str, golden: str, out_dir: str | None = None, metric: s
                                      os.path.dirname(side.path), "the other run did not collect it"))
     _run(cmp, jobs, progress, pool)
     return cmp
+
+
+def ignore_patterns(ignores, default_ignores: bool = True) -> tuple[str, ...]:
+    """The patterns in force, each once: the default's, then the user's; an unusable one is a UsageError."""
+    out = [p for p, _why in DEFAULT_IGNORES] if default_ignores else []
+    for p in ignores or ():
+        if not isinstance(p, str) or not p.partition("@")[0].strip():
+            raise UsageError(f"--ignore {p!r}: give a record name pattern, e.g. 'Tensor.narrow.*' "
+                             "or 'Tensor.narrow.*@*/_fsdp_collectives.py:*'")
+        if p not in out:
+            out.append(p)
+    return tuple(out)
 
 
 def worker_pool(jobs: int | None = None) -> cf.ProcessPoolExecutor:
@@ -430,7 +448,7 @@ def _finish(cmp: Comparison, p: Pair, outcome: dict) -> None:
     p.result_file = outcome["result"]
     try:
         p.analysis = read_result(p.result_file, cmp.metric, cmp.threshold, cmp.top, p.target.path,
-                                 cmp.ignore_dtype)
+                                 cmp.ignore_dtype, cmp.ignores, p.golden.path)
     except MetricUnavailable as e:
         p.status = "error"
         p.findings.append(_finding("compare-metric", E, f"{p.label}: {e}", p.result_file,
@@ -452,6 +470,17 @@ def side_dict(s: Side) -> dict:
             "path": s.path}
 
 
+def ignored_summary(cmp: Comparison) -> list[dict]:
+    """Each pattern in force: why (the default's), the records it left out and in how many pairs."""
+    why = dict(DEFAULT_IGNORES)
+    out = []
+    for pat in cmp.ignores:
+        counts = [p.analysis.ignored.get(pat, 0) for p in cmp.pairs if p.analysis]
+        out.append({"pattern": pat, "default": pat in why, "why": why.get(pat, ""), "records": sum(counts),
+                    "pairs": sum(1 for c in counts if c)})
+    return out
+
+
 def as_dict(cmp: Comparison) -> dict:
     pairs = []
     for p in cmp.pairs:
@@ -465,12 +494,14 @@ def as_dict(cmp: Comparison) -> dict:
             "result_file": p.result_file,
             "task": an.task if an else None,
             "nodes": len(an.nodes) if an else 0,
+            "ignored": {k: v for k, v in an.ignored.items() if v} if an else {},
             "target": p.target.path, "golden": p.golden.path,
             "findings": [f.to_dict() for f in p.findings],
         })
     return {
         "target": cmp.target, "golden": cmp.golden, "output_dir": cmp.out_dir,
         "metric": cmp.metric, "threshold": cmp.threshold,
+        "ignored": ignored_summary(cmp),
         "pairs": pairs,
         "only_in_target": [side_dict(s) for s in cmp.only_in_target],
         "only_in_golden": [side_dict(s) for s in cmp.only_in_golden],
