@@ -12,7 +12,8 @@ import json
 import math
 import sys
 
-from verl_pdbg_conf.compare.runs import DEFAULT_TOP, EXIT_USAGE, UsageError, as_dict, compare_runs
+from verl_pdbg_conf.compare.runs import (DEFAULT_TOP, EXIT_USAGE, UsageError, as_dict, compare_runs, refuse_inside,
+                                        remove_output)
 from verl_pdbg_conf.compare.nodes import DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS
 
 PROG = "verl-pdbg-compare"
@@ -27,8 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
         "3 no divergence, but a pair could not be compared or is in one run only")
     ap.add_argument("target", help="the run under test: a save_path, a step_N/stage directory or a dump.json")
     ap.add_argument("golden", help="the reference run, the same kind of path")
-    ap.add_argument("-o", "--output", metavar="DIR", help="where msprobe's result files go (default: a new "
-                    "temporary directory; never inside TARGET or GOLDEN)")
+    ap.add_argument("-o", "--output", metavar="DIR", help="keep msprobe's result files in DIR (default: a "
+                    "temporary directory, removed at the end); never inside TARGET or GOLDEN")
     ap.add_argument("--metric", default=DEFAULT_METRIC, choices=list(METRICS),
                     help=f"difference to threshold (default {DEFAULT_METRIC}: relative error of the L2 norm; "
                     "Cosine and the err-ratio metrics count 1 - value)")
@@ -69,6 +70,11 @@ def main(argv: list[str] | None = None) -> int:
         if missing:
             sys.stderr.write(f"{PROG}: error: --html {missing}\n")
             return EXIT_USAGE
+    try:  # nothing is written under an input, whatever the option: refused before anything runs
+        refuse_inside({"-o": args.output, "--html": args.html}, (args.target, args.golden))
+    except UsageError as e:
+        sys.stderr.write(f"{PROG}: error: {e}\n")
+        return EXIT_USAGE
     progress = _progress_bar() if sys.stderr.isatty() else None
     try:
         cmp = compare_runs(args.target, args.golden, args.output, args.metric, args.threshold, args.top,
@@ -80,11 +86,12 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if progress:
             progress.close()
-    doc = as_dict(cmp)
+    remove_output(cmp)  # the temporary one only (no -o): the report then names no file in it
     if args.html:
         from verl_pdbg_conf.compare.report_html import write_html
 
         write_html(cmp, args.html)
+    doc = as_dict(cmp)
     sys.stdout.write(json.dumps(doc, indent=2) + "\n" if args.format == "json" else render_text(cmp, doc))
     return cmp.exit_code
 
@@ -127,8 +134,10 @@ def _node(n: dict) -> str:
 
 
 def render_text(cmp, doc: dict) -> str:
+    kept = f"msprobe results in {doc['output_dir']}" if doc["output_dir"] else \
+        "msprobe's result files removed (-o DIR keeps them)"
     L = [f"target {doc['target']}", f"golden {doc['golden']}",
-         f"metric {doc['metric']} > {_pct(doc['threshold'])}; msprobe results in {doc['output_dir']}", ""]
+         f"metric {doc['metric']} > {_pct(doc['threshold'])}; {kept}", ""]
     head = f"{'step':>4}  {'stage':24} {'rank':8} {'status':9} first divergence"
     L += [head, "-" * len(head)]
     for p in doc["pairs"]:
@@ -146,8 +155,8 @@ def render_text(cmp, doc: dict) -> str:
             if shown > TOP_SHOWN:
                 continue
             L.append("")
-            L.append(f"top {len(p['top'])} of step {p['step']} {p['stage']} {p['rank_dir']['target']} "
-                     f"({p['result_file']}):")
+            src = f" ({p['result_file']})" if p["result_file"] else ""
+            L.append(f"top {len(p['top'])} of step {p['step']} {p['stage']} {p['rank_dir']['target']}{src}:")
             L += [f"  {_node(n)}" for n in p["top"]]
     if shown > TOP_SHOWN:
         L.append(f"(top lists of {shown - TOP_SHOWN} more diverged pair(s): --format json or --html)")

@@ -87,6 +87,7 @@ class Comparison:
     top: int
     ignore_dtype: bool = False
     ignores: tuple = ()  # the patterns in force (the default's first, then --ignore's)
+    temporary: bool = False  # out_dir was made here (no -o): remove_output() deletes it
     pairs: list[Pair] = field(default_factory=list)
     only_in_target: list[Side] = field(default_factory=list)
     only_in_golden: list[Side] = field(default_factory=list)
@@ -232,11 +233,26 @@ def _pid(r: str) -> int:
 # ----------------------------------------------------------------------------- running msprobe
 
 def _inside(path: str, root: str) -> bool:
-    """path is root or under it; for a dump.json, under its directory (stack.json, construct.json)."""
+    """path is root or under it; for a dump.json root, under its directory (stack.json, construct.json).
+    Symlinks and `..` resolved on both sides."""
     path, root = os.path.realpath(path), os.path.realpath(root)
     if os.path.isfile(root):
         root = os.path.dirname(root)
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def refuse_inside(outputs: dict[str, str | None], inputs: tuple[str, ...]) -> None:
+    """UsageError if an output path (option -> path) is inside an input: nothing is ever written under
+    TARGET or GOLDEN, whatever the option. Checked before anything runs."""
+    for option, path in outputs.items():
+        if not path:
+            continue
+        for root in inputs:
+            if _inside(path, root):
+                real = os.path.realpath(path)
+                shown = path if real == os.path.abspath(path) else f"{path} (that is {real})"
+                raise UsageError(f"{option} {shown} is inside {root}: nothing is written under TARGET or GOLDEN; "
+                                 "choose a path outside both")
 
 
 def _msprobe_compare(job: tuple[str, str, str]) -> dict:
@@ -350,27 +366,38 @@ def compare_runs(target: str, golden: str, out_dir: str | None = None, metric: s
     for p in (target, golden):
         if not os.path.exists(p):
             raise UsageError(f"{p}: no such file or directory")
-    if out_dir is None:
-        out_dir = tempfile.mkdtemp(prefix="verl-pdbg-compare-")
-    for root in (target, golden):
-        if _inside(out_dir, root):
-            raise UsageError(f"-o {out_dir} is inside {root}: nothing is written under TARGET or GOLDEN")
+    refuse_inside({"-o": out_dir}, (target, golden))
+    temporary = out_dir is None
     t_sides, g_sides = collect(target), collect(golden)
     for p, sides in ((target, t_sides), (golden, g_sides)):
         if not sides:
             raise UsageError(f"{p}: no rank directory or dump.json there (give a save_path, a step_N/stage "
                              "directory or a dump.json)")
-    cmp = Comparison(os.path.abspath(target), os.path.abspath(golden), os.path.abspath(out_dir), metric,
-                     threshold, top, ignore_dtype=ignore_dtype, ignores=patterns)
-    cmp.pairs, cmp.only_in_target, cmp.only_in_golden, cmp.findings = pair_up(t_sides, g_sides)
-    if not cmp.pairs and {s.key for s in t_sides}.isdisjoint({s.key for s in g_sides}):
+    pairs, only_t, only_g, notes = pair_up(t_sides, g_sides)
+    if not pairs and {s.key for s in t_sides}.isdisjoint({s.key for s in g_sides}):
         raise UsageError(f"{target} and {golden} have no (step, stage, rank) in common: give two paths of the "
                          "same kind (two save_paths, two step_N/stage directories, two dump.json files)")
+    if not temporary:  # -o beside an input must not reach into it through a pair's subdirectory either
+        for p in pairs:
+            refuse_inside({"-o": _pair_dir(out_dir, p)}, (target, golden))
+    else:
+        out_dir = tempfile.mkdtemp(prefix="verl-pdbg-compare-")
+    cmp = Comparison(os.path.abspath(target), os.path.abspath(golden), os.path.abspath(out_dir), metric,
+                     threshold, top, ignore_dtype=ignore_dtype, ignores=patterns, temporary=temporary)
+    cmp.pairs, cmp.only_in_target, cmp.only_in_golden, cmp.findings = pairs, only_t, only_g, notes
     for side, which in [(s, "target") for s in cmp.only_in_target] + [(s, "golden") for s in cmp.only_in_golden]:
         cmp.findings.append(_finding("compare-pairing", W, f"{side.label} is in the {which} run only",
                                      os.path.dirname(side.path), "the other run did not collect it"))
-    _run(cmp, jobs, progress, pool)
+    try:
+        _run(cmp, jobs, progress, pool)
+    except BaseException:
+        remove_output(cmp)
+        raise
     return cmp
+
+
+def _pair_dir(out_dir: str, p: Pair) -> str:
+    return os.path.join(out_dir, *p.target.key, p.rank_label)
 
 
 def ignore_patterns(ignores, default_ignores: bool = True) -> tuple[str, ...]:
@@ -394,7 +421,7 @@ def worker_pool(jobs: int | None = None) -> cf.ProcessPoolExecutor:
 def _run(cmp: Comparison, jobs: int | None, progress, shared: cf.Executor | None = None) -> None:
     todo: list[Pair] = []
     for p in cmp.pairs:
-        p.out_dir = os.path.join(cmp.out_dir, *p.target.key, p.rank_label)
+        p.out_dir = _pair_dir(cmp.out_dir, p)
         bad = [f for f in (_precheck(p.target), _precheck(p.golden)) if f]
         if bad:
             p.status, p.findings = "error", bad
@@ -462,6 +489,19 @@ def _finish(cmp: Comparison, p: Pair, outcome: dict) -> None:
     p.status = "diverged" if p.analysis.first else "same"
 
 
+def remove_output(cmp: Comparison) -> bool:
+    """Delete the temporary output directory (no -o given) once the report is out; True if removed.
+    The pairs' result and log paths are cleared: they no longer exist."""
+    if not cmp.temporary:
+        return False
+    import shutil
+
+    shutil.rmtree(cmp.out_dir, ignore_errors=True)
+    for p in cmp.pairs:
+        p.result_file = p.log_file = None
+    return True
+
+
 # ----------------------------------------------------------------------------- data out
 
 def side_dict(s: Side) -> dict:
@@ -499,7 +539,8 @@ def as_dict(cmp: Comparison) -> dict:
             "findings": [f.to_dict() for f in p.findings],
         })
     return {
-        "target": cmp.target, "golden": cmp.golden, "output_dir": cmp.out_dir,
+        "target": cmp.target, "golden": cmp.golden,
+        "output_dir": None if cmp.temporary and not os.path.isdir(cmp.out_dir) else cmp.out_dir,
         "metric": cmp.metric, "threshold": cmp.threshold,
         "ignored": ignored_summary(cmp),
         "pairs": pairs,
