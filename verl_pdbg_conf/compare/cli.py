@@ -1,4 +1,5 @@
-"""`verl-pdbg-compare TARGET GOLDEN`: the first divergence of two runs, per step, stage and rank.
+"""`verl-pdbg-compare TARGET GOLDEN`: the first divergence of two runs, per step, stage and rank;
+`verl-pdbg-compare RUN --ranks [REF]`: every rank of one run against rank REF (default 0).
 
 Exit codes: 0 every pair compared and none diverged; 1 a divergence was found (in at least one
 pair); 2 usage error, or nothing could be compared; 3 no divergence found, but some pair could not
@@ -12,8 +13,8 @@ import json
 import math
 import sys
 
-from verl_pdbg_conf.compare.runs import (DEFAULT_TOP, EXIT_USAGE, UsageError, as_dict, compare_runs, refuse_inside,
-                                        remove_output)
+from verl_pdbg_conf.compare.runs import (DEFAULT_TOP, EXIT_USAGE, UsageError, as_dict, compare_ranks, compare_runs,
+                                        refuse_inside, remove_output)
 from verl_pdbg_conf.compare.nodes import DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS
 
 PROG = "verl-pdbg-compare"
@@ -27,7 +28,10 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="exit codes: 0 no divergence; 1 divergence found; 2 usage error or nothing compared; "
         "3 no divergence, but a pair could not be compared or is in one run only")
     ap.add_argument("target", help="the run under test: a save_path, a step_N/stage directory or a dump.json")
-    ap.add_argument("golden", help="the reference run, the same kind of path")
+    ap.add_argument("golden", nargs="?", help="the reference run, the same kind of path (not with --ranks)")
+    ap.add_argument("--ranks", nargs="?", type=int, const=0, default=None, metavar="REF",
+                    help="rank against rank in TARGET alone: every rank's dumps against rank REF's (default 0), "
+                    "for every step and stage")
     ap.add_argument("-o", "--output", metavar="DIR", help="keep msprobe's result files in DIR (default: a "
                     "temporary directory, removed at the end); never inside TARGET or GOLDEN")
     ap.add_argument("--metric", default=DEFAULT_METRIC, choices=list(METRICS),
@@ -70,16 +74,24 @@ def main(argv: list[str] | None = None) -> int:
         if missing:
             sys.stderr.write(f"{PROG}: error: --html {missing}\n")
             return EXIT_USAGE
+    if (args.ranks is None) == (args.golden is None) or (args.ranks is not None and args.ranks < 0):
+        sys.stderr.write(f"{PROG}: error: give TARGET and GOLDEN, or one run and --ranks [REF] (REF >= 0)\n")
+        return EXIT_USAGE
+    inputs = (args.target,) if args.golden is None else (args.target, args.golden)
     try:  # nothing is written under an input, whatever the option: refused before anything runs
-        refuse_inside({"-o": args.output, "--html": args.html}, (args.target, args.golden))
+        refuse_inside({"-o": args.output, "--html": args.html}, inputs)
     except UsageError as e:
         sys.stderr.write(f"{PROG}: error: {e}\n")
         return EXIT_USAGE
     progress = _progress_bar() if sys.stderr.isatty() else None
     try:
-        cmp = compare_runs(args.target, args.golden, args.output, args.metric, args.threshold, args.top,
-                           args.jobs, progress, args.ignore_dtype, ignores=args.ignore,
-                           default_ignores=not args.no_default_ignores)
+        common = dict(out_dir=args.output, metric=args.metric, threshold=args.threshold, top=args.top,
+                      jobs=args.jobs, progress=progress, ignore_dtype=args.ignore_dtype, ignores=args.ignore,
+                      default_ignores=not args.no_default_ignores)
+        if args.ranks is not None:
+            cmp = compare_ranks(args.target, args.ranks, **common)
+        else:
+            cmp = compare_runs(args.target, args.golden, **common)
     except UsageError as e:
         sys.stderr.write(f"{PROG}: error: {e}\n")
         return EXIT_USAGE
@@ -136,8 +148,10 @@ def _node(n: dict) -> str:
 def render_text(cmp, doc: dict) -> str:
     kept = f"msprobe results in {doc['output_dir']}" if doc["output_dir"] else \
         "msprobe's result files removed (-o DIR keeps them)"
-    L = [f"target {doc['target']}", f"golden {doc['golden']}",
-         f"metric {doc['metric']} > {_pct(doc['threshold'])}; {kept}", ""]
+    ref = doc["reference_rank"]
+    runs = [f"run {doc['target']}", f"reference rank{ref}: every other rank's dumps against it"] if ref is not None \
+        else [f"target {doc['target']}", f"golden {doc['golden']}"]
+    L = [*runs, f"metric {doc['metric']} > {_pct(doc['threshold'])}; {kept}", ""]
     head = f"{'step':>4}  {'stage':24} {'rank':8} {'status':9} first divergence"
     L += [head, "-" * len(head)]
     for p in doc["pairs"]:

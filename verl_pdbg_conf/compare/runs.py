@@ -88,6 +88,7 @@ class Comparison:
     ignore_dtype: bool = False
     ignores: tuple = ()  # the patterns in force (the default's first, then --ignore's)
     temporary: bool = False  # out_dir was made here (no -o): remove_output() deletes it
+    reference_rank: int | None = None  # rank against rank in one run (compare_ranks): the golden side's rank
     pairs: list[Pair] = field(default_factory=list)
     only_in_target: list[Side] = field(default_factory=list)
     only_in_golden: list[Side] = field(default_factory=list)
@@ -360,34 +361,89 @@ def compare_runs(target: str, golden: str, out_dir: str | None = None, metric: s
     worker_pool()) lets several comparisons share workers that have imported msprobe already.
     `ignores`: record patterns left out (ignores.py), after DEFAULT_IGNORES unless default_ignores
     is False."""
-    if metric not in METRICS:
-        raise UsageError(f"unknown metric {metric!r}; one of {', '.join(METRICS)}")
-    patterns = ignore_patterns(ignores, default_ignores)
-    for p in (target, golden):
-        if not os.path.exists(p):
-            raise UsageError(f"{p}: no such file or directory")
-    refuse_inside({"-o": out_dir}, (target, golden))
-    temporary = out_dir is None
-    t_sides, g_sides = collect(target), collect(golden)
-    for p, sides in ((target, t_sides), (golden, g_sides)):
-        if not sides:
-            raise UsageError(f"{p}: no rank directory or dump.json there (give a save_path, a step_N/stage "
-                             "directory or a dump.json)")
+    patterns = _check_args(metric, ignores, default_ignores, out_dir, (target, golden))
+    t_sides, g_sides = _sides(target), _sides(golden)
     pairs, only_t, only_g, notes = pair_up(t_sides, g_sides)
     if not pairs and {s.key for s in t_sides}.isdisjoint({s.key for s in g_sides}):
         raise UsageError(f"{target} and {golden} have no (step, stage, rank) in common: give two paths of the "
                          "same kind (two save_paths, two step_N/stage directories, two dump.json files)")
-    if not temporary:  # -o beside an input must not reach into it through a pair's subdirectory either
-        for p in pairs:
-            refuse_inside({"-o": _pair_dir(out_dir, p)}, (target, golden))
+    cmp = Comparison(os.path.abspath(target), os.path.abspath(golden), "", metric, threshold, top,
+                     ignore_dtype=ignore_dtype, ignores=patterns)
+    cmp.pairs, cmp.only_in_target, cmp.only_in_golden, cmp.findings = pairs, only_t, only_g, notes
+    return _execute(cmp, out_dir, jobs, progress, pool)
+
+
+def compare_ranks(run: str, reference: int = 0, out_dir: str | None = None, metric: str = DEFAULT_METRIC,
+                  threshold: float = DEFAULT_THRESHOLD, top: int = DEFAULT_TOP, jobs: int | None = None,
+                  progress=None, ignore_dtype: bool = False, pool: cf.Executor | None = None,
+                  ignores: tuple = (), default_ignores: bool = True) -> Comparison:
+    """Rank against rank in one run: every rank's dump against the reference rank's dump of the same
+    (step, stage), for every step and stage under `run`. Each pair's target is the other rank."""
+    patterns = _check_args(metric, ignores, default_ignores, out_dir, (run,))
+    ref_dir = f"rank{reference}"
+    by_key: dict[tuple, dict[str, Side]] = {}
+    for s in _sides(run):
+        by_key.setdefault(s.key, {})[s.rank_dir] = s
+    if not any(_rank_number(r) is not None for ranks in by_key.values() for r in ranks):
+        raise UsageError(f"{run}: no rank<N> directory (msprobe writes proc<pid> without a process group, and "
+                         "pids say nothing of ranks): --ranks needs a run with a torch.distributed process group")
+    cmp = Comparison(os.path.abspath(run), os.path.abspath(run), "", metric, threshold, top,
+                     ignore_dtype=ignore_dtype, ignores=patterns, reference_rank=reference)
+    for key in sorted(by_key):
+        ranks = by_key[key]
+        others = sorted((r for r in ranks if r != ref_dir), key=lambda r: (_rank_number(r) is None,
+                                                                           _rank_number(r) or 0, r))
+        ref = ranks.get(ref_dir)
+        if ref is None:
+            cmp.only_in_target += [ranks[r] for r in others]
+            where = "/".join(key) or run
+            cmp.findings.append(_finding("compare-pairing", W, f"{where}: no {ref_dir} to compare "
+                                         f"{', '.join(others)} against", os.path.dirname(ranks[others[0]].path),
+                                         "the reference rank did not collect this stage; choose another "
+                                         "with --ranks N"))
+            continue
+        for r in others:
+            step, stage = _layout_of(ranks[r].path)
+            cmp.pairs.append(Pair(ranks[r], ref, step, stage, _rank_number(r)))
+    cmp.pairs.sort(key=_sort_key)
+    if not cmp.pairs and not cmp.only_in_target:
+        raise UsageError(f"{run}: only {ref_dir} there, no other rank to compare against it")
+    return _execute(cmp, out_dir, jobs, progress, pool)
+
+
+def _check_args(metric: str, ignores, default_ignores: bool, out_dir: str | None, inputs: tuple) -> tuple:
+    """What can be refused before anything runs; returns the ignore patterns in force."""
+    if metric not in METRICS:
+        raise UsageError(f"unknown metric {metric!r}; one of {', '.join(METRICS)}")
+    patterns = ignore_patterns(ignores, default_ignores)
+    for p in inputs:
+        if not os.path.exists(p):
+            raise UsageError(f"{p}: no such file or directory")
+    refuse_inside({"-o": out_dir}, inputs)
+    return patterns
+
+
+def _sides(root: str) -> list[Side]:
+    sides = collect(root)
+    if not sides:
+        raise UsageError(f"{root}: no rank directory or dump.json there (give a save_path, a step_N/stage "
+                         "directory or a dump.json)")
+    return sides
+
+
+def _execute(cmp: Comparison, out_dir: str | None, jobs, progress, pool) -> Comparison:
+    inputs = (cmp.target, cmp.golden)
+    if out_dir is not None:  # -o beside an input must not reach into it through a pair's subdirectory either
+        for p in cmp.pairs:
+            refuse_inside({"-o": _pair_dir(out_dir, p)}, inputs)
     else:
         out_dir = tempfile.mkdtemp(prefix="verl-pdbg-compare-")
-    cmp = Comparison(os.path.abspath(target), os.path.abspath(golden), os.path.abspath(out_dir), metric,
-                     threshold, top, ignore_dtype=ignore_dtype, ignores=patterns, temporary=temporary)
-    cmp.pairs, cmp.only_in_target, cmp.only_in_golden, cmp.findings = pairs, only_t, only_g, notes
+        cmp.temporary = True
+    cmp.out_dir = os.path.abspath(out_dir)
     for side, which in [(s, "target") for s in cmp.only_in_target] + [(s, "golden") for s in cmp.only_in_golden]:
-        cmp.findings.append(_finding("compare-pairing", W, f"{side.label} is in the {which} run only",
-                                     os.path.dirname(side.path), "the other run did not collect it"))
+        if cmp.reference_rank is None:
+            cmp.findings.append(_finding("compare-pairing", W, f"{side.label} is in the {which} run only",
+                                         os.path.dirname(side.path), "the other run did not collect it"))
     try:
         _run(cmp, jobs, progress, pool)
     except BaseException:
@@ -542,6 +598,7 @@ def as_dict(cmp: Comparison) -> dict:
         "target": cmp.target, "golden": cmp.golden,
         "output_dir": None if cmp.temporary and not os.path.isdir(cmp.out_dir) else cmp.out_dir,
         "metric": cmp.metric, "threshold": cmp.threshold,
+        "reference_rank": cmp.reference_rank,
         "ignored": ignored_summary(cmp),
         "pairs": pairs,
         "only_in_target": [side_dict(s) for s in cmp.only_in_target],
