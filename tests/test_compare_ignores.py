@@ -56,3 +56,25 @@ def test_patterns_in_force():
     for bad in ("", "@caller", " "):
         with pytest.raises(UsageError, match="record name pattern"):
             ignore_patterns([bad])
+
+
+def test_ignorer_reads_each_sides_callers_when_needed(tmp_path):
+    import json
+
+    from verl_pdbg_conf.compare.ignores import Ignorer
+
+    sides = []
+    for name, stack in (("t", STACK), ("g", {"0": [["Tensor.narrow.7.forward"], STACK["0"][1]]})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "stack.json").write_text(json.dumps(stack))
+        sides.append(str(tmp_path / name / "dump.json"))
+    ig = Ignorer(DEFAULT_IGNORES + (("Functional.*", ""),), *sides)
+    assert ig.match("Functional.linear.0.forward.input.0", "Functional.linear.0.forward") == "Functional.*"
+    assert ig._frames is None  # no RECORD@CALLER pattern asked yet: stack.json not read
+    default = DEFAULT_IGNORES[0][0]
+    assert ig.match("Tensor.narrow.0.forward.output.0", "Tensor.narrow.0.forward") == default
+    assert ig.match("Tensor.narrow.7.forward.input.0", "Tensor.narrow.7.forward") == default  # the golden's caller
+    assert ig.match("Tensor.narrow.1.forward.output.0", "Tensor.narrow.1.forward") is None  # the model's own
+    assert ig.counts == {default: 2, "Functional.*": 1}
+    assert Ignorer(DEFAULT_IGNORES, str(tmp_path / "none" / "dump.json")).match(
+        "Tensor.narrow.0.forward.output.0", "Tensor.narrow.0.forward") is None  # no stack.json: kept

@@ -10,7 +10,10 @@ names are full of dots).
 - CALLER, when given, must also match the frame that made the call: the innermost frame of the call
   in stack.json, written `path/to/file.py:LINE in func` with forward slashes. A record whose caller
   is not known (no stack.json, L0 module records) does not match a pattern with a CALLER: the default
-  stays narrow rather than hide a model's own calls."""
+  stays narrow rather than hide a model's own calls.
+
+A comparison uses Ignorer (one per pair: it reads each side's stack.json once, and only when a
+RECORD@CALLER pattern's RECORD part matches); match_ignore is the same test for one record."""
 
 from __future__ import annotations
 
@@ -82,3 +85,42 @@ def innermost_frames(stack) -> dict[str, str]:
         for n in names:
             out.setdefault(str(n), where)
     return out
+
+
+class Ignorer:
+    """The patterns in force for one pair, with each side's callers read from its stack.json only when
+    a RECORD@CALLER pattern's RECORD part matches a record (once per side, then kept):
+    `Ignorer(patterns, target_dump, golden_dump).match(name, call)`; `counts` per pattern."""
+
+    def __init__(self, patterns: Iterable, *dumps: str | None):
+        self.patterns = tuple(_pattern(p) for p in patterns)
+        self._parsed = [parse(p) for p in self.patterns]
+        self._dumps = dumps
+        self._frames: list[dict[str, str]] | None = None
+        self.counts: dict[str, int] = {p: 0 for p in self.patterns}
+
+    def _callers(self, call: str) -> list[str | None]:
+        if self._frames is None:
+            import json
+            import os
+
+            self._frames = []
+            for d in self._dumps:
+                try:
+                    with open(os.path.join(os.path.dirname(d), "stack.json"), encoding="utf-8") as fh:
+                        self._frames.append(innermost_frames(json.load(fh)))
+                except (OSError, ValueError, TypeError):
+                    self._frames.append({})
+        return [f.get(call) for f in self._frames] or [None]
+
+    def match(self, name: str, call: str = "") -> str | None:
+        """The pattern leaving this record out (counted), or None. `call`: the record's call name in
+        stack.json (Tensor.narrow.3.forward for Tensor.narrow.3.forward.output.0); the call is looked
+        up on each side (a rank's or step's own stack.json), and either side's caller may match."""
+        for ig in self._parsed:
+            if not fnmatchcase(name, ig.record):
+                continue
+            if ig.caller is None or any(c is not None and fnmatchcase(c, ig.caller) for c in self._callers(call)):
+                self.counts[ig.pattern] += 1
+                return ig.pattern
+        return None

@@ -12,7 +12,7 @@ import csv
 import math
 import os
 
-from verl_pdbg_conf.compare.ignores import innermost_frames, match_ignore, parse
+from verl_pdbg_conf.compare.ignores import Ignorer
 from verl_pdbg_conf.compare.nodes import (METRICS, Analysis, MetricUnavailable, Node, _api_modules, _load_json,
                                           _NA, _stack_index, module_path, split_name)
 
@@ -58,19 +58,13 @@ def read_result(csv_path: str, metric: str, threshold: float, top: int, target_d
                                 f"(metrics for it: {', '.join(m for m, s in METRICS.items() if task in s.tasks)})")
     here = os.path.dirname(target_dump) if target_dump else None
     apis = _api_modules(_load_json(os.path.join(here, "construct.json"))) if here else {}
-    callers = _callers(ignores, target_dump, golden_dump)
-    ignored = {p: 0 for p in ignores}
+    ignorer = Ignorer(ignores, *(d for d in (target_dump, golden_dump) if d))
     nodes = []
     for i, r in enumerate(rows):
         name = r.get("NPU Name", "")
         direction, kind, owner, _ = split_name(name)
-        if ignores:  # either side's record (the golden's name may differ: step_2 against step_1)
-            bench = str(r.get("Bench Name", ""))
-            hit = match_ignore(name, ignores, callers[0].get(owner)) or \
-                match_ignore(bench, ignores, callers[1].get(split_name(bench)[2]))
-            if hit:
-                ignored[hit] += 1
-                continue
+        if ignores and ignorer.match(name, owner):
+            continue
         if derived:
             value = _norm_rel(parse_value(r.get("NPU l2norm")), parse_value(r.get("Bench l2norm")))
         else:
@@ -88,7 +82,7 @@ def read_result(csv_path: str, metric: str, threshold: float, top: int, target_d
     nodes.sort(key=lambda n: (n.direction == "backward", n.row))
     for k, n in enumerate(nodes):
         n.order = k
-    an = Analysis(task, nodes, ignored=ignored)
+    an = Analysis(task, nodes, ignored=ignorer.counts)
     for n in nodes:
         reason = _diverged(n, threshold, ignore_dtype)
         if reason:
@@ -104,14 +98,6 @@ def read_result(csv_path: str, metric: str, threshold: float, top: int, target_d
             if n and n.module is None:
                 n.where = where.get(n.owner, "")
     return an
-
-
-def _callers(ignores, *dumps) -> tuple[dict, dict]:
-    """Each side's {call name: innermost frame} from its stack.json, read only when a pattern needs it."""
-    if not any(parse(p).caller is not None for p in ignores):
-        return {}, {}
-    return tuple(innermost_frames(_load_json(os.path.join(os.path.dirname(d), "stack.json"))) if d else {}
-                 for d in dumps)
 
 
 def _norm_rel(npu: float | None, bench: float | None) -> float | None:
