@@ -17,10 +17,11 @@ RECORD@CALLER pattern's RECORD part matches); match_ignore is the same test for 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Iterable
+
+from verl_pdbg_conf.compare.nodes import _FRAME, stack_entries
 
 # (pattern, why). Found by diffing every record of two identical 2-rank FSDP2 runs of verl's real
 # workers (bench/real_workers.py --nproc 2): the only records that differ are these, and only in their
@@ -64,21 +65,13 @@ def match_ignore(name: str, patterns: Iterable, caller: str | None = None) -> st
     return None
 
 
-_FRAME = re.compile(r"File (?P<file>.+?), line (?P<line>\d+), in (?P<func>[^,\s]+)")
-
-
 def innermost_frames(stack) -> dict[str, str]:
     """msprobe's stack.json (parsed) -> {call name: its innermost frame as `path:LINE in func`}.
     Unlike the report's location (the first frame outside torch), this is the frame itself, torch's
     included: FSDP2's copy-in is inside torch."""
     out: dict[str, str] = {}
-    if not isinstance(stack, dict):
-        return out
-    for entry in stack.values():
-        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], list)):
-            continue
-        names, frames = entry
-        m = _FRAME.search(str(frames[0])) if isinstance(frames, list) and frames else None
+    for names, frames in stack_entries(stack):
+        m = _FRAME.search(str(frames[0])) if frames else None
         if not m:
             continue
         where = f"{m.group('file').replace(chr(92), '/')}:{m.group('line')} in {m.group('func')}"
