@@ -308,6 +308,8 @@ def test_no_output_option_writes_inside_an_input(runs, tmp_path, capsys, option)
 def test_default_output_is_removed_and_o_keeps_it(runs, tmp_path, monkeypatch, capsys):
     import tempfile
 
+    from verl_pdbg_conf.compare.cli import render_text
+
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where mkdtemp puts the default output
@@ -316,9 +318,7 @@ def test_default_output_is_removed_and_o_keeps_it(runs, tmp_path, monkeypatch, c
     doc = json.loads(capsys.readouterr().out)
     assert list(scratch.iterdir()) == [] and doc["output_dir"] is None
     assert doc["pairs"] and all(p["result_file"] is None and p["first_divergence"] for p in doc["pairs"])
-    assert main([target, golden]) == EXIT_DIVERGED
-    assert "result files removed (-o DIR keeps them)" in capsys.readouterr().out
-    assert main([target, golden, "-f", "json", "-o", str(tmp_path / "kept")]) == EXIT_DIVERGED
-    doc = json.loads(capsys.readouterr().out)
-    assert doc["output_dir"] == str(tmp_path / "kept") and all(Path(p["result_file"]).is_file() for p in doc["pairs"])
-    assert list(scratch.iterdir()) == []
+    assert "result files removed (-o DIR keeps them)" in render_text(None, doc)
+    assert main([target, golden, "-o", str(tmp_path / "kept")]) == EXIT_DIVERGED
+    assert f"msprobe results in {tmp_path / 'kept'}" in capsys.readouterr().out
+    assert len(list((tmp_path / "kept").rglob("compare_result_*.csv"))) == 3 and list(scratch.iterdir()) == []
