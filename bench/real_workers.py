@@ -31,7 +31,7 @@ What verl cannot do on CPU without help, and the two shims used here (nothing el
   CPUOffloadPolicy(pin_memory=True), and pinning needs an accelerator; no config reaches it.
 - SHIM valuehead_eager_attention: verl's load_valuehead_model (critic) hard-codes
   attn_implementation="flash_attention_2", ignoring override_config; flash-attn needs CUDA.
-See /work/shared/notes/real-workers.md for every obstacle and its error."""
+docs/real-workers.md lists every obstacle and its error."""
 
 from __future__ import annotations
 
