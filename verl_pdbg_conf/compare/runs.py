@@ -1,10 +1,12 @@
 """Compare two whole runs: pair every (step, stage, rank) dump both hold, run msprobe's own compare on
 each pair (in parallel worker processes, msprobe imported once per worker), and read its result files
-for the first node in execution order whose difference passes a threshold.
+for the first node in execution order whose difference passes a threshold. compare_ranks pairs the
+ranks of one run against one reference rank instead.
 
 TARGET and GOLDEN are two save_paths, two directories further down the layout (step_N, step_N/stage,
 its step0, a rank directory) or two dump.json files. Nothing is written under either: msprobe's result
-files go to an output directory outside both. Returns data; nothing is printed here."""
+files go to an output directory outside both (a temporary one unless given; remove_output deletes it).
+Records no comparison can judge are left out (ignores.py). Returns data; nothing is printed here."""
 
 from __future__ import annotations
 
