@@ -254,7 +254,8 @@ def refuse_inside(outputs: dict[str, str | None], inputs: tuple[str, ...]) -> No
             if _inside(path, root):
                 real = os.path.realpath(path)
                 shown = path if real == os.path.abspath(path) else f"{path} (that is {real})"
-                raise UsageError(f"{option} {shown} is inside {root}: nothing is written under TARGET or GOLDEN; "
+                where = f"the directory of {root}" if os.path.isfile(root) else root
+                raise UsageError(f"{option} {shown} is inside {where}: nothing is written under TARGET or GOLDEN; "
                                  "choose a path outside both")
 
 
