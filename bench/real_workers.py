@@ -1,15 +1,16 @@
 #!/usr/bin/env python
 """verl 0.9.1's real PPO workers on CPU, profiled with `tool: precision_debugger`, two steps.
 
-    python bench/real_workers.py --out DIR [--level L0|L1] [--runtime pdbg|verl] [--strict] [--nproc N]
+    python bench/real_workers.py --out DIR [--level L0|L1] [--runtime pdbg|verl] [--strict] [--nproc N] [--steps 1,2]
 
 Builds a tiny random Qwen2 causal LM from a transformers config (no download), then verl's own
 worker classes (verl/workers/engine_workers.py): ActorRolloutRefWorker with role "actor" and with
 role "ref", and the critic's TrainingWorker(model_type="value_model"), each on verl's FSDP2 engine
 in a gloo world of --nproc ranks (1 by default; one process per rank, each given its share of
-the batch as verl's data-parallel dispatch does). For global steps 1 and 2 it does what RayPPOTrainer does: start_profile on
-each worker group (profile_step=N), then the real decorated methods with batches in the trainer's
-form (DataProto -> TensorDict -> no-padding, plus the non-tensor keys each method reads):
+the batch as verl's data-parallel dispatch does). For each global step (--steps, default 1 and 2)
+it does what RayPPOTrainer does: start_profile on each worker group (profile_step=N), then the
+real decorated methods with batches in the trainer's form (DataProto -> TensorDict -> no-padding,
+plus the non-tensor keys each method reads):
 actor compute_log_prob, ref compute_ref_log_prob, critic infer_batch (values), critic
 train_mini_batch (-> train_batch per mini-batch), update_actor; then stop_profile.
 
@@ -226,7 +227,7 @@ def _tiny_model(path: str) -> None:
     AutoModelForCausalLM.from_config(cfg).save_pretrained(path)
 
 
-def _overrides(model_dir: str, save_path: str, config_path: str, strict: bool) -> list[str]:
+def _overrides(model_dir: str, save_path: str, config_path: str, strict: bool, steps=STEPS) -> list[str]:
     pd = "global_profiler.global_tool_config.precision_debugger"
     out = [
         f"actor_rollout_ref.model.path={model_dir}", f"critic.model.path={model_dir}",
@@ -247,7 +248,7 @@ def _overrides(model_dir: str, save_path: str, config_path: str, strict: bool) -
         f"critic.ppo_mini_batch_size={MINI_BATCH}", "critic.ppo_micro_batch_size_per_gpu=2",
         "actor_rollout_ref.rollout.n=1", "actor_rollout_ref.actor.use_kl_loss=True",
         "global_profiler.tool=precision_debugger", f"global_profiler.save_path={save_path}",
-        f"global_profiler.steps=[{','.join(map(str, STEPS))}]",
+        f"global_profiler.steps=[{','.join(map(str, steps))}]",
         f"{pd}.config_path={config_path}", f"{pd}.strict={strict}",
     ]
     for role in ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic"):
@@ -299,6 +300,7 @@ def _padded(out, key, td):
 
 def child(args) -> dict:
     capture = _Capture()
+    steps = tuple(int(s) for s in args.steps.split(","))
     t0 = time.perf_counter()
     if args.runtime == "pdbg":
         from verl_pdbg_conf.runtime import install
@@ -328,7 +330,7 @@ def child(args) -> dict:
     config_path = os.path.join(MSPROBE_CONFIGS, f"statistics_{args.level.lower()}.json")
     trainer_yaml = os.path.join(os.path.dirname(verl.__file__), "trainer", "config", "_generated_ppo_trainer.yaml")
     cfg = OmegaConf.merge(OmegaConf.load(trainer_yaml),
-                          OmegaConf.from_dotlist(_overrides(args.model_dir, args.out, config_path, args.strict)))
+                          OmegaConf.from_dotlist(_overrides(args.model_dir, args.out, config_path, args.strict, steps)))
     OmegaConf.resolve(cfg)  # main_ppo.py does this; unresolved, every role profiler is a no-op
 
     ref = ActorRolloutRefWorker(config=cfg.actor_rollout_ref, role="ref")
@@ -353,7 +355,7 @@ def child(args) -> dict:
              for name, w in workers.items()}
     a = cfg.actor_rollout_ref.actor
     errors, metrics = [], {}
-    for step in STEPS:
+    for step in steps:
         batch = _batch(step)
         if world > 1:  # verl's DP_COMPUTE_PROTO dispatch: rank r gets the r-th chunk, the meta_info whole
             batch = batch.chunk(world)[rank]
@@ -388,7 +390,7 @@ def child(args) -> dict:
 
             errors.append(f"step {step}: {traceback.format_exc(limit=8)}")
         finally:
-            last = step == STEPS[-1]
+            last = step == steps[-1]
             actor.stop_profile(run_command=last)
             ref.stop_profile(run_command=last)
             critic.stop_profile(run_command=last)
@@ -486,7 +488,7 @@ def _matches_stages_py(resolver: dict, resolved: dict, runtime: str) -> dict:
 
 
 def run(out: str, level: str = "L1", runtime: str = "pdbg", strict: bool = False, timeout: float = 600,
-        nproc: int = 1) -> dict:
+        nproc: int = 1, steps: tuple = STEPS) -> dict:
     """One child per rank (all at once, one gloo world); the summary is rank 0's, errors are every rank's."""
     out = os.path.abspath(out)
     os.makedirs(out, exist_ok=True)
@@ -502,7 +504,8 @@ def run(out: str, level: str = "L1", runtime: str = "pdbg", strict: bool = False
                        PYTHONUNBUFFERED="1",
                        PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
             cmd = [sys.executable, os.path.abspath(__file__), "--child", result_path, "--out", out, "--level", level,
-                   "--runtime", runtime, "--model-dir", os.path.join(tmp, f"tiny_qwen2_{rank}")]
+                   "--runtime", runtime, "--model-dir", os.path.join(tmp, f"tiny_qwen2_{rank}"),
+                   "--steps", ",".join(map(str, steps))]
             cmd += ["--strict"] if strict else []
             procs.append((result_path, subprocess.Popen(cmd, env=env, cwd=tmp, stdout=subprocess.PIPE,
                                                         stderr=subprocess.STDOUT, text=True)))
@@ -548,6 +551,8 @@ def main(argv=None) -> int:
                    help="pdbg: this package's runtime (install()); verl: verl 0.9.1's own backend")
     p.add_argument("--strict", action="store_true", help="precision_debugger.strict: True")
     p.add_argument("--nproc", type=int, default=1, help="ranks (processes) of the gloo world (FSDP2 shards over them)")
+    p.add_argument("--steps", default=",".join(map(str, STEPS)), help="global steps to run and profile "
+                   f"(default {','.join(map(str, STEPS))})")
     p.add_argument("--child", metavar="RESULT", help=argparse.SUPPRESS)
     p.add_argument("--model-dir", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -557,7 +562,8 @@ def main(argv=None) -> int:
         with open(args.child, "w") as f:
             json.dump(result, f)
         return 0
-    result = run(args.out, args.level, args.runtime, args.strict, nproc=args.nproc)
+    result = run(args.out, args.level, args.runtime, args.strict, nproc=args.nproc,
+                 steps=tuple(int(s) for s in args.steps.split(",")))
     print(json.dumps(result, sort_keys=True))
     return 0 if result["exit"] == 0 and not result["errors"] else 1
 

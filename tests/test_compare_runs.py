@@ -351,3 +351,57 @@ def test_dtype_aware(runs, pool, tmp_path):
     # a 1 % weight change is still found above bf16's rounding step
     cmp = compare_runs(str(runs / "mix" / "scaled"), str(runs / "mix" / "golden"), pool=pool, dtype_aware=True)
     assert all(p.analysis.first.module == "blocks.3.fc" for p in cmp.pairs)
+def _pointed_inside(root: Path, scratch: Path) -> list[tuple[str, str]]:
+    """Paths inside root for an output option: directly, through a symlink, through `..`."""
+    dump = next(root.rglob("dump.json"))
+    link = scratch / f"link_{root.name}"
+    link.symlink_to(dump.parent, target_is_directory=True)
+    return [("direct", str(dump)), ("symlink", str(link / "dump.json")),
+            ("dotdot", str(scratch / ".." / os.path.relpath(dump.parent, scratch.parent) / "new")),
+            ("root", str(root))]
+
+
+@pytest.mark.parametrize("option", ["--html", "-o"])
+def test_no_output_option_writes_inside_an_input(runs, tmp_path, capsys, option):
+    """Issue: `--html GOLDEN/.../dump.json` overwrote that dump. Every way of pointing an output inside
+    TARGET or GOLDEN is refused (exit 2) before anything runs; both trees hash the same after."""
+    target, golden = runs / "l1" / "scaled", runs / "l1" / "golden"
+    before = tree_hash(target), tree_hash(golden)
+    tried = 0
+    for root in (target, golden):
+        for how, path in _pointed_inside(root, tmp_path):
+            existed = os.path.exists(path)
+            assert main([str(target), str(golden), option, path, "-o" if option == "--html" else "--top",
+                         str(tmp_path / "out") if option == "--html" else "3"]) == EXIT_USAGE, (how, path)
+            err = capsys.readouterr().err
+            assert f"{option} " in err and "is inside" in err and str(root) in err, (how, err)
+            assert os.path.exists(path) == existed and not (tmp_path / "out").exists()
+            tried += 1
+    assert tried == 8 and (tree_hash(target), tree_hash(golden)) == before
+    # a dump.json given as the input: its directory (stack.json, construct.json) is inside it too
+    dump = next(golden.rglob("dump.json"))
+    assert main([str(next(target.rglob("dump.json"))), str(dump), option,
+                 str(dump.parent / "stack.json")]) == EXIT_USAGE
+    assert (tree_hash(target), tree_hash(golden)) == before
+
+
+def test_default_output_is_removed_and_o_keeps_it(runs, tmp_path, monkeypatch, capsys):
+    import tempfile
+
+    from verl_pdbg_conf.compare.cli import render_text
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where mkdtemp puts the default output
+    target, golden = str(runs / "l1" / "scaled"), str(runs / "l1" / "golden")
+    # msprobe's CSVs are written only with --msprobe-csv (issue 18); the engine alone writes nothing
+    assert main([target, golden, "-f", "json"]) == EXIT_DIVERGED
+    assert list(scratch.iterdir()) == [] and json.loads(capsys.readouterr().out)["output_dir"] is None
+    assert main([target, golden, "--msprobe-csv", "-f", "json"]) == EXIT_DIVERGED
+    doc = json.loads(capsys.readouterr().out)
+    assert list(scratch.iterdir()) == [] and doc["output_dir"] is None
+    assert doc["pairs"] and all(p["result_file"] is None and p["first_divergence"] for p in doc["pairs"])
+    assert "result files removed (-o DIR keeps them)" in render_text(None, doc)
+    assert main([target, golden, "--msprobe-csv", "-o", str(tmp_path / "kept")]) == EXIT_DIVERGED
+    assert f"msprobe results in {tmp_path / 'kept'}" in capsys.readouterr().out
+    assert len(list((tmp_path / "kept").rglob("compare_result_*.csv"))) == 3 and list(scratch.iterdir()) == []

@@ -135,7 +135,7 @@ def test_changed_token_id_is_named_at_the_input_ids(tmp_path, block, capsys):
         assert p["first_divergence"]["name"] == "Functional.linear.0.forward.input.0"
     code, out = text_of([str(tmp_path / "l1" / "token"), str(tmp_path / "l1" / "golden"), "--ignore",
                          "Functional.embedding.*"], capsys)
-    assert "left out: " in out and "Functional.embedding.* (" in out
+    assert "left out (--ignore): " in out and "pair(s) matching Functional.embedding.*\n" in out
 
 
 def test_level_and_task_mismatch_is_one_finding_per_pair(tmp_path, capsys, monkeypatch):

@@ -1,4 +1,5 @@
-"""`verl-pdbg-compare TARGET GOLDEN`: the first divergence of two runs, per step, stage and rank.
+"""`verl-pdbg-compare TARGET GOLDEN`: the first divergence of two runs, per step, stage and rank;
+`verl-pdbg-compare RUN --ranks [REF]`: every rank of one run against rank REF (default 0).
 
 Exit codes: 0 every pair compared and none diverged; 1 a divergence was found (in at least one
 pair); 2 usage error, or nothing could be compared; 3 no divergence found, but some pair could not
@@ -12,8 +13,8 @@ import json
 import math
 import sys
 
-from verl_pdbg_conf.compare.runs import DEFAULT_TOP, EXIT_USAGE, UsageError, as_dict, compare_runs
-from verl_pdbg_conf.compare.ignores import DEFAULT_IGNORES
+from verl_pdbg_conf.compare.runs import (DEFAULT_TOP, EXIT_USAGE, UsageError, as_dict, compare_ranks, compare_runs,
+                                        refuse_inside, remove_output)
 from verl_pdbg_conf.compare.nodes import DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS
 
 PROG = "verl-pdbg-compare"
@@ -27,18 +28,16 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="exit codes: 0 no divergence; 1 divergence found; 2 usage error or nothing compared; "
         "3 no divergence, but a pair could not be compared or is in one run only")
     ap.add_argument("target", help="the run under test: a save_path, a step_N/stage directory or a dump.json")
-    ap.add_argument("golden", help="the reference run, the same kind of path")
+    ap.add_argument("golden", nargs="?", help="the reference run, the same kind of path (not with --ranks)")
+    ap.add_argument("--ranks", nargs="?", type=int, const=0, default=None, metavar="REF",
+                    help="rank against rank in TARGET alone: every rank's dumps against rank REF's (default 0), "
+                    "for every step and stage")
     ap.add_argument("-o", "--output", metavar="DIR", help="where a summary.json per pair (and one for the whole) "
-                    "and msprobe's CSVs with --msprobe-csv go (default: none, or a new temporary directory with "
-                    "--msprobe-csv; never inside TARGET or GOLDEN)")
+                    "and msprobe's CSVs with --msprobe-csv go (default: none, or with --msprobe-csv a temporary "
+                    "directory removed at the end); never inside TARGET or GOLDEN")
     ap.add_argument("--msprobe-csv", nargs="?", const="diverged", choices=("diverged", "all"), default=None,
                     help="also run msprobe's own compare for its compare_result CSV: on the diverged pairs "
                     "(the default when given alone) or on all compared pairs; the verdict stays the engine's")
-    ap.add_argument("--ignore", action="append", default=[], metavar="PATTERN",
-                    help="leave out nodes whose msprobe name matches this shell pattern (repeatable), besides "
-                    "the default ones (see --no-default-ignores); the report counts what each left out")
-    ap.add_argument("--no-default-ignores", action="store_true",
-                    help="judge the records ignored by default too (" + "; ".join(p for p, _ in DEFAULT_IGNORES) + ")")
     ap.add_argument("--dtype-aware", action="store_true",
                     help="runs that differ in precision on purpose (bf16 against fp32): a dtype change is not a "
                     "divergence and the threshold is raised to the machine epsilon of the lower precision the "
@@ -51,6 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "= 0.01%%)")
     ap.add_argument("--ignore-dtype", action="store_true", help="a dtype that differs (bf16 against fp32) is "
                     "not by itself a divergence: for runs that differ in precision on purpose")
+    ap.add_argument("--ignore", action="append", default=[], metavar="PATTERN",
+                    help="leave out records whose name matches PATTERN (fnmatch, e.g. 'Tensor.narrow.*'; "
+                    "RECORD@CALLER also matches the calling frame 'path/file.py:LINE in func'); repeatable")
+    ap.add_argument("--no-default-ignores", action="store_true",
+                    help="compare the records left out by default too (FSDP2's all-gather buffer, read before "
+                    "it is filled: different in every run; see docs/compare-ignores.md)")
     ap.add_argument("--top", type=int, default=DEFAULT_TOP, help=f"largest differences listed per pair "
                     f"(default {DEFAULT_TOP})")
     ap.add_argument("-j", "--jobs", type=int, default=None,
@@ -87,23 +92,37 @@ def main(argv: list[str] | None = None) -> int:
     if args.ray_resource and not args.ray:
         sys.stderr.write(f"{PROG}: error: --ray-resource needs --ray\n")
         return EXIT_USAGE
+    if (args.ranks is None) == (args.golden is None) or (args.ranks is not None and args.ranks < 0):
+        sys.stderr.write(f"{PROG}: error: give TARGET and GOLDEN, or one run and --ranks [REF] (REF >= 0)\n")
+        return EXIT_USAGE
+    inputs = (args.target,) if args.golden is None else (args.target, args.golden)
+    try:  # nothing is written under an input, whatever the option: refused before anything runs
+        refuse_inside({"-o": args.output, "--html": args.html}, inputs)
+    except UsageError as e:
+        sys.stderr.write(f"{PROG}: error: {e}\n")
+        return EXIT_USAGE
     progress = _progress_bar() if sys.stderr.isatty() else None
     try:
-        ignores = (() if args.no_default_ignores else DEFAULT_IGNORES) + tuple(args.ignore)
-        cmp = compare_runs(args.target, args.golden, args.output, args.metric, args.threshold, args.top,
-                           args.jobs, progress, args.ignore_dtype, msprobe_csv=args.msprobe_csv, ignores=ignores,
-                           dtype_aware=args.dtype_aware, ray=args.ray, ray_resource=args.ray_resource)
+        common = dict(out_dir=args.output, metric=args.metric, threshold=args.threshold, top=args.top,
+                      jobs=args.jobs, progress=progress, ignore_dtype=args.ignore_dtype, ignores=args.ignore,
+                      default_ignores=not args.no_default_ignores, msprobe_csv=args.msprobe_csv,
+                      dtype_aware=args.dtype_aware, ray=args.ray, ray_resource=args.ray_resource)
+        if args.ranks is not None:
+            cmp = compare_ranks(args.target, args.ranks, **common)
+        else:
+            cmp = compare_runs(args.target, args.golden, **common)
     except UsageError as e:
         sys.stderr.write(f"{PROG}: error: {e}\n")
         return EXIT_USAGE
     finally:
         if progress:
             progress.close()
-    doc = as_dict(cmp)
+    remove_output(cmp)  # the temporary one only (no -o): the report then names no file in it
     if args.html:
         from verl_pdbg_conf.compare.report_html import write_html
 
         write_html(cmp, args.html)
+    doc = as_dict(cmp)
     sys.stdout.write(json.dumps(doc, indent=2) + "\n" if args.format == "json" else render_text(cmp, doc))
     return cmp.exit_code
 
@@ -161,9 +180,14 @@ def _node(n: dict, minibatches: int | None = None) -> str:
 
 
 def render_text(cmp, doc: dict) -> str:
-    where = f"; msprobe results in {doc['output_dir']}" if doc.get("msprobe_csv") else ""
-    L = [f"target {doc['target']}", f"golden {doc['golden']}",
-         f"metric {doc['metric']} > {_pct(doc['threshold'])}{where}", ""]
+    if doc["output_dir"]:
+        kept = f"; {'msprobe results' if doc.get('msprobe_csv') else 'summaries'} in {doc['output_dir']}"
+    else:
+        kept = "; msprobe's result files removed (-o DIR keeps them)" if doc.get("msprobe_csv") else ""
+    ref = doc["reference_rank"]
+    runs = [f"run {doc['target']}", f"reference rank{ref}: every other rank's dumps against it"] if ref is not None \
+        else [f"target {doc['target']}", f"golden {doc['golden']}"]
+    L = [*runs, f"metric {doc['metric']} > {_pct(doc['threshold'])}{kept}", ""]
     said = "first divergence" if any(p["first_divergence"] for p in doc["pairs"]) else "finding"
     head = f"{'step':>4}  {'stage':24} {'rank':8} {'status':9} {said}"
     L += [head, "-" * len(head)]
@@ -188,6 +212,13 @@ def render_text(cmp, doc: dict) -> str:
             L += [f"  {_node(n, p.get('minibatches'))}" for n in p["top"]]
     if shown > TOP_SHOWN:
         L.append(f"(top lists of {shown - TOP_SHOWN} more diverged pair(s): --format json or --html)")
+    left_out = [i for i in doc["ignored"] if i["records"] or not i["default"]]
+    if left_out:
+        L.append("")
+    for i in left_out:
+        kind = "default" if i["default"] else "--ignore"
+        L.append(f"left out ({kind}): {i['records']} record(s) in {i['pairs']} pair(s) matching {i['pattern']}"
+                 + (f"\n    {i['why']}" if i["why"] else ""))
     notes = doc["diagnostics"] + [f for p in doc["pairs"] for f in p["findings"]]
     if notes:
         L.append("")
@@ -201,15 +232,9 @@ def render_text(cmp, doc: dict) -> str:
         for p, b in both[:TOP_SHOWN]:
             L.append(f"step {p['step']} {p['stage']}: target and golden are both {'NaN' if b['reason'] == 'nan' else 'Inf'}"
                      f" from {b['name']} on: the golden run is non-finite there too")
-    left: dict = {}
-    for p in doc["pairs"]:
-        for pat, k in p.get("ignored", {}).items():
-            left[pat] = left.get(pat, 0) + k
     n = len(doc["pairs"])
     count = {s: sum(p["status"] == s for p in doc["pairs"]) for s in ("diverged", "mismatch", "error")}
     L.append("")
-    if left:
-        L.append("left out: " + "; ".join(f"{pat} ({k} node(s))" for pat, k in left.items()))
     parts = [f"{count['diverged']} diverged" if count["diverged"] else "",
              f"{n - sum(count.values())} same",
              f"{count['mismatch']} collected differently (not compared)" if count["mismatch"] else "",

@@ -18,10 +18,9 @@ from dataclasses import dataclass, field
 from verl_pdbg_conf.compare import metrics as M
 from verl_pdbg_conf.compare.dumpread import (DumpError, DumpReader, KeyCounter, iter_items, read_header, rows_of,
                                              split_record)
+from verl_pdbg_conf.compare.ignores import Ignorer
 from verl_pdbg_conf.compare.nodes import (DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS, Analysis, LayerStat, Node,
                                           _stack_index, module_path, split_name)
-
-from verl_pdbg_conf.compare.ignores import match_ignore
 
 WINDOW = 1 << 16  # golden rows held while looking ahead for a target row's counterpart
 SLACK = 1 << 13  # golden rows this far behind the last match are taken as golden-only and dropped
@@ -151,8 +150,7 @@ def _compare(job: PairJob, task: str, level: str) -> PairOutcome:
     # the tensor task's CSV has no NormRelativeErr: it is the l2norms' relative error, none without both
     stat_rel = M.norm_rel if task == "tensor" else M.rel_err
     t_dir, g_dir = (os.path.join(os.path.dirname(p), "dump_tensor_data") for p in (job.target, job.golden))
-    patterns = tuple(job.ignores)
-    ignored: dict[str, int] = {}
+    ignorer = Ignorer(job.ignores, job.target, job.golden) if job.ignores else None
     tside, gside = _Side(job.target), _Side(job.golden)
     g_rows = gside.rows()
     pending: dict[str, tuple] = {}  # golden rows read ahead: key -> (golden index, row)
@@ -203,11 +201,8 @@ def _compare(job: PairJob, task: str, level: str) -> PairOutcome:
             if t.direction == "backward" or tside.minibatch != first[4]:
                 in_backward = None
         g = counterpart(t.key)
-        if patterns:
-            hit = match_ignore(t.name, patterns)
-            if hit is not None:
-                ignored[hit] = ignored.get(hit, 0) + 1
-                continue
+        if ignorer is not None and ignorer.match(t.name, t.record) is not None:
+            continue  # counted per pattern in ignorer.counts
         n += 1
         mb = tside.minibatch
         if t.record is not label_of:
@@ -292,7 +287,7 @@ def _compare(job: PairJob, task: str, level: str) -> PairOutcome:
                                "stage's model was not resolved)")
     an.n_nodes = n
     an.minibatches = tside.minibatch + 1
-    an.ignored = ignored
+    an.ignored = ignorer.counts if ignorer is not None else {}
     if job.keep_nodes and n > job.keep_nodes:
         an.nodes = []  # too many to plot one by one: the per-layer summary stands for them
     if first:

@@ -251,17 +251,21 @@ _FRAME = re.compile(r"File (?P<file>.+?), line (?P<line>\d+), in (?P<func>[^,\s]
 _LIBS = (f"{os.sep}torch{os.sep}", f"{os.sep}msprobe{os.sep}", f"{os.sep}verl_pdbg_conf{os.sep}runtime{os.sep}")
 
 
+def stack_entries(stack):
+    """msprobe's stack.json (parsed): (call names, frames innermost first) of each well-formed entry."""
+    if not isinstance(stack, dict):
+        return
+    for entry in stack.values():
+        if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], list):
+            yield entry[0], entry[1] if isinstance(entry[1], list) else []
+
+
 def _stack_index(stack) -> dict:
     """stack.json -> {call name: innermost frame outside torch and msprobe, as file:line in func}."""
     out = {}
-    if not isinstance(stack, dict):
-        return out
-    for entry in stack.values():
-        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], list)):
-            continue
-        names, frames = entry
+    for names, frames in stack_entries(stack):
         where = ""
-        for fr in frames if isinstance(frames, list) else ():
+        for fr in frames:
             m = _FRAME.search(str(fr))
             if m and not any(lib in m.group("file") for lib in _LIBS):
                 where = f"{os.path.basename(m.group('file'))}:{m.group('line')} in {m.group('func')}"

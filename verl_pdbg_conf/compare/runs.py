@@ -1,10 +1,13 @@
-"""Compare two whole runs: pair every (step, stage, rank) dump both hold, run msprobe's own compare on
-each pair (in parallel worker processes, msprobe imported once per worker), and read its result files
-for the first node in execution order whose difference passes a threshold.
+"""Compare two whole runs: pair every (step, stage, rank) dump both hold, compare each pair with the
+engine (engine.py; in local worker processes, or on a Ray cluster with `ray`) for the first node in
+execution order whose difference passes a threshold, and run msprobe's own compare for its CSV only
+when asked (msprobe_csv). compare_ranks pairs the ranks of one run against one reference rank instead.
 
 TARGET and GOLDEN are two save_paths, two directories further down the layout (step_N, step_N/stage,
-its step0, a rank directory) or two dump.json files. Nothing is written under either: msprobe's result
-files go to an output directory outside both. Returns data; nothing is printed here."""
+its step0, a rank directory) or two dump.json files. Nothing is written under either: summaries and
+msprobe's result files go to an output directory outside both (with msprobe_csv and no -o, a temporary
+one; remove_output deletes it). Records no comparison can judge are left out (ignores.py). Returns
+data; nothing is printed here."""
 
 from __future__ import annotations
 
@@ -93,9 +96,12 @@ class Comparison:
     ignore_dtype: bool = False
     dtype_aware: bool = False
     msprobe_csv: str | None = None  # diverged | all: msprobe's own compare also ran on those pairs
-    ignores: tuple = ()
+    ignores: tuple = ()  # the patterns in force (the default's first, then --ignore's)
     ray: str | None = None  # a Ray cluster's address (or "auto"): pairs run there, not in local workers
     ray_resource: str | None = None  # only Ray nodes holding this custom resource
+    temporary: bool = False  # out_dir was made here (no -o): remove_output() deletes it
+    reference_rank: int | None = None  # rank against rank in one run (compare_ranks): the golden side's rank
+    keep_nodes: int = 0  # nodes each pair's analysis keeps (for a per-node plot)
     pairs: list[Pair] = field(default_factory=list)
     only_in_target: list[Side] = field(default_factory=list)
     only_in_golden: list[Side] = field(default_factory=list)
@@ -241,11 +247,27 @@ def _pid(r: str) -> int:
 # ----------------------------------------------------------------------------- running msprobe
 
 def _inside(path: str, root: str) -> bool:
-    """path is root or under it; for a dump.json, under its directory (stack.json, construct.json)."""
+    """path is root or under it; for a dump.json root, under its directory (stack.json, construct.json).
+    Symlinks and `..` resolved on both sides."""
     path, root = os.path.realpath(path), os.path.realpath(root)
     if os.path.isfile(root):
         root = os.path.dirname(root)
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def refuse_inside(outputs: dict[str, str | None], inputs: tuple[str, ...]) -> None:
+    """UsageError if an output path (option -> path) is inside an input: nothing is ever written under
+    TARGET or GOLDEN, whatever the option. Checked before anything runs."""
+    for option, path in outputs.items():
+        if not path:
+            continue
+        for root in inputs:
+            if _inside(path, root):
+                real = os.path.realpath(path)
+                shown = path if real == os.path.abspath(path) else f"{path} (that is {real})"
+                where = f"the directory of {root}" if os.path.isfile(root) else root
+                raise UsageError(f"{option} {shown} is inside {where}: nothing is written under TARGET or GOLDEN; "
+                                 "choose a path outside both")
 
 
 def _msprobe_compare(job: tuple[str, str, str]) -> dict:
@@ -348,51 +370,118 @@ def _diagnose(pair: Pair, outcome: dict) -> Finding:
 def compare_runs(target: str, golden: str, out_dir: str | None = None, metric: str = DEFAULT_METRIC,
                  threshold: float = DEFAULT_THRESHOLD, top: int = DEFAULT_TOP, jobs: int | None = None,
                  progress=None, ignore_dtype: bool = False, pool: cf.Executor | None = None,
-                 msprobe_csv: str | None = None, ignores=None, dtype_aware: bool = False,
-                 keep_nodes: int = 0, ray: str | None = None, ray_resource: str | None = None,
-                 job_fn=compare_pair) -> Comparison:
+                 msprobe_csv: str | None = None, ignores: tuple = (), default_ignores: bool = True,
+                 dtype_aware: bool = False, keep_nodes: int = 0, ray: str | None = None,
+                 ray_resource: str | None = None, job_fn=compare_pair) -> Comparison:
     """Pair, compare (the engine, per pair) and analyze. progress(done, total) is called as pairs
     finish. msprobe_csv: None, "diverged" or "all": also run msprobe's own compare on those pairs for
-    its result file. ignores: fnmatch patterns of nodes left out (None: DEFAULT_IGNORES). `pool`
-    (from worker_pool()) lets several comparisons share workers; `ray` (an address, or "auto") runs
-    the pairs on a Ray cluster instead (ray_runner). job_fn(PairJob) -> PairOutcome is the per-pair
-    job. With an output directory, a summary.json per pair and one for the whole are written there."""
+    its result file. `ignores`: record patterns left out (ignores.py), after DEFAULT_IGNORES unless
+    default_ignores is False. `pool` (from worker_pool()) lets several comparisons share workers; `ray`
+    (an address, or "auto") runs the pairs on a Ray cluster instead (ray_runner). job_fn(PairJob) ->
+    PairOutcome is the per-pair job. With an output directory, a summary.json per pair and one for the
+    whole are written there."""
+    patterns = _check_args(metric, ignores, default_ignores, out_dir, (target, golden), msprobe_csv)
+    t_sides, g_sides = _sides(target), _sides(golden)
+    pairs, only_t, only_g, notes = pair_up(t_sides, g_sides)
+    if not pairs and {s.key for s in t_sides}.isdisjoint({s.key for s in g_sides}):
+        raise UsageError(f"{target} and {golden} have no (step, stage, rank) in common: give two paths of the "
+                         "same kind (two save_paths, two step_N/stage directories, two dump.json files)")
+    cmp = Comparison(os.path.abspath(target), os.path.abspath(golden), "", metric, threshold, top,
+                     ignore_dtype=ignore_dtype, ignores=patterns, msprobe_csv=msprobe_csv, dtype_aware=dtype_aware,
+                     keep_nodes=keep_nodes, ray=ray, ray_resource=ray_resource)
+    cmp.pairs, cmp.only_in_target, cmp.only_in_golden, cmp.findings = pairs, only_t, only_g, notes
+    return _execute(cmp, out_dir, jobs, progress, pool, job_fn)
+
+
+def compare_ranks(run: str, reference: int = 0, out_dir: str | None = None, metric: str = DEFAULT_METRIC,
+                  threshold: float = DEFAULT_THRESHOLD, top: int = DEFAULT_TOP, jobs: int | None = None,
+                  progress=None, ignore_dtype: bool = False, pool: cf.Executor | None = None,
+                  msprobe_csv: str | None = None, ignores: tuple = (), default_ignores: bool = True,
+                  dtype_aware: bool = False, keep_nodes: int = 0, ray: str | None = None,
+                  ray_resource: str | None = None, job_fn=compare_pair) -> Comparison:
+    """Rank against rank in one run: every rank's dump against the reference rank's dump of the same
+    (step, stage), for every step and stage under `run`. Each pair's target is the other rank; the
+    options are compare_runs'."""
+    patterns = _check_args(metric, ignores, default_ignores, out_dir, (run,), msprobe_csv)
+    ref_dir = f"rank{reference}"
+    by_key: dict[tuple, dict[str, Side]] = {}
+    for s in _sides(run):
+        by_key.setdefault(s.key, {})[s.rank_dir] = s
+    if not any(_rank_number(r) is not None for ranks in by_key.values() for r in ranks):
+        raise UsageError(f"{run}: no rank<N> directory (msprobe writes proc<pid> without a process group, and "
+                         "pids say nothing of ranks): --ranks needs a run with a torch.distributed process group")
+    cmp = Comparison(os.path.abspath(run), os.path.abspath(run), "", metric, threshold, top,
+                     ignore_dtype=ignore_dtype, ignores=patterns, msprobe_csv=msprobe_csv, dtype_aware=dtype_aware,
+                     keep_nodes=keep_nodes, ray=ray, ray_resource=ray_resource, reference_rank=reference)
+    for key in sorted(by_key):
+        ranks = by_key[key]
+        others = sorted((r for r in ranks if r != ref_dir), key=lambda r: (_rank_number(r) is None,
+                                                                           _rank_number(r) or 0, r))
+        ref = ranks.get(ref_dir)
+        if ref is None:
+            cmp.only_in_target += [ranks[r] for r in others]
+            where = "/".join(key) or run
+            cmp.findings.append(_finding("compare-pairing", W, f"{where}: no {ref_dir} to compare "
+                                         f"{', '.join(others)} against", os.path.dirname(ranks[others[0]].path),
+                                         "the reference rank did not collect this stage; choose another "
+                                         "with --ranks N"))
+            continue
+        for r in others:
+            step, stage = _layout_of(ranks[r].path)
+            cmp.pairs.append(Pair(ranks[r], ref, step, stage, _rank_number(r)))
+    cmp.pairs.sort(key=_sort_key)
+    if not cmp.pairs and not cmp.only_in_target:
+        raise UsageError(f"{run}: only {ref_dir} there, no other rank to compare against it")
+    return _execute(cmp, out_dir, jobs, progress, pool, job_fn)
+
+
+def _check_args(metric: str, ignores, default_ignores: bool, out_dir: str | None, inputs: tuple,
+                msprobe_csv: str | None) -> tuple:
+    """What can be refused before anything runs; returns the ignore patterns in force."""
     if metric not in METRICS:
         raise UsageError(f"unknown metric {metric!r}; one of {', '.join(METRICS)}")
     if msprobe_csv not in (None, "diverged", "all"):
         raise UsageError(f"--msprobe-csv {msprobe_csv!r}: diverged or all")
-    for p in (target, golden):
+    patterns = ignore_patterns(ignores, default_ignores)
+    for p in inputs:
         if not os.path.exists(p):
             raise UsageError(f"{p}: no such file or directory")
-    if out_dir is None and msprobe_csv:
-        out_dir = tempfile.mkdtemp(prefix="verl-pdbg-compare-")
-    for root in (target, golden):
-        if out_dir and _inside(out_dir, root):
-            raise UsageError(f"-o {out_dir} is inside {root}: nothing is written under TARGET or GOLDEN")
-    t_sides, g_sides = collect(target), collect(golden)
-    for p, sides in ((target, t_sides), (golden, g_sides)):
-        if not sides:
-            raise UsageError(f"{p}: no rank directory or dump.json there (give a save_path, a step_N/stage "
-                             "directory or a dump.json)")
-    cmp = Comparison(os.path.abspath(target), os.path.abspath(golden), os.path.abspath(out_dir) if out_dir else "",
-                     metric, threshold, top, ignore_dtype=ignore_dtype)
-    cmp.msprobe_csv, cmp.dtype_aware = msprobe_csv, dtype_aware
-    cmp.ray, cmp.ray_resource = ray, ray_resource
-    cmp.ignores = tuple(DEFAULT_IGNORES if ignores is None else ignores)
-    cmp.pairs, cmp.only_in_target, cmp.only_in_golden, cmp.findings = pair_up(t_sides, g_sides)
-    if not cmp.pairs and {s.key for s in t_sides}.isdisjoint({s.key for s in g_sides}):
-        raise UsageError(f"{target} and {golden} have no (step, stage, rank) in common: give two paths of the "
-                         "same kind (two save_paths, two step_N/stage directories, two dump.json files)")
+    refuse_inside({"-o": out_dir}, inputs)
+    return patterns
+
+
+def _sides(root: str) -> list[Side]:
+    sides = collect(root)
+    if not sides:
+        raise UsageError(f"{root}: no rank directory or dump.json there (give a save_path, a step_N/stage "
+                         "directory or a dump.json)")
+    return sides
+
+
+def _execute(cmp: Comparison, out_dir: str | None, jobs, progress, pool, job_fn) -> Comparison:
+    inputs = (cmp.target, cmp.golden)
+    if out_dir is not None:  # -o beside an input must not reach into it through a pair's subdirectory either
+        for p in cmp.pairs:
+            refuse_inside({"-o": _pair_dir(out_dir, p)}, inputs)
     for side, which in [(s, "target") for s in cmp.only_in_target] + [(s, "golden") for s in cmp.only_in_golden]:
-        cmp.findings.append(_finding("compare-pairing", W, f"{side.label} is in the {which} run only",
-                                     os.path.dirname(side.path), "the other run did not collect it"))
+        if cmp.reference_rank is None:
+            cmp.findings.append(_finding("compare-pairing", W, f"{side.label} is in the {which} run only",
+                                         os.path.dirname(side.path), "the other run did not collect it"))
     todo = _prechecked(cmp)
     _refuse_metric(cmp, todo)
-    _run_engine(cmp, todo, jobs, progress, pool, keep_nodes, job_fn)
-    if msprobe_csv:
-        _run_msprobe(cmp, jobs, pool)
-    if cmp.out_dir:
-        write_summaries(cmp)
+    if out_dir is None and cmp.msprobe_csv:  # the engine alone writes nothing without -o
+        out_dir = tempfile.mkdtemp(prefix="verl-pdbg-compare-")
+        cmp.temporary = True
+    cmp.out_dir = os.path.abspath(out_dir) if out_dir else ""
+    try:
+        _run_engine(cmp, todo, jobs, progress, pool, job_fn)
+        if cmp.msprobe_csv:
+            _run_msprobe(cmp, jobs, pool)
+        if cmp.out_dir:
+            write_summaries(cmp)
+    except BaseException:
+        remove_output(cmp)
+        raise
     return cmp
 
 
@@ -420,6 +509,22 @@ def _refuse_metric(cmp: Comparison, todo: list[Pair]) -> None:
                                  f"(metrics for it: {offered})")
 
 
+def _pair_dir(out_dir: str, p: Pair) -> str:
+    return os.path.join(out_dir, *p.target.key, p.rank_label)
+
+
+def ignore_patterns(ignores, default_ignores: bool = True) -> tuple[str, ...]:
+    """The patterns in force, each once: the default's, then the user's; an unusable one is a UsageError."""
+    out = [p for p, _why in DEFAULT_IGNORES] if default_ignores else []
+    for p in ignores or ():
+        if not isinstance(p, str) or not p.partition("@")[0].strip():
+            raise UsageError(f"--ignore {p!r}: give a record name pattern, e.g. 'Tensor.narrow.*' "
+                             "or 'Tensor.narrow.*@*/_fsdp_collectives.py:*'")
+        if p not in out:
+            out.append(p)
+    return tuple(out)
+
+
 def worker_pool(jobs: int | None = None) -> cf.ProcessPoolExecutor:
     """Worker processes for the engine and msprobe compare. spawn, not fork: the caller may have torch
     loaded."""
@@ -428,10 +533,10 @@ def worker_pool(jobs: int | None = None) -> cf.ProcessPoolExecutor:
 
 
 def _run_engine(cmp: Comparison, todo: list[Pair], jobs: int | None, progress, shared: cf.Executor | None,
-                keep_nodes: int, job_fn=compare_pair) -> None:
+                job_fn=compare_pair) -> None:
     def job(p: Pair) -> PairJob:
         return PairJob(p.target.path, p.golden.path, cmp.metric, cmp.threshold, cmp.top, cmp.ignore_dtype,
-                       cmp.dtype_aware, cmp.ignores, keep_nodes)
+                       cmp.dtype_aware, cmp.ignores, cmp.keep_nodes)
 
     done = len(cmp.pairs) - len(todo)
     if progress:
@@ -463,7 +568,7 @@ def _run_msprobe(cmp: Comparison, jobs: int | None, shared: cf.Executor | None) 
     if not todo:
         return
     for p in todo:
-        p.out_dir = _pair_dir(cmp, p)
+        p.out_dir = _pair_dir(cmp.out_dir, p)
         os.makedirs(p.out_dir, mode=0o750, exist_ok=True)
     if cmp.ray:  # the CSV comes back as data and is written here, by the driver
         _spread(cmp, todo, msprobe_remote, lambda p: (p.target.path, p.golden.path),
@@ -560,10 +665,6 @@ def _csv_written(p: Pair, outcome: dict) -> dict:
     return outcome
 
 
-def _pair_dir(cmp: Comparison, p: Pair) -> str:
-    return os.path.join(cmp.out_dir, *p.target.key, p.rank_label)
-
-
 def _finish_engine(cmp: Comparison, p: Pair, out: PairOutcome) -> None:
     for rule, msg, hint in out.notes:
         p.findings.append(_finding(rule, I, f"{p.label}: {msg}", p.target.path, hint))
@@ -585,6 +686,17 @@ def _finish_csv(p: Pair, outcome: dict) -> None:
     else:
         f = _diagnose(p, outcome)  # the engine's verdict stands; only msprobe's CSV is missing
         p.findings.append(Finding(f.rule, W, f.message, f.file, f.line, f.column, f.path, f.hint))
+
+
+def remove_output(cmp: Comparison) -> bool:
+    """Delete the temporary output directory (no -o given) once the report is out; True if removed.
+    The pairs' result and log paths are cleared: they no longer exist."""
+    if not cmp.temporary:
+        return False
+    shutil.rmtree(cmp.out_dir, ignore_errors=True)
+    for p in cmp.pairs:
+        p.result_file = p.log_file = None
+    return True
 
 
 # ----------------------------------------------------------------------------- data out
@@ -614,7 +726,7 @@ def pair_dict(p: Pair, metric: str, layers: bool = False) -> dict:
         "task": an.task if an else None,
         "nodes": an.n_nodes if an else 0,
         "minibatches": an.minibatches if an else None,
-        "ignored": dict(an.ignored) if an else {},
+        "ignored": {k: v for k, v in an.ignored.items() if v} if an else {},
         "both_nonfinite": an.both_nonfinite.as_dict(metric) if an and an.both_nonfinite else None,
         "target": p.target.path, "golden": p.golden.path,
         "findings": [f.to_dict() for f in p.findings],
@@ -630,7 +742,7 @@ def write_summaries(cmp: Comparison) -> None:
     """OUT/<step>/<stage>/<inner>/<rank>/summary.json per pair (with its layers) and OUT/summary.json (the
     whole comparison, without them): bounded files, written by this process only."""
     for p in cmp.pairs:
-        d = _pair_dir(cmp, p)
+        d = _pair_dir(cmp.out_dir, p)
         os.makedirs(d, mode=0o750, exist_ok=True)
         _write_json(os.path.join(d, SUMMARY), pair_dict(p, cmp.metric, layers=True))
     _write_json(os.path.join(cmp.out_dir, SUMMARY), as_dict(cmp))
@@ -642,13 +754,27 @@ def _write_json(path: str, doc: dict) -> None:
         fh.write("\n")
 
 
+def ignored_summary(cmp: Comparison) -> list[dict]:
+    """Each pattern in force: why (the default's), the records it left out and in how many pairs."""
+    why = dict(DEFAULT_IGNORES)
+    out = []
+    for pat in cmp.ignores:
+        counts = [p.analysis.ignored.get(pat, 0) for p in cmp.pairs if p.analysis]
+        out.append({"pattern": pat, "default": pat in why, "why": why.get(pat, ""), "records": sum(counts),
+                    "pairs": sum(1 for c in counts if c)})
+    return out
+
+
 def as_dict(cmp: Comparison) -> dict:
     pairs = [pair_dict(p, cmp.metric) for p in cmp.pairs]
     return {
-        "target": cmp.target, "golden": cmp.golden, "output_dir": cmp.out_dir,
+        "target": cmp.target, "golden": cmp.golden,
+        "output_dir": None if cmp.temporary and not os.path.isdir(cmp.out_dir) else cmp.out_dir,
         "metric": cmp.metric, "threshold": cmp.threshold,
-        "ignore_patterns": [p[0] if isinstance(p, tuple) else p for p in cmp.ignores],
+        "ignore_patterns": list(cmp.ignores),
         "msprobe_csv": cmp.msprobe_csv,
+        "reference_rank": cmp.reference_rank,
+        "ignored": ignored_summary(cmp),
         "pairs": pairs,
         "only_in_target": [side_dict(s) for s in cmp.only_in_target],
         "only_in_golden": [side_dict(s) for s in cmp.only_in_golden],
