@@ -17,6 +17,7 @@ RECORD@CALLER pattern's RECORD part matches); match_ignore is the same test for 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Iterable
@@ -94,16 +95,26 @@ class Ignorer:
 
     def _callers(self, call: str) -> list[str | None]:
         if self._frames is None:
-            import json
             import os
 
+            from verl_pdbg_conf.compare.dumpread import iter_items
+
+            # stack.json read as a stream, keeping only the calls a RECORD@CALLER pattern can match:
+            # memory stays bounded by those, not by the dump (the engine's bound)
+            # (a RECORD part naming a row, Tensor.narrow.*.forward.output.0, is cut to its call's name)
+            records = [r for ig in self._parsed if ig.caller is not None
+                       for r in (ig.record, re.sub(r"\.(forward|backward)\b.*", r".\1", ig.record))]
             self._frames = []
             for d in self._dumps:
+                kept: dict = {}
                 try:
-                    with open(os.path.join(os.path.dirname(d), "stack.json"), encoding="utf-8") as fh:
-                        self._frames.append(innermost_frames(json.load(fh)))
-                except (OSError, ValueError, TypeError):
-                    self._frames.append({})
+                    for key, entry in iter_items(os.path.join(os.path.dirname(d), "stack.json")):
+                        names = entry[0] if isinstance(entry, list) and entry and isinstance(entry[0], list) else ()
+                        if any(fnmatchcase(str(n), r) for n in names for r in records):
+                            kept[key] = entry
+                except (OSError, ValueError, UnicodeDecodeError):  # DumpError is a ValueError
+                    pass
+                self._frames.append(innermost_frames(kept))
         return [f.get(call) for f in self._frames] or [None]
 
     def match(self, name: str, call: str = "") -> str | None:

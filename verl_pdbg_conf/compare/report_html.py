@@ -13,7 +13,7 @@ import io
 import math
 
 from verl_pdbg_conf.compare.nodes import MAX_LAYERS, fold_layers, layer_label, layers_of
-from verl_pdbg_conf.compare.runs import _layout_of, _rank_number
+from verl_pdbg_conf.compare.runs import _layout_of, _rank_number, ignored_summary
 
 MAX_PLOTS = 50  # diverged pairs plotted; the others are in the overview and get one line
 COMPACT_RANKS = 16  # above this many ranks, overview cells are colour only (details on hover)
@@ -195,6 +195,38 @@ def overview(cmp) -> str:
     return f"<p>{legend}<br><small>{note}</small></p>" + "\n".join(out)
 
 
+def _runs_said(cmp) -> str:
+    """The header's first lines: the two runs (or the run and its reference rank), and where files are."""
+    if cmp.reference_rank is not None:
+        said = (f"run <code>{html.escape(cmp.target)}</code><br>reference rank{cmp.reference_rank}: every other "
+                "rank's dumps against it")
+    else:
+        said = f"target <code>{html.escape(cmp.target)}</code><br>golden <code>{html.escape(cmp.golden)}</code>"
+    kept = f"; results in <code>{html.escape(cmp.out_dir)}</code>" if cmp.out_dir and not cmp.temporary else ""
+    return f"{said}<br>metric {cmp.metric}, threshold {_pct(cmp.threshold)}{kept}"
+
+
+def _left_out(cmp) -> str:
+    """What the ignore patterns left out, per pattern (the default's with why)."""
+    lines = []
+    for i in ignored_summary(cmp):
+        if not i["records"] and i["default"]:
+            continue
+        kind = "default" if i["default"] else "--ignore"
+        why = f"<br><small>{html.escape(i['why'])}</small>" if i["why"] else ""
+        lines.append(f"<p class='line'>left out ({kind}): {i['records']} record(s) in {i['pairs']} pair(s) matching "
+                     f"<code>{html.escape(i['pattern'])}</code>{why}</p>")
+    return "\n".join(lines)
+
+
+def _first_said(p) -> str:
+    """A diverged pair's first node, with its mini-batch when the stage ran several."""
+    an = p.analysis
+    mb = f" (mini-batch {an.first.minibatch + 1} of {an.minibatches})" \
+        if an.minibatches > 1 and getattr(an.first, "minibatch", None) is not None else ""
+    return f"first divergence <code>{html.escape(an.first.name)}</code>{mb} in {html.escape(where_first(p))}"
+
+
 def render(cmp) -> str:
     n_div = sum(p.status == "diverged" for p in cmp.pairs)
     out = [f"""<!DOCTYPE html><html><head><meta charset="utf-8"><title>verl-pdbg-compare</title>
@@ -204,11 +236,11 @@ font-size:13px}} td,th{{border:1px solid #ddd;padding:3px 6px;text-align:left}} 
 table.overview td.cell{{font-size:11px;min-width:10px;white-space:nowrap}} span.cell{{padding:1px 6px}}
 p.line{{margin:2px 0;font-size:13px}}</style></head><body>
 <h1>verl-pdbg-compare</h1>
-<p>target <code>{html.escape(cmp.target)}</code><br>golden <code>{html.escape(cmp.golden)}</code><br>
-metric {cmp.metric}, threshold {_pct(cmp.threshold)}; results in <code>{html.escape(cmp.out_dir)}</code><br>
+<p>{_runs_said(cmp)}<br>
 {len(cmp.pairs)} pair(s): {n_div} diverged, {sum(p.status == 'same' for p in cmp.pairs)} same,
+{sum(p.status == 'mismatch' for p in cmp.pairs)} collected differently,
 {sum(p.status == 'error' for p in cmp.pairs)} not compared</p>
-<h2>Overview: steps x stages x ranks</h2>""", overview(cmp), "<h2>Pairs</h2>"]
+<h2>Overview: steps x stages x ranks</h2>""", overview(cmp), _left_out(cmp), "<h2>Pairs</h2>"]
     plotted = 0
     for i, p in enumerate(cmp.pairs):
         head = (f"step {p.step if p.step is not None else '-'} · {html.escape(p.stage or '/'.join(p.target.key) or '-')}"
@@ -216,15 +248,18 @@ metric {cmp.metric}, threshold {_pct(cmp.threshold)}; results in <code>{html.esc
         if p.status != "diverged" or plotted >= MAX_PLOTS:
             said = "; ".join(f"{f.rule}: {f.message}" for f in p.findings)
             if p.status == "diverged":
-                said = f"first divergence <code>{html.escape(p.analysis.first.name)}</code> in " \
-                       f"{html.escape(where_first(p))} (plotted: the first {MAX_PLOTS} diverged pairs)"
+                said = f"{_first_said(p)} (plotted: the first {MAX_PLOTS} diverged pairs)"
             elif p.analysis:
                 said = f"{p.analysis.n_nodes or len(p.analysis.nodes):,} nodes, none diverges"
+                b = p.analysis.both_nonfinite
+                if b is not None:
+                    said += (f"; target and golden both {'NaN' if b.reason == 'nan' else 'Inf'} from "
+                             f"<code>{html.escape(b.name)}</code> on")
             out.append(f"<p class='line' id='pair{i}'>{head}: {said or html.escape(p.status)}</p>")
             continue
         plotted += 1
         an = p.analysis
-        out.append(f"<section id='pair{i}'><h3>{head}</h3>")
+        out.append(f"<section id='pair{i}'><h3>{head}</h3><p>{_first_said(p)}</p>")
         out.append(_img(plot_layers(an, cmp.metric, cmp.threshold), f"worst {cmp.metric} per layer along execution order"))
         rows = [an.first] + [n for n in an.top if n is not an.first]
         out.append("<table><tr><th>#</th><th>node</th><th>module / where</th><th>direction</th>"

@@ -769,7 +769,7 @@ def as_dict(cmp: Comparison) -> dict:
     pairs = [pair_dict(p, cmp.metric) for p in cmp.pairs]
     return {
         "target": cmp.target, "golden": cmp.golden,
-        "output_dir": None if cmp.temporary and not os.path.isdir(cmp.out_dir) else cmp.out_dir,
+        "output_dir": None if not cmp.out_dir or (cmp.temporary and not os.path.isdir(cmp.out_dir)) else cmp.out_dir,
         "metric": cmp.metric, "threshold": cmp.threshold,
         "ignore_patterns": list(cmp.ignores),
         "msprobe_csv": cmp.msprobe_csv,
