@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from verl_pdbg_conf.compare.ray_runner import ClusterError, run_ray  # noqa: E402
 from verl_pdbg_conf.compare.engine import compare_pair  # noqa: E402
-from verl_pdbg_conf.compare.runs import EXIT_DIVERGED, UsageError, compare_runs  # noqa: E402
+from verl_pdbg_conf.compare.runs import EXIT_DIVERGED, UsageError, compare_ranks, compare_runs  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -41,6 +42,25 @@ def runs(tmp_path_factory) -> Path:
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out
+
+
+@pytest.fixture(scope="module")
+def ranked(tmp_path_factory) -> Path:
+    """One run on 2 gloo ranks (rank<N> directories, mix level): what --ranks compares."""
+    out = tmp_path_factory.mktemp("ray_ranked")
+    cfg = out / "mix.json"
+    cfg.write_text(json.dumps({"task": "statistics", "level": "mix", "rank": [], "step": [], "async_dump": False,
+                               "statistics": {"scope": [], "list": [], "data_mode": ["all"]}}))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    procs = [subprocess.Popen([sys.executable, str(HERE / "make_compare_dumps.py"), str(out), str(cfg), str(r), "2",
+                               str(port), "--steps", "1", "--variants", "golden"], cwd=out, env=ENV,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in (0, 1)]
+    for proc in procs:
+        log, _ = proc.communicate(timeout=600)
+        assert proc.returncode == 0, log[-3000:]
+    return out / "golden"
 
 
 @pytest.fixture(scope="module")
@@ -153,6 +173,21 @@ def test_generic_job_and_unreadable_files(runs, cluster, tmp_path):
     with pytest.raises(UsageError, match="gpu_dumps"):
         compare_runs(str(runs / "scaled"), str(runs / "golden"), str(tmp_path / "u"), ray=cluster.address,
                      ray_resource="gpu_dumps")
+
+
+def test_ranks_on_ray(ranked, cluster, tmp_path):
+    """--ranks with --ray: rank1 against rank0 for each stage, on the nodes that read the dumps, with the
+    same verdicts as the local pool; the driver writes the summaries."""
+    local = compare_ranks(str(ranked), 0, str(tmp_path / "local"), jobs=1)
+    remote = compare_ranks(str(ranked), 0, str(tmp_path / "ray"), ray=cluster.address, ray_resource="dumps")
+    assert len(remote.pairs) == 3 and remote.reference_rank == 0
+    assert all((p.target.rank_dir, p.golden.rank_dir) == ("rank1", "rank0") for p in remote.pairs)
+    assert [(p.label, p.status, p.analysis.first and p.analysis.first.name) for p in remote.pairs] == \
+        [(p.label, p.status, p.analysis.first and p.analysis.first.name) for p in local.pairs]
+    assert {p.ran_on for p in remote.pairs} <= cluster.readers
+    assert all((tmp_path / "ray").joinpath(*p.target.key, p.rank_label, "summary.json").is_file()
+               for p in remote.pairs)
+    assert json.loads((tmp_path / "ray" / "summary.json").read_text())["reference_rank"] == 0
 
 
 def test_command_with_ray(runs, cluster, tmp_path):

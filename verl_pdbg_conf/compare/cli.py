@@ -96,8 +96,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"{PROG}: error: give TARGET and GOLDEN, or one run and --ranks [REF] (REF >= 0)\n")
         return EXIT_USAGE
     inputs = (args.target,) if args.golden is None else (args.target, args.golden)
-    try:  # nothing is written under an input, whatever the option: refused before anything runs
-        refuse_inside({"-o": args.output, "--html": args.html}, inputs)
+    try:  # nothing is written under an input: --html here, -o (and each pair's directory) by compare_runs/
+        # compare_ranks, both before anything runs
+        refuse_inside({"--html": args.html}, inputs)
     except UsageError as e:
         sys.stderr.write(f"{PROG}: error: {e}\n")
         return EXIT_USAGE

@@ -471,6 +471,11 @@ def _execute(cmp: Comparison, out_dir: str | None, jobs, progress, pool, job_fn)
     _refuse_metric(cmp, todo)
     if out_dir is None and cmp.msprobe_csv:  # the engine alone writes nothing without -o
         out_dir = tempfile.mkdtemp(prefix="verl-pdbg-compare-")
+        try:  # an input under the temporary directory's parent (TMPDIR) is no excuse either
+            refuse_inside({"the temporary output directory": out_dir}, inputs)
+        except UsageError:
+            os.rmdir(out_dir)
+            raise
         cmp.temporary = True
     cmp.out_dir = os.path.abspath(out_dir) if out_dir else ""
     try:
