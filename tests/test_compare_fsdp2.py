@@ -117,9 +117,12 @@ def test_ranks_against_rank0(fsdp2_runs, pool, tmp_path, capsys):
     # each rank holds its own half of the batch: the ranks differ, first where the data enters
     assert cmp.exit_code == EXIT_DIVERGED and all(p.status == "diverged" for p in cmp.pairs)
     # the other way round, through the command, one stage: the output names the reference rank
-    code = main([str(run / "step_1" / "actor_update"), "--ranks", "1", "-o", str(tmp_path / "r1"), "-f", "json"])
+    code = main([str(run / "step_1" / "actor_update"), "--ranks", "1", "-o", str(tmp_path / "r1"), "-f", "json",
+                 "--html", str(tmp_path / "r1.html")])
     doc = json.loads(capsys.readouterr().out)
     assert code == EXIT_DIVERGED and doc["reference_rank"] == 1
+    page = (tmp_path / "r1.html").read_text()  # the HTML says it too, and what the default left out
+    assert "reference rank1" in page and "left out (default)" in page and "FSDP2" in page
     assert [(p["rank_dir"]["target"], p["rank_dir"]["golden"]) for p in doc["pairs"]] == [("rank0", "rank1")]
     assert main([str(run), "--ranks", "7"]) == EXIT_USAGE  # no rank7 anywhere: nothing compared
     assert "no rank7 to compare rank0, rank1 against" in capsys.readouterr().out
