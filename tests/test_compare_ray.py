@@ -31,16 +31,23 @@ ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.envi
 FIRST = "Functional.linear.3.forward.input.1"  # blocks.3.fc's weight, as F.linear's second input
 
 
+def _make_dumps(out: Path, level: str, ranks: list[list[str]], *extra: str) -> None:
+    """make_compare_dumps.py into out, one writer process per [rank, world, port] at once."""
+    cfg = out / f"{level}.json"
+    cfg.write_text(json.dumps({"task": "statistics", "level": level, "rank": [], "step": [], "async_dump": False,
+                               "statistics": {"scope": [], "list": [], "data_mode": ["all"]}}))
+    procs = [subprocess.Popen([sys.executable, str(HERE / "make_compare_dumps.py"), str(out), str(cfg), *r, *extra],
+                              cwd=out, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in ranks]
+    for proc in procs:
+        log, _ = proc.communicate(timeout=600)
+        assert proc.returncode == 0, log[-3000:]
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("ray_runs")
-    cfg = out / "l1.json"
-    cfg.write_text(json.dumps({"task": "statistics", "level": "L1", "rank": [], "step": [], "async_dump": False,
-                               "statistics": {"scope": [], "list": [], "data_mode": ["all"]}}))
-    proc = subprocess.run([sys.executable, str(HERE / "make_compare_dumps.py"), str(out), str(cfg), "0", "0", "0",
-                           "--steps", "1,2", "--variants", "golden,scaled"], cwd=out, env=ENV,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    _make_dumps(out, "L1", [["0", "0", "0"]], "--steps", "1,2", "--variants", "golden,scaled")
     return out
 
 
@@ -48,18 +55,10 @@ def runs(tmp_path_factory) -> Path:
 def ranked(tmp_path_factory) -> Path:
     """One run on 2 gloo ranks (rank<N> directories, mix level): what --ranks compares."""
     out = tmp_path_factory.mktemp("ray_ranked")
-    cfg = out / "mix.json"
-    cfg.write_text(json.dumps({"task": "statistics", "level": "mix", "rank": [], "step": [], "async_dump": False,
-                               "statistics": {"scope": [], "list": [], "data_mode": ["all"]}}))
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    procs = [subprocess.Popen([sys.executable, str(HERE / "make_compare_dumps.py"), str(out), str(cfg), str(r), "2",
-                               str(port), "--steps", "1", "--variants", "golden"], cwd=out, env=ENV,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in (0, 1)]
-    for proc in procs:
-        log, _ = proc.communicate(timeout=600)
-        assert proc.returncode == 0, log[-3000:]
+        port = str(sock.getsockname()[1])
+    _make_dumps(out, "mix", [["0", "2", port], ["1", "2", port]], "--steps", "1", "--variants", "golden")
     return out / "golden"
 
 
