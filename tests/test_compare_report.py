@@ -169,3 +169,20 @@ def test_pair_summary_is_bounded_whatever_the_layers():
     assert sum(lay["diverged"] for lay in d["layers"]) == 1 and sum(lay["nan"] for lay in d["layers"]) == 1
     assert "model.layers.312" in next(lay["label"] for lay in d["layers"] if lay["diverged"])
     assert len(json.dumps(d)) < 100_000
+
+
+def test_a_layer_whose_worst_is_inf_is_plotted():
+    """A relative error of inf (golden norm 0: the engine keeps it as a layer's worst, as two ranks of one
+    FSDP2 run gave) is a full-height bar marked Inf, not a matplotlib error on the log axis."""
+    nodes = [node(i, f"model.layers.{i // 4}.mlp", 1e-7) for i in range(16)]
+    nodes[9].value = math.inf
+    nodes[9].reason = "threshold"
+    an = Analysis("statistics", first=nodes[9], top=[nodes[9]])
+    an.n_nodes = len(nodes)
+    an.layers = layers_of(nodes, nodes[9])
+    for lay in an.layers:  # as the engine's LayerStat has it: the value itself, no inf flag
+        lay.inf = False
+        if "layers.2" in lay.label:
+            lay.worst = math.inf
+    png = report_html.plot_layers(an, "NormRelativeErr", THRESHOLD)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"

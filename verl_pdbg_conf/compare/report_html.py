@@ -51,18 +51,23 @@ def plot_layers(an, metric: str, threshold: float, title: str = "") -> bytes:
     ax = fig.add_subplot(1, 1, 1)
     xs = [lay.first_order for lay in layers]
     widths = [max(nxt - x, 1) for x, nxt in zip(xs, xs[1:] + [total])]
-    ys = [max(lay.worst, floor) if lay.worst is not None else floor for lay in layers]
+    # a worst of inf (a golden norm of 0) has no place on a log axis: its bar is drawn full height; NaN
+    # stays at the floor (both are marked along the top)
+    finite = [lay.worst is not None and math.isfinite(lay.worst) for lay in layers]
+    ys = [max(lay.worst, floor) if ok else floor for lay, ok in zip(layers, finite)]
+    top = max(ys + [threshold * 10]) * 300
+    ys = [top / 3 if lay.worst == math.inf else y for y, lay in zip(ys, layers)]
     colours = ["#c0392b" if lay.worst is not None and lay.worst > threshold else
                "#bbbbbb" if not lay.worst else "#2c7fb8" for lay in layers]
     ax.bar(xs, [y - floor / 2 for y in ys], width=widths, bottom=floor / 2, align="edge", color=colours,
            edgecolor="white", linewidth=0.3 if len(layers) > 100 else 0.8, zorder=2)
     ax.axhline(threshold, color="#7f8c8d", linestyle="--", linewidth=1, label=f"threshold {threshold:g}")
-    top = max(ys + [threshold * 10]) * 300
     ax.set_yscale("log")
     ax.set_ylim(floor / 2, top)
     ax.set_xlim(0, total)
     for flag, colour, mark in (("nan", "#8e44ad", "NaN"), ("inf", "#e67e22", "Inf")):
-        hit = [x + w / 2 for x, w, lay in zip(xs, widths, layers) if getattr(lay, flag)]
+        hit = [x + w / 2 for x, w, lay in zip(xs, widths, layers)
+               if getattr(lay, flag) or (flag == "inf" and lay.worst == math.inf)]
         if hit:
             ax.scatter(hit, [top / 3] * len(hit), marker="v", s=40, color=colour, zorder=4,
                        label=f"{mark} in a layer ({len(hit)})")
