@@ -1,14 +1,16 @@
 #!/usr/bin/env python
 """verl 0.9.1's real PPO workers on CPU, profiled with `tool: precision_debugger`, two steps.
 
-    python bench/real_workers.py --out DIR [--level L0|L1] [--runtime pdbg|verl] [--strict]
+    python bench/real_workers.py --out DIR [--level L0|L1] [--runtime pdbg|verl] [--strict] [--nproc N] [--steps 1,2]
 
 Builds a tiny random Qwen2 causal LM from a transformers config (no download), then verl's own
 worker classes (verl/workers/engine_workers.py): ActorRolloutRefWorker with role "actor" and with
 role "ref", and the critic's TrainingWorker(model_type="value_model"), each on verl's FSDP2 engine
-in a 1-rank gloo world. For global steps 1 and 2 it does what RayPPOTrainer does: start_profile on
-each worker group (profile_step=N), then the real decorated methods with batches in the trainer's
-form (DataProto -> TensorDict -> no-padding, plus the non-tensor keys each method reads):
+in a gloo world of --nproc ranks (1 by default; one process per rank, each given its share of
+the batch as verl's data-parallel dispatch does). For each global step (--steps, default 1 and 2)
+it does what RayPPOTrainer does: start_profile on each worker group (profile_step=N), then the
+real decorated methods with batches in the trainer's form (DataProto -> TensorDict -> no-padding,
+plus the non-tensor keys each method reads):
 actor compute_log_prob, ref compute_ref_log_prob, critic infer_batch (values), critic
 train_mini_batch (-> train_batch per mini-batch), update_actor; then stop_profile.
 
@@ -225,7 +227,7 @@ def _tiny_model(path: str) -> None:
     AutoModelForCausalLM.from_config(cfg).save_pretrained(path)
 
 
-def _overrides(model_dir: str, save_path: str, config_path: str, strict: bool) -> list[str]:
+def _overrides(model_dir: str, save_path: str, config_path: str, strict: bool, steps=STEPS) -> list[str]:
     pd = "global_profiler.global_tool_config.precision_debugger"
     out = [
         f"actor_rollout_ref.model.path={model_dir}", f"critic.model.path={model_dir}",
@@ -246,7 +248,7 @@ def _overrides(model_dir: str, save_path: str, config_path: str, strict: bool) -
         f"critic.ppo_mini_batch_size={MINI_BATCH}", "critic.ppo_micro_batch_size_per_gpu=2",
         "actor_rollout_ref.rollout.n=1", "actor_rollout_ref.actor.use_kl_loss=True",
         "global_profiler.tool=precision_debugger", f"global_profiler.save_path={save_path}",
-        f"global_profiler.steps=[{','.join(map(str, STEPS))}]",
+        f"global_profiler.steps=[{','.join(map(str, steps))}]",
         f"{pd}.config_path={config_path}", f"{pd}.strict={strict}",
     ]
     for role in ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic"):
@@ -298,6 +300,7 @@ def _padded(out, key, td):
 
 def child(args) -> dict:
     capture = _Capture()
+    steps = tuple(int(s) for s in args.steps.split(","))
     t0 = time.perf_counter()
     if args.runtime == "pdbg":
         from verl_pdbg_conf.runtime import install
@@ -308,7 +311,8 @@ def child(args) -> dict:
     import torch.distributed as dist
 
     _register_cpu_platform()
-    dist.init_process_group("gloo", rank=0, world_size=1)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo", rank=rank, world_size=world)
 
     from functools import partial
 
@@ -326,7 +330,7 @@ def child(args) -> dict:
     config_path = os.path.join(MSPROBE_CONFIGS, f"statistics_{args.level.lower()}.json")
     trainer_yaml = os.path.join(os.path.dirname(verl.__file__), "trainer", "config", "_generated_ppo_trainer.yaml")
     cfg = OmegaConf.merge(OmegaConf.load(trainer_yaml),
-                          OmegaConf.from_dotlist(_overrides(args.model_dir, args.out, config_path, args.strict)))
+                          OmegaConf.from_dotlist(_overrides(args.model_dir, args.out, config_path, args.strict, steps)))
     OmegaConf.resolve(cfg)  # main_ppo.py does this; unresolved, every role profiler is a no-op
 
     ref = ActorRolloutRefWorker(config=cfg.actor_rollout_ref, role="ref")
@@ -351,8 +355,10 @@ def child(args) -> dict:
              for name, w in workers.items()}
     a = cfg.actor_rollout_ref.actor
     errors, metrics = [], {}
-    for step in STEPS:
+    for step in steps:
         batch = _batch(step)
+        if world > 1:  # verl's DP_COMPUTE_PROTO dispatch: rank r gets the r-th chunk, the meta_info whole
+            batch = batch.chunk(world)[rank]
         # ray_trainer._start_profiling: actor group with role="train", then each distinct group
         actor.start_profile(role="train", profile_step=step)
         ref.start_profile(profile_step=step)
@@ -384,7 +390,7 @@ def child(args) -> dict:
 
             errors.append(f"step {step}: {traceback.format_exc(limit=8)}")
         finally:
-            last = step == STEPS[-1]
+            last = step == steps[-1]
             actor.stop_profile(run_command=last)
             ref.stop_profile(run_command=last)
             critic.stop_profile(run_command=last)
@@ -481,30 +487,50 @@ def _matches_stages_py(resolver: dict, resolved: dict, runtime: str) -> dict:
     return out
 
 
-def run(out: str, level: str = "L1", runtime: str = "pdbg", strict: bool = False, timeout: float = 600) -> dict:
+def run(out: str, level: str = "L1", runtime: str = "pdbg", strict: bool = False, timeout: float = 600,
+        nproc: int = 1, steps: tuple = STEPS) -> dict:
+    """One child per rank (all at once, one gloo world); the summary is rank 0's, errors are every rank's."""
     out = os.path.abspath(out)
     os.makedirs(out, exist_ok=True)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="real_workers_") as tmp:
-        result_path = os.path.join(tmp, "child.json")
-        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE="1", RANK="0",
-                   LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", VERL_PLATFORM="cpu", VERL_ENGINE_DEVICE="cuda",
-                   CUDA_VISIBLE_DEVICES="", TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1",
-                   PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
-        cmd = [sys.executable, os.path.abspath(__file__), "--child", result_path, "--out", out, "--level", level,
-               "--runtime", runtime, "--model-dir", os.path.join(tmp, "tiny_qwen2")] + (["--strict"] if strict else [])
-        proc = subprocess.run(cmd, env=env, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              timeout=timeout)
-        child_result = {}
-        if os.path.exists(result_path):
-            with open(result_path) as f:
-                child_result = json.load(f)
+        port = str(_free_port())
+        procs = []
+        for rank in range(nproc):
+            result_path = os.path.join(tmp, f"child{rank}.json")
+            env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WORLD_SIZE=str(nproc),
+                       RANK=str(rank), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(nproc), VERL_PLATFORM="cpu",
+                       VERL_ENGINE_DEVICE="cuda", CUDA_VISIBLE_DEVICES="", TOKENIZERS_PARALLELISM="false",
+                       PYTHONUNBUFFERED="1",
+                       PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
+            cmd = [sys.executable, os.path.abspath(__file__), "--child", result_path, "--out", out, "--level", level,
+                   "--runtime", runtime, "--model-dir", os.path.join(tmp, f"tiny_qwen2_{rank}"),
+                   "--steps", ",".join(map(str, steps))]
+            cmd += ["--strict"] if strict else []
+            procs.append((result_path, subprocess.Popen(cmd, env=env, cwd=tmp, stdout=subprocess.PIPE,
+                                                        stderr=subprocess.STDOUT, text=True)))
+        outputs, children, codes = [], [], []
+        for result_path, proc in procs:
+            try:
+                outputs.append(proc.communicate(timeout=timeout)[0])
+            except subprocess.TimeoutExpired:  # a rank stuck in a collective its peer never reached
+                for _, other in procs:
+                    other.kill()
+                outputs.append(proc.communicate()[0] + f"\n(killed after {timeout:g} s)")
+            codes.append(proc.returncode)
+            child_result = {}
+            if os.path.exists(result_path):
+                with open(result_path) as f:
+                    child_result = json.load(f)
+            children.append(child_result)
+    child_result, output = children[0], "\n".join(outputs)
+    errors = [e for c in children for e in (c.get("errors") or [])]
+    errors += [f"rank {r}: exit {c}\n{o[-4000:]}" for r, (c, o) in enumerate(zip(codes, outputs)) if c]
     files = dump_tree(out)
-    output = proc.stdout
-    warnings = child_result.get("warnings", [])
+    warnings = [w for c in children for w in c.get("warnings", [])]
     resolved = _runtime_resolved(child_result.get("runtime_resolved") or [])
     return {
-        "runtime": runtime, "level": level, "strict": strict, "exit": proc.returncode,
+        "runtime": runtime, "level": level, "strict": strict, "nproc": nproc, "exit": max(codes),
         "stages": stages_collected(files), "dump_files": files,
         "warnings": sorted(set(warnings)), "warning_count": len(warnings),
         "model_not_resolved": sum(line.count(NOT_RESOLVED) for line in output.splitlines()),
@@ -512,8 +538,7 @@ def run(out: str, level: str = "L1", runtime: str = "pdbg", strict: bool = False
         "model_found_at": child_result.get("resolver"), "runtime_resolved": resolved,
         "model_at_matches_stages_py": _matches_stages_py(child_result.get("resolver") or {}, resolved, runtime),
         "tensordict": child_result.get("tensordict"),
-        "metrics": child_result.get("metrics"), "errors": child_result.get("errors") or (
-            [] if proc.returncode == 0 else [output[-4000:]]),
+        "metrics": child_result.get("metrics"), "errors": errors,
         "seconds": round(time.perf_counter() - t0, 2), "child_seconds": child_result.get("seconds"),
     }
 
@@ -525,6 +550,9 @@ def main(argv=None) -> int:
     p.add_argument("--runtime", choices=("pdbg", "verl"), default="pdbg",
                    help="pdbg: this package's runtime (install()); verl: verl 0.9.1's own backend")
     p.add_argument("--strict", action="store_true", help="precision_debugger.strict: True")
+    p.add_argument("--nproc", type=int, default=1, help="ranks (processes) of the gloo world (FSDP2 shards over them)")
+    p.add_argument("--steps", default=",".join(map(str, STEPS)), help="global steps to run and profile "
+                   f"(default {','.join(map(str, STEPS))})")
     p.add_argument("--child", metavar="RESULT", help=argparse.SUPPRESS)
     p.add_argument("--model-dir", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -534,7 +562,8 @@ def main(argv=None) -> int:
         with open(args.child, "w") as f:
             json.dump(result, f)
         return 0
-    result = run(args.out, args.level, args.runtime, args.strict)
+    result = run(args.out, args.level, args.runtime, args.strict, nproc=args.nproc,
+                 steps=tuple(int(s) for s in args.steps.split(",")))
     print(json.dumps(result, sort_keys=True))
     return 0 if result["exit"] == 0 and not result["errors"] else 1
 

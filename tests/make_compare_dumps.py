@@ -3,14 +3,23 @@ profiler (run as a subprocess, one per rank: msprobe wraps torch for the life of
 its PrecisionDebugger is a process singleton, so one level/task per process).
 
     python make_compare_dumps.py OUT_DIR CONFIG_JSON RANK WORLD_SIZE PORT [--steps 1,2] [--variants ...]
+                                 [--block N] [--minibatches K]
 
 WORLD_SIZE 0 runs without a process group (msprobe then writes proc<pid>/, not rank<R>/).
-One save_path per variant under OUT_DIR, each with steps x three actor/ref stages:
+One save_path per variant under OUT_DIR, each with steps x three actor/ref stages. The model embeds
+token ids (an Embedding, as an LLM does), then 6 blocks (Linear, Tanh) and a head:
 
-  golden   the reference: a 6-block model, seed 0
+  golden   the reference, seed 0
   same     the same run again (nothing differs)
-  scaled   blocks.3.fc.weight multiplied by 1.01
-  dtype    blocks.3 computes in bfloat16 (its input cast to bfloat16, its output back to float32)
+  scaled   blocks[N].fc.weight multiplied by 1.01
+  dtype    blocks[N] computes in bfloat16 (its input cast to bfloat16, its output back to float32)
+  nan      one element of blocks[N].fc.weight is NaN
+  grad     blocks[N]'s output gradient multiplied by 1.01 (actor_update only; nothing else differs)
+  token    one token id of every batch changed
+
+actor_update runs K mini-batches with an SGD step after each (K = --minibatches, default 1).
+N is --block (default 3). Every block's output carries a gradient hook multiplying by 1 (by 1.01 in
+grad); --hook-op visible makes it an op msprobe records (a forward-named call during backward).
 """
 
 from __future__ import annotations
@@ -20,10 +29,11 @@ import os
 
 STAGES = ("actor_compute_log_prob", "ref_compute_log_prob", "actor_update")
 VARIANTS = ("golden", "same", "scaled", "dtype")
-BLOCKS, WIDTH, PERTURBED = 6, 16, 3
+BLOCKS, WIDTH, PERTURBED, VOCAB, SEQ = 6, 16, 3, 50, 6
+HOOK_OP = "raw"
 
 
-def build(variant: str):
+def build(variant: str, block: int = PERTURBED, blocks: int = BLOCKS):
     import torch
 
     class Block(torch.nn.Module):
@@ -31,27 +41,40 @@ def build(variant: str):
             super().__init__()
             self.fc = torch.nn.Linear(WIDTH, WIDTH)
             self.act = torch.nn.Tanh()
+            self.grad_scale = 1.0
 
         def forward(self, x):
             # The same calls in every variant, so that msprobe's API call numbers line up.
-            return self.act(self.fc(x.to(self.fc.weight.dtype))).to(x.dtype)
+            y = self.act(self.fc(x.to(self.fc.weight.dtype))).to(x.dtype)
+            if y.requires_grad:
+                # raw: an op msprobe does not record, so only the gradient differs; visible: `g * s`,
+                # which msprobe records as a forward-named call made during the backward pass
+                mul = torch._C._VariableFunctions.mul if HOOK_OP == "raw" else (lambda g, s: g * s)
+                y.register_hook(lambda g: mul(g, self.grad_scale))
+            return y
 
     class Net(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.blocks = torch.nn.Sequential(*(Block() for _ in range(BLOCKS)))
+            self.embed = torch.nn.Embedding(VOCAB, WIDTH)
+            self.blocks = torch.nn.Sequential(*(Block() for _ in range(blocks)))
             self.head = torch.nn.Linear(WIDTH, 4)
 
-        def forward(self, x):
-            return self.head(self.blocks(x))
+        def forward(self, ids):
+            return self.head(self.blocks(self.embed(ids)))
 
     torch.manual_seed(0)
     net = Net()
-    if variant == "scaled":
-        with torch.no_grad():
-            net.blocks[PERTURBED].fc.weight.mul_(1.01)
-    elif variant == "dtype":
-        net.blocks[PERTURBED].to(torch.bfloat16)
+    target = net.blocks[block]
+    with torch.no_grad():
+        if variant == "scaled":
+            target.fc.weight.mul_(1.01)
+        elif variant == "nan":
+            target.fc.weight[1, 2] = float("nan")
+        elif variant == "dtype":
+            target.to(torch.bfloat16)
+    if variant == "grad":
+        target.grad_scale = 1.01
     return net
 
 
@@ -65,7 +88,14 @@ def main() -> None:
     ap.add_argument("--steps", default="1,2")
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--stages", default=",".join(STAGES))
+    ap.add_argument("--block", type=int, default=PERTURBED)
+    ap.add_argument("--blocks", type=int, default=BLOCKS, help="model depth (bigger dumps for benches)")
+    ap.add_argument("--minibatches", type=int, default=1)
+    ap.add_argument("--hook-op", choices=("raw", "visible"), default="raw",
+                    help="how the gradient hook multiplies (every variant alike, so call numbers line up)")
     a = ap.parse_args()
+    global HOOK_OP
+    HOOK_OP = a.hook_op
 
     import torch
     import torch.distributed as dist
@@ -77,7 +107,8 @@ def main() -> None:
 
     stages = a.stages.split(",")
     for variant in a.variants.split(","):
-        model = build(variant)
+        model = build(variant, a.block, a.blocks)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, foreach=False)
         prof = PrecisionDebuggerProfiler({"config_path": a.config, "stages": stages}, rank=a.rank,
                                          save_path=os.path.join(a.out, variant))
         for step in (int(s) for s in a.steps.split(",")):
@@ -85,14 +116,19 @@ def main() -> None:
             for stage in stages:
                 # the same data in every variant: seeded by step, stage and rank
                 torch.manual_seed(1000 * step + 10 * STAGES.index(stage) + a.rank)
-                x = torch.randn(4, WIDTH)
+                ids = torch.randint(0, VOCAB, (a.minibatches, 4, SEQ))
+                if variant == "token":
+                    ids[:, 1, 2] = (ids[:, 1, 2] + 1) % VOCAB
                 with prof.stage(stage, model=model):
                     if stage == "actor_update":
-                        model.zero_grad(set_to_none=True)
-                        model(x).square().mean().backward()
+                        for mb in range(a.minibatches):
+                            model.zero_grad(set_to_none=True)
+                            model(ids[mb]).square().mean().backward()
+                            if a.minibatches > 1:
+                                opt.step()
                     else:
                         with torch.no_grad():
-                            model(x)
+                            model(ids[0])
             prof.stop()
     if a.world:
         dist.barrier()

@@ -76,7 +76,8 @@ def tree_hash(root: Path) -> str:
 
 
 def test_scaled_weight_is_named_in_every_pair_mix(runs, pool, tmp_path):
-    cmp = compare_runs(str(runs / "mix" / "scaled"), str(runs / "mix" / "golden"), str(tmp_path), pool=pool)
+    cmp = compare_runs(str(runs / "mix" / "scaled"), str(runs / "mix" / "golden"), str(tmp_path), pool=pool,
+                       msprobe_csv="diverged")
     doc = as_dict(cmp)
     assert cmp.exit_code == EXIT_DIVERGED and doc["only_in_target"] == doc["only_in_golden"] == []
     assert [(p["step"], p["stage"], p["rank"]) for p in doc["pairs"]] == \
@@ -167,14 +168,15 @@ def test_faults_are_per_pair(runs, pool, tmp_path):
     assert cmp.exit_code == EXIT_DIVERGED
 
 
-def test_msprobe_failure_is_a_finding(runs, pool, tmp_path):
-    """A pair msprobe cannot compare (statistics against tensor dumps of other calls) fails alone."""
+def test_dumps_collected_differently_are_one_finding(runs, pool, tmp_path):
+    """Statistics against tensor, mix against L0: one finding per pair naming what differs, no verdict
+    (msprobe itself fails on this pair with a "task is consistent" error, formerly reported as such)."""
     cmp = compare_runs(str(runs / "l0" / "golden" / "step_1" / "actor_update"),
                        str(runs / "mix" / "golden" / "step_1" / "actor_update"), str(tmp_path), pool=pool)
     (p,) = cmp.pairs
     (f,) = p.findings
-    assert p.status == "error" and f.rule == "compare-failed" and "task is consistent" in f.message
-    assert f.file.endswith("msprobe.log") and "CANN" not in f.message
+    assert p.status == "mismatch" and f.rule == "compare-mismatch" and p.analysis is None
+    assert "task tensor against statistics" in f.message and "level L0 against mix" in f.message
     assert cmp.exit_code == EXIT_USAGE
 
 
@@ -221,7 +223,7 @@ def test_command_json_html_and_read_only_inputs(runs, tmp_path):
     probe = ("import sys; from verl_pdbg_conf.compare.cli import main; code = main(sys.argv[1:]); "
              "sys.stderr.write('HEAVY %s' % sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'msprobe'})); "
              "sys.exit(code)")
-    proc = subprocess.run([sys.executable, "-c", probe, str(target), str(golden),
+    proc = subprocess.run([sys.executable, "-c", probe, str(target), str(golden), "--msprobe-csv",
                            "--format", "json", "-o", str(out), "--html", str(html), "--top", "3"],
                           cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600)
     assert proc.returncode == EXIT_DIVERGED, proc.stderr[-3000:]
@@ -269,3 +271,137 @@ def test_progress_bar_draws_in_place(capsys):
     bar.close()
     err = capsys.readouterr().err
     assert err.count("\r") == 2 and "4/4 pairs" in err and err.endswith("\n")
+
+
+# ----------------------------------------------------------------------------- the engine against msprobe
+
+def _csv_rows(path: str) -> list[dict]:
+    import csv
+
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _csv_value(row: dict, metric: str):
+    """The metric as msprobe's CSV gives it, as a badness (Cosine: 1 - value), a fraction."""
+    from verl_pdbg_conf.compare.msprobe_csv import _norm_rel, parse_value
+    from verl_pdbg_conf.compare.nodes import METRICS
+
+    spec = METRICS[metric]
+    if spec.column not in row:  # the tensor task's NormRelativeErr, from its l2norm columns
+        return _norm_rel(parse_value(row["NPU l2norm"]), parse_value(row["Bench l2norm"]))
+    v = parse_value(row[spec.column])
+    return v if v is None or spec.higher_is_worse else 1.0 - v
+
+
+def _csv_first(rows: list[dict], metric: str, threshold: float) -> str | None:
+    """The first row, in msprobe's row order, that the rules both sides share call diverged."""
+    for r in rows:
+        v = _csv_value(r, metric)
+        if (r["Bench Name"] == "N/A" or r["NPU Tensor Shape"] != r["Bench Tensor Shape"]
+                or r["NPU Dtype"] != r["Bench Dtype"] or (v is not None and (v != v or v > threshold))):
+            return r["NPU Name"]
+    return None
+
+
+def assert_agrees_with_msprobe(cmp) -> int:
+    """Every pair: the engine's rows are msprobe's rows (names, order, which have a golden counterpart),
+    its metric values equal msprobe's within floating-point tolerance, and the first node is the same."""
+    compared = 0
+    for p in cmp.pairs:
+        assert p.status in ("same", "diverged") and p.result_file, (p.label, [f.message for f in p.findings])
+        rows, nodes = _csv_rows(p.result_file), p.analysis.nodes
+        assert [n.name for n in nodes] == [r["NPU Name"] for r in rows], p.label
+        assert [n.reason == "unmatched" for n in nodes] == [r["Bench Name"] == "N/A" for r in rows], p.label
+        for n, r in zip(nodes, rows):
+            want = _csv_value(r, cmp.metric)
+            if want is None or n.reason == "unmatched":
+                assert n.value is None or n.reason == "unmatched", (p.label, n.name, n.value, r)
+            elif want != want:
+                assert n.value != n.value, (p.label, n.name, n.value)
+            else:
+                assert n.value == pytest.approx(want, rel=1e-9, abs=1e-12), (p.label, n.name, r)
+        first = _csv_first(rows, cmp.metric, cmp.threshold)
+        assert (p.analysis.first.name if p.analysis.first else None) == first, p.label
+        compared += len(rows)
+    return compared
+
+
+@pytest.mark.parametrize("level,variant,metric", [
+    ("mix", "scaled", "NormRelativeErr"), ("mix", "dtype", "MaxRelativeErr"), ("mix", "same", "MinRelativeErr"),
+    ("l0", "scaled", "NormRelativeErr"), ("l0", "dtype", "Cosine"), ("l0", "scaled", "MaxRelativeErr"),
+    ("l1", "scaled", "MeanRelativeErr"), ("l1", "same", "NormRelativeErr")])
+def test_engine_agrees_with_msprobe(runs, pool, tmp_path, level, variant, metric):
+    cmp = compare_runs(str(runs / level / variant), str(runs / level / "golden"), str(tmp_path), pool=pool,
+                       metric=metric, msprobe_csv="all", ignores=(), keep_nodes=10 ** 6)
+    assert cmp.pairs and assert_agrees_with_msprobe(cmp) > 0
+
+
+def test_dtype_aware(runs, pool, tmp_path):
+    """bf16 against fp32 on purpose: the threshold suggested without the option, applied with it."""
+    cmp = compare_runs(str(runs / "l1" / "scaled"), str(runs / "l1" / "golden"), pool=pool)
+    assert not any(f.rule == "compare-dtype" for f in cmp.all_findings)  # same dtypes: nothing to suggest
+    cmp = compare_runs(str(runs / "mix" / "dtype"), str(runs / "mix" / "golden"), pool=pool)
+    said = [f.message for f in cmp.all_findings if f.rule == "compare-dtype"]
+    assert said and all("--dtype-aware" in m and "0.00781" in m and "torch.bfloat16" in m for m in said)
+    aware = compare_runs(str(runs / "mix" / "dtype"), str(runs / "mix" / "golden"), pool=pool, dtype_aware=True)
+    for p in aware.pairs:
+        assert not p.analysis.first or p.analysis.first.reason != "dtype"
+        assert any("threshold 0.00781" in f.message for f in p.findings if f.rule == "compare-dtype")
+    # a 1 % weight change is still found above bf16's rounding step
+    cmp = compare_runs(str(runs / "mix" / "scaled"), str(runs / "mix" / "golden"), pool=pool, dtype_aware=True)
+    assert all(p.analysis.first.module == "blocks.3.fc" for p in cmp.pairs)
+def _pointed_inside(root: Path, scratch: Path) -> list[tuple[str, str]]:
+    """Paths inside root for an output option: directly, through a symlink, through `..`."""
+    dump = next(root.rglob("dump.json"))
+    link = scratch / f"link_{root.name}"
+    link.symlink_to(dump.parent, target_is_directory=True)
+    return [("direct", str(dump)), ("symlink", str(link / "dump.json")),
+            ("dotdot", str(scratch / ".." / os.path.relpath(dump.parent, scratch.parent) / "new")),
+            ("root", str(root))]
+
+
+@pytest.mark.parametrize("option", ["--html", "-o"])
+def test_no_output_option_writes_inside_an_input(runs, tmp_path, capsys, option):
+    """Issue: `--html GOLDEN/.../dump.json` overwrote that dump. Every way of pointing an output inside
+    TARGET or GOLDEN is refused (exit 2) before anything runs; both trees hash the same after."""
+    target, golden = runs / "l1" / "scaled", runs / "l1" / "golden"
+    before = tree_hash(target), tree_hash(golden)
+    tried = 0
+    for root in (target, golden):
+        for how, path in _pointed_inside(root, tmp_path):
+            existed = os.path.exists(path)
+            assert main([str(target), str(golden), option, path, "-o" if option == "--html" else "--top",
+                         str(tmp_path / "out") if option == "--html" else "3"]) == EXIT_USAGE, (how, path)
+            err = capsys.readouterr().err
+            assert f"{option} " in err and "is inside" in err and str(root) in err, (how, err)
+            assert os.path.exists(path) == existed and not (tmp_path / "out").exists()
+            tried += 1
+    assert tried == 8 and (tree_hash(target), tree_hash(golden)) == before
+    # a dump.json given as the input: its directory (stack.json, construct.json) is inside it too
+    dump = next(golden.rglob("dump.json"))
+    assert main([str(next(target.rglob("dump.json"))), str(dump), option,
+                 str(dump.parent / "stack.json")]) == EXIT_USAGE
+    assert (tree_hash(target), tree_hash(golden)) == before
+
+
+def test_default_output_is_removed_and_o_keeps_it(runs, tmp_path, monkeypatch, capsys):
+    import tempfile
+
+    from verl_pdbg_conf.compare.cli import render_text
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where mkdtemp puts the default output
+    target, golden = str(runs / "l1" / "scaled"), str(runs / "l1" / "golden")
+    # msprobe's CSVs are written only with --msprobe-csv (issue 18); the engine alone writes nothing
+    assert main([target, golden, "-f", "json"]) == EXIT_DIVERGED
+    assert list(scratch.iterdir()) == [] and json.loads(capsys.readouterr().out)["output_dir"] is None
+    assert main([target, golden, "--msprobe-csv", "-f", "json"]) == EXIT_DIVERGED
+    doc = json.loads(capsys.readouterr().out)
+    assert list(scratch.iterdir()) == [] and doc["output_dir"] is None
+    assert doc["pairs"] and all(p["result_file"] is None and p["first_divergence"] for p in doc["pairs"])
+    assert "result files removed (-o DIR keeps them)" in render_text(None, doc)
+    assert main([target, golden, "--msprobe-csv", "-o", str(tmp_path / "kept")]) == EXIT_DIVERGED
+    assert f"msprobe results in {tmp_path / 'kept'}" in capsys.readouterr().out
+    assert len(list((tmp_path / "kept").rglob("compare_result_*.csv"))) == 3 and list(scratch.iterdir()) == []

@@ -1,4 +1,5 @@
-"""`verl-pdbg-compare TARGET GOLDEN`: the first divergence of two runs, per step, stage and rank.
+"""`verl-pdbg-compare TARGET GOLDEN`: the first divergence of two runs, per step, stage and rank;
+`verl-pdbg-compare RUN --ranks [REF]`: every rank of one run against rank REF (default 0).
 
 Exit codes: 0 every pair compared and none diverged; 1 a divergence was found (in at least one
 pair); 2 usage error, or nothing could be compared; 3 no divergence found, but some pair could not
@@ -12,7 +13,8 @@ import json
 import math
 import sys
 
-from verl_pdbg_conf.compare.runs import DEFAULT_TOP, EXIT_USAGE, UsageError, as_dict, compare_runs
+from verl_pdbg_conf.compare.runs import (DEFAULT_TOP, EXIT_USAGE, UsageError, as_dict, compare_ranks, compare_runs,
+                                        refuse_inside, remove_output)
 from verl_pdbg_conf.compare.nodes import DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS
 
 PROG = "verl-pdbg-compare"
@@ -26,9 +28,20 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="exit codes: 0 no divergence; 1 divergence found; 2 usage error or nothing compared; "
         "3 no divergence, but a pair could not be compared or is in one run only")
     ap.add_argument("target", help="the run under test: a save_path, a step_N/stage directory or a dump.json")
-    ap.add_argument("golden", help="the reference run, the same kind of path")
-    ap.add_argument("-o", "--output", metavar="DIR", help="where msprobe's result files go (default: a new "
-                    "temporary directory; never inside TARGET or GOLDEN)")
+    ap.add_argument("golden", nargs="?", help="the reference run, the same kind of path (not with --ranks)")
+    ap.add_argument("--ranks", nargs="?", type=int, const=0, default=None, metavar="REF",
+                    help="rank against rank in TARGET alone: every rank's dumps against rank REF's (default 0), "
+                    "for every step and stage")
+    ap.add_argument("-o", "--output", metavar="DIR", help="where a summary.json per pair (and one for the whole) "
+                    "and msprobe's CSVs with --msprobe-csv go (default: none, or with --msprobe-csv a temporary "
+                    "directory removed at the end); never inside TARGET or GOLDEN")
+    ap.add_argument("--msprobe-csv", nargs="?", const="diverged", choices=("diverged", "all"), default=None,
+                    help="also run msprobe's own compare for its compare_result CSV: on the diverged pairs "
+                    "(the default when given alone) or on all compared pairs; the verdict stays the engine's")
+    ap.add_argument("--dtype-aware", action="store_true",
+                    help="runs that differ in precision on purpose (bf16 against fp32): a dtype change is not a "
+                    "divergence and the threshold is raised to the machine epsilon of the lower precision the "
+                    "two runs differ in (bf16 2^-7 = 0.0078, fp16 2^-10)")
     ap.add_argument("--metric", default=DEFAULT_METRIC, choices=list(METRICS),
                     help=f"difference to threshold (default {DEFAULT_METRIC}: relative error of the L2 norm; "
                     "Cosine and the err-ratio metrics count 1 - value)")
@@ -37,13 +50,26 @@ def build_parser() -> argparse.ArgumentParser:
                     "= 0.01%%)")
     ap.add_argument("--ignore-dtype", action="store_true", help="a dtype that differs (bf16 against fp32) is "
                     "not by itself a divergence: for runs that differ in precision on purpose")
+    ap.add_argument("--ignore", action="append", default=[], metavar="PATTERN",
+                    help="leave out records whose name matches PATTERN (fnmatch, e.g. 'Tensor.narrow.*'; "
+                    "RECORD@CALLER also matches the calling frame 'path/file.py:LINE in func'); repeatable")
+    ap.add_argument("--no-default-ignores", action="store_true",
+                    help="compare the records left out by default too (FSDP2's all-gather buffer, read before "
+                    "it is filled: different in every run; see docs/compare-ignores.md)")
     ap.add_argument("--top", type=int, default=DEFAULT_TOP, help=f"largest differences listed per pair "
                     f"(default {DEFAULT_TOP})")
     ap.add_argument("-j", "--jobs", type=int, default=None,
-                    help="pairs compared at once (default: the CPU count, at most 4)")
+                    help="pairs compared at once on this machine (default: the CPU count, at most 4; with --ray, "
+                    "one per CPU of each node)")
     ap.add_argument("-f", "--format", choices=("text", "json"), default="text")
-    ap.add_argument("--html", metavar="FILE", help="also write one self-contained HTML report with a plot per "
-                    "pair (needs matplotlib: pip install 'verl-pdbg-conf[report]')")
+    ap.add_argument("--html", metavar="FILE", help="also write one self-contained HTML report: an overview of "
+                    "steps x stages x ranks, one line per pair and a per-layer plot for each diverged pair (needs "
+                    "matplotlib: pip install 'verl-pdbg-conf[report]')")
+    ap.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
+                    help="spread the pairs over an existing Ray cluster (its address, or 'auto': the local one) "
+                    "instead of local worker processes; each pair runs on a node that can read its dumps")
+    ap.add_argument("--ray-resource", metavar="NAME", help="with --ray: only nodes holding this custom resource "
+                    "(e.g. the ones that mount the dumps) compare pairs")
     return ap
 
 
@@ -63,21 +89,41 @@ def main(argv: list[str] | None = None) -> int:
         if missing:
             sys.stderr.write(f"{PROG}: error: --html {missing}\n")
             return EXIT_USAGE
+    if args.ray_resource and not args.ray:
+        sys.stderr.write(f"{PROG}: error: --ray-resource needs --ray\n")
+        return EXIT_USAGE
+    if (args.ranks is None) == (args.golden is None) or (args.ranks is not None and args.ranks < 0):
+        sys.stderr.write(f"{PROG}: error: give TARGET and GOLDEN, or one run and --ranks [REF] (REF >= 0)\n")
+        return EXIT_USAGE
+    inputs = (args.target,) if args.golden is None else (args.target, args.golden)
+    try:  # nothing is written under an input: --html here, -o (and each pair's directory) by compare_runs/
+        # compare_ranks, both before anything runs
+        refuse_inside({"--html": args.html}, inputs)
+    except UsageError as e:
+        sys.stderr.write(f"{PROG}: error: {e}\n")
+        return EXIT_USAGE
     progress = _progress_bar() if sys.stderr.isatty() else None
     try:
-        cmp = compare_runs(args.target, args.golden, args.output, args.metric, args.threshold, args.top,
-                           args.jobs, progress, args.ignore_dtype)
+        common = dict(out_dir=args.output, metric=args.metric, threshold=args.threshold, top=args.top,
+                      jobs=args.jobs, progress=progress, ignore_dtype=args.ignore_dtype, ignores=args.ignore,
+                      default_ignores=not args.no_default_ignores, msprobe_csv=args.msprobe_csv,
+                      dtype_aware=args.dtype_aware, ray=args.ray, ray_resource=args.ray_resource)
+        if args.ranks is not None:
+            cmp = compare_ranks(args.target, args.ranks, **common)
+        else:
+            cmp = compare_runs(args.target, args.golden, **common)
     except UsageError as e:
         sys.stderr.write(f"{PROG}: error: {e}\n")
         return EXIT_USAGE
     finally:
         if progress:
             progress.close()
-    doc = as_dict(cmp)
+    remove_output(cmp)  # the temporary one only (no -o): the report then names no file in it
     if args.html:
         from verl_pdbg_conf.compare.report_html import write_html
 
         write_html(cmp, args.html)
+    doc = as_dict(cmp)
     sys.stdout.write(json.dumps(doc, indent=2) + "\n" if args.format == "json" else render_text(cmp, doc))
     return cmp.exit_code
 
@@ -108,28 +154,51 @@ def _pct(v) -> str:
     return f"{100 * v:.4g}%"
 
 
-def _node(n: dict) -> str:
+_SAY = {"nan": "first NaN", "inf": "first Inf", "unmatched": "no golden counterpart", "shape": "shape differs"}
+
+
+def _node(n: dict, minibatches: int | None = None) -> str:
     where = n.get("module")
     place = f" [{where}]" if where else (f" [{n['where']}]" if n.get("where") else "")
     extra = ""
     if n.get("dtype"):
         extra += f" dtype {n['dtype']['target']} vs {n['dtype']['golden']}"
-    if n.get("reason") in ("unmatched", "nan", "shape"):
-        extra += f" ({n['reason']})"
+    if minibatches and minibatches > 1 and n.get("minibatch") is not None:
+        extra += f" (mini-batch {n['minibatch'] + 1} of {minibatches})"
+    reason = n.get("reason")
+    if reason in ("nan", "inf"):
+        g = n.get("golden_nonfinite")
+        both = f"; golden is {'NaN' if g == 'nan' else 'Inf'} there too" if g and g != reason else (
+            "; golden is finite there" if not g else "")
+        return f"{_SAY[reason]}: {n['name']}{place} {n['direction']} {n['kind']}{extra}{both}"
+    if reason == "exact":
+        why = f": {n['note']}" if n.get("note") else ""
+        return f"{n['name']}{place} {n['direction']} {n['kind']}" + \
+            f"{extra} (integer/bool values differ{why})"
+    if reason in _SAY:
+        extra += f" ({_SAY[reason]})"
     return f"{n['name']}{place} {n['direction']} {n['kind']} {n['metric']}={_pct(n['value'])}{extra}"
 
 
 def render_text(cmp, doc: dict) -> str:
-    L = [f"target {doc['target']}", f"golden {doc['golden']}",
-         f"metric {doc['metric']} > {_pct(doc['threshold'])}; msprobe results in {doc['output_dir']}", ""]
-    head = f"{'step':>4}  {'stage':24} {'rank':8} {'status':9} first divergence"
+    if doc["output_dir"]:
+        kept = f"; {'msprobe results' if doc.get('msprobe_csv') else 'summaries'} in {doc['output_dir']}"
+    else:
+        kept = "; msprobe's result files removed (-o DIR keeps them)" if doc.get("msprobe_csv") else ""
+    ref = doc["reference_rank"]
+    runs = [f"run {doc['target']}", f"reference rank{ref}: every other rank's dumps against it"] if ref is not None \
+        else [f"target {doc['target']}", f"golden {doc['golden']}"]
+    L = [*runs, f"metric {doc['metric']} > {_pct(doc['threshold'])}{kept}", ""]
+    said = "first divergence" if any(p["first_divergence"] for p in doc["pairs"]) else "finding"
+    head = f"{'step':>4}  {'stage':24} {'rank':8} {'status':9} {said}"
     L += [head, "-" * len(head)]
     for p in doc["pairs"]:
         rd = p["rank_dir"]
         rank = rd["target"] if rd["target"] == rd["golden"] else f"{rd['target']}~{rd['golden']}"
         first = p["first_divergence"]
-        text = _node(first) if first else ("-" if p["status"] == "same" else
-                                           "; ".join(f["message"] for f in p["findings"]) or "-")
+        text = _node(first, p.get("minibatches")) if first else (
+            "-" if p["status"] == "same" else
+            "; ".join(f["message"] for f in p["findings"] if f["severity"] != "info") or "-")
         step = "-" if p["step"] is None else p["step"]
         L.append(f"{step:>4}  {(p['stage'] or '-'):24} {rank or '-':8} {p['status']:9} {text}")
     shown = 0
@@ -139,11 +208,18 @@ def render_text(cmp, doc: dict) -> str:
             if shown > TOP_SHOWN:
                 continue
             L.append("")
-            L.append(f"top {len(p['top'])} of step {p['step']} {p['stage']} {p['rank_dir']['target']} "
-                     f"({p['result_file']}):")
-            L += [f"  {_node(n)}" for n in p["top"]]
+            csv = f" ({p['result_file']})" if p.get("result_file") else ""
+            L.append(f"top {len(p['top'])} of step {p['step']} {p['stage']} {p['rank_dir']['target']}{csv}:")
+            L += [f"  {_node(n, p.get('minibatches'))}" for n in p["top"]]
     if shown > TOP_SHOWN:
         L.append(f"(top lists of {shown - TOP_SHOWN} more diverged pair(s): --format json or --html)")
+    left_out = [i for i in doc["ignored"] if i["records"] or not i["default"]]
+    if left_out:
+        L.append("")
+    for i in left_out:
+        kind = "default" if i["default"] else "--ignore"
+        L.append(f"left out ({kind}): {i['records']} record(s) in {i['pairs']} pair(s) matching {i['pattern']}"
+                 + (f"\n    {i['why']}" if i["why"] else ""))
     notes = doc["diagnostics"] + [f for p in doc["pairs"] for f in p["findings"]]
     if notes:
         L.append("")
@@ -151,11 +227,20 @@ def render_text(cmp, doc: dict) -> str:
         L.append(f"{f['file']}: {f['severity']} {f['rule']} {f['message']}")
         if f.get("hint"):
             L.append(f"    hint: {f['hint']}")
+    both = [(p, p["both_nonfinite"]) for p in doc["pairs"] if p.get("both_nonfinite") and not p["first_divergence"]]
+    if both:
+        L.append("")
+        for p, b in both[:TOP_SHOWN]:
+            L.append(f"step {p['step']} {p['stage']}: target and golden are both {'NaN' if b['reason'] == 'nan' else 'Inf'}"
+                     f" from {b['name']} on: the golden run is non-finite there too")
     n = len(doc["pairs"])
-    div = sum(p["status"] == "diverged" for p in doc["pairs"])
-    err = sum(p["status"] == "error" for p in doc["pairs"])
+    count = {s: sum(p["status"] == s for p in doc["pairs"]) for s in ("diverged", "mismatch", "error")}
     L.append("")
-    L.append(f"{n} pair(s): {div} diverged, {n - div - err} same, {err} not compared; "
+    parts = [f"{count['diverged']} diverged" if count["diverged"] else "",
+             f"{n - sum(count.values())} same",
+             f"{count['mismatch']} collected differently (not compared)" if count["mismatch"] else "",
+             f"{count['error']} not compared" if count["error"] else ""]
+    L.append(f"{n} pair(s): {', '.join(x for x in parts if x)}; "
              f"{len(doc['only_in_target'])} only in target, {len(doc['only_in_golden'])} only in golden")
     return "\n".join(L) + "\n"
 

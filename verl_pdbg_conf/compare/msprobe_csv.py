@@ -12,6 +12,8 @@ import csv
 import math
 import os
 
+from verl_pdbg_conf.compare.ignores import Ignorer
+from verl_pdbg_conf.compare.metrics import norm_rel
 from verl_pdbg_conf.compare.nodes import (METRICS, Analysis, MetricUnavailable, Node, _api_modules, _load_json,
                                           _NA, _stack_index, module_path, split_name)
 
@@ -40,10 +42,11 @@ def task_of(columns: list[str]) -> str:
 
 
 def read_result(csv_path: str, metric: str, threshold: float, top: int, target_dump: str | None = None,
-                ignore_dtype: bool = False) -> Analysis:
+                ignore_dtype: bool = False, ignores: tuple = (), golden_dump: str | None = None) -> Analysis:
     """Nodes of one result file in execution order (forward before backward, then msprobe's dump
     order), the first that diverges (its metric passes threshold, or its dtype or shape differs, or it
-    has no golden counterpart), and the `top` largest differences."""
+    has no golden counterpart), and the `top` largest differences. Rows matching an ignore pattern
+    (ignores.py) are left out, counted per pattern in Analysis.ignored."""
     spec = METRICS[metric]
     with open(csv_path, newline="", encoding="utf-8") as fh:
         reader = csv.DictReader(fh)
@@ -56,10 +59,13 @@ def read_result(csv_path: str, metric: str, threshold: float, top: int, target_d
                                 f"(metrics for it: {', '.join(m for m, s in METRICS.items() if task in s.tasks)})")
     here = os.path.dirname(target_dump) if target_dump else None
     apis = _api_modules(_load_json(os.path.join(here, "construct.json"))) if here else {}
+    ignorer = Ignorer(ignores, *(d for d in (target_dump, golden_dump) if d))
     nodes = []
     for i, r in enumerate(rows):
         name = r.get("NPU Name", "")
         direction, kind, owner, _ = split_name(name)
+        if ignores and ignorer.match(name, owner):
+            continue
         if derived:
             value = _norm_rel(parse_value(r.get("NPU l2norm")), parse_value(r.get("Bench l2norm")))
         else:
@@ -77,7 +83,7 @@ def read_result(csv_path: str, metric: str, threshold: float, top: int, target_d
     nodes.sort(key=lambda n: (n.direction == "backward", n.row))
     for k, n in enumerate(nodes):
         n.order = k
-    an = Analysis(task, nodes)
+    an = Analysis(task, nodes, ignored=ignorer.counts)
     for n in nodes:
         reason = _diverged(n, threshold, ignore_dtype)
         if reason:
@@ -96,11 +102,7 @@ def read_result(csv_path: str, metric: str, threshold: float, top: int, target_d
 
 
 def _norm_rel(npu: float | None, bench: float | None) -> float | None:
-    if npu is None or bench is None:
-        return None
-    if bench == 0:
-        return 0.0 if npu == 0 else math.inf
-    return abs(npu - bench) / abs(bench)
+    return norm_rel(npu, bench)
 
 
 def _cell(r: dict, col: str) -> str:

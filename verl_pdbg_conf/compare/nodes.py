@@ -63,6 +63,11 @@ class Node:
     where: str = ""  # the innermost user frame from stack.json (L1 has no module tree)
     reason: str = ""  # why this node counts as diverged: threshold | dtype | shape | unmatched | nan
     shape_differs: bool = False
+    minibatch: int | None = None  # 0-based: forward after backward starts the next (engine only)
+    call: int | None = None  # the call counter in the record name
+    golden_nonfinite: str = ""  # nan | inf: the golden run is non-finite there too (differently)
+    note: str = ""  # how the engine reached its verdict when not from this node's own numbers
+    layer: int | None = None  # L1: the layer, from the call order of its stack.json line in its pass
 
     def as_dict(self, metric: str) -> dict:
         d = {"name": self.name, "metric": metric, "value": _json_number(self.value), "order": self.order,
@@ -71,14 +76,15 @@ class Node:
             d["where"] = self.where
         if self.target_dtype != self.golden_dtype:
             d["dtype"] = {"target": self.target_dtype, "golden": self.golden_dtype}
-        if self.reason:
-            d["reason"] = self.reason
-        if self.result:
-            d["msprobe_result"] = self.result
+        for key, value in (("reason", self.reason), ("msprobe_result", self.result), ("minibatch", self.minibatch),
+                           ("call", self.call), ("golden_nonfinite", self.golden_nonfinite), ("note", self.note),
+                           ("layer", self.layer)):
+            if value not in ("", None):
+                d[key] = value
         return d
 
 
-@dataclass
+@dataclass(slots=True)
 class LayerStat:
     """One layer or module of a pair, aggregated over its nodes in execution order: what a plot and
     an overview show at any dump size (a pair's nodes are not all kept)."""
@@ -99,6 +105,86 @@ class Analysis:
     top: list[Node] = field(default_factory=list)
     layers: list[LayerStat] = field(default_factory=list)  # execution order, bounded
     n_nodes: int = 0  # nodes compared, whether or not kept in `nodes`
+    minibatches: int = 1  # forward/backward rounds in the dump (the engine counts them)
+    ignored: dict = field(default_factory=dict)  # --ignore pattern -> nodes it left out
+    both_nonfinite: Node | None = None  # first node NaN/Inf in both runs alike (not a divergence)
+
+
+# A pair's plot and summary hold at most this many layers, whatever the dump's size (500k nodes included):
+# adjacent layers are merged beyond it, so a summary stays a few tens of kB and a plot stays readable.
+MAX_LAYERS = 400
+SPAN = 64  # nodes with no module (L1 dumps): grouped by this many consecutive nodes in execution order
+
+
+def layer_label(module: str | None) -> str | None:
+    """model.layers.3.mlp.down_proj -> model.layers.3.mlp: a module path cut one part after its first
+    index (a repeated block), so a layer's submodules share a label; None stays None."""
+    if module is None:
+        return None
+    parts = module.split(".")
+    for i, part in enumerate(parts):
+        if part.isdigit():
+            return ".".join(parts[:i + 2])
+    return module
+
+
+def layers_of(nodes: list[Node], first: Node | None, max_layers: int = MAX_LAYERS) -> list[LayerStat]:
+    """Nodes in execution order -> LayerStats: one per run of consecutive nodes of the same layer
+    (layer_label of the node's module; a span of SPAN nodes where no module is known), at most
+    max_layers (adjacent runs merged evenly beyond that)."""
+    runs: list[LayerStat] = []
+    for n in nodes:
+        label = layer_label(n.module)
+        if label is None:
+            label = f"nodes {n.order // SPAN * SPAN}-{n.order // SPAN * SPAN + SPAN - 1}"
+        if not runs or runs[-1].label != label:
+            runs.append(LayerStat(label, n.order))
+        _add(runs[-1], n, first)
+    return fold_layers(runs, max_layers)
+
+
+def fold_layers(layers: list[LayerStat], max_layers: int = MAX_LAYERS) -> list[LayerStat]:
+    """At most max_layers, in execution order: adjacent layers merged evenly (worst of the worst, any
+    NaN/Inf/first divergence kept), their labels joined as "first .. last"."""
+    layers = sorted(layers, key=lambda lay: lay.first_order)
+    if len(layers) <= max_layers:
+        return layers
+    merged: list[LayerStat] = []
+    per = -(-len(layers) // max_layers)
+    for i in range(0, len(layers), per):
+        group = layers[i:i + per]
+        m = LayerStat(group[0].label if len(group) == 1 else f"{group[0].label} .. {group[-1].label}",
+                      group[0].first_order)
+        for g in group:
+            m.n_nodes += g.n_nodes
+            m.worst = _max(m.worst, g.worst)
+            m.nan |= g.nan
+            m.inf |= g.inf
+            m.diverged |= g.diverged
+        merged.append(m)
+    return merged
+
+
+def _max(a, b):
+    if a is None:
+        return b
+    return a if b is None or a >= b else b
+
+
+def _add(layer: LayerStat, n: Node, first: Node | None) -> None:
+    layer.n_nodes += 1
+    v = n.value
+    if v is not None:
+        if math.isnan(v) or n.reason == "nan":
+            layer.nan = True
+        elif math.isinf(v):
+            layer.inf = True
+        else:
+            layer.worst = _max(layer.worst, v)
+    elif n.reason == "nan":
+        layer.nan = True
+    if n is first:
+        layer.diverged = True
 
 
 def _json_number(v):
@@ -165,17 +251,21 @@ _FRAME = re.compile(r"File (?P<file>.+?), line (?P<line>\d+), in (?P<func>[^,\s]
 _LIBS = (f"{os.sep}torch{os.sep}", f"{os.sep}msprobe{os.sep}", f"{os.sep}verl_pdbg_conf{os.sep}runtime{os.sep}")
 
 
+def stack_entries(stack):
+    """msprobe's stack.json (parsed): (call names, frames innermost first) of each well-formed entry."""
+    if not isinstance(stack, dict):
+        return
+    for entry in stack.values():
+        if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], list):
+            yield entry[0], entry[1] if isinstance(entry[1], list) else []
+
+
 def _stack_index(stack) -> dict:
     """stack.json -> {call name: innermost frame outside torch and msprobe, as file:line in func}."""
     out = {}
-    if not isinstance(stack, dict):
-        return out
-    for entry in stack.values():
-        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], list)):
-            continue
-        names, frames = entry
+    for names, frames in stack_entries(stack):
         where = ""
-        for fr in frames if isinstance(frames, list) else ():
+        for fr in frames:
             m = _FRAME.search(str(fr))
             if m and not any(lib in m.group("file") for lib in _LIBS):
                 where = f"{os.path.basename(m.group('file'))}:{m.group('line')} in {m.group('func')}"

@@ -1,6 +1,9 @@
-"""One self-contained HTML report of a comparison: per pair, the relative error of every node along
-execution order (forward then backward), the threshold and the first divergence marked; plots are
-inline PNG (base64) drawn with matplotlib (the optional "report" extra)."""
+"""One self-contained HTML report of a comparison, bounded at any run size: an overview of the run
+(steps x stages as rows, ranks as columns, each cell coloured by status and saying where that pair
+first diverged), then one line per pair, and for a diverged pair (the first MAX_PLOTS of them) a plot
+of its layers along execution order (Analysis.layers: at most a few hundred bars, whatever the number
+of nodes) with the first divergence and NaN/Inf marked. Plots are inline PNG drawn with matplotlib
+(the optional "report" extra); no script."""
 
 from __future__ import annotations
 
@@ -8,6 +11,14 @@ import base64
 import html
 import io
 import math
+
+from verl_pdbg_conf.compare.nodes import MAX_LAYERS, fold_layers, layer_label, layers_of
+from verl_pdbg_conf.compare.runs import _layout_of, _rank_number, ignored_summary
+
+MAX_PLOTS = 50  # diverged pairs plotted; the others are in the overview and get one line
+COMPACT_RANKS = 16  # above this many ranks, overview cells are colour only (details on hover)
+COLOURS = {"same": "#cfe8d5", "diverged": "#f1b0a8", "error": "#f6d7a7", "mismatch": "#d9cdee", "pending": "#eeeeee",
+           "only": "#dddddd"}  # by Pair.status; "only": in one run only
 
 
 def matplotlib_missing() -> str:
@@ -19,55 +30,89 @@ def matplotlib_missing() -> str:
     return ""
 
 
-def _plot(pair, cmp) -> str:
+def pair_layers(an) -> list:
+    """The analysis' layers (from the engine), or made from its nodes (msprobe's CSV, small pairs)."""
+    return an.layers or (layers_of(an.nodes, an.first) if an.nodes else [])
+
+
+def plot_layers(an, metric: str, threshold: float, title: str = "") -> bytes:
+    """PNG: one bar per layer (at most MAX_LAYERS, adjacent ones folded; x: from its first node to the
+    next layer's, in execution order; y: its worst metric, log scale), red above the threshold; the
+    first divergence a red line with its node named; NaN and Inf layers marked along the top."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
 
-    an = pair.analysis
-    xs = [n.order for n in an.nodes]
-    floor = cmp.threshold / 100 if cmp.threshold > 0 else 1e-9
-    ys = [max(n.value, floor) if n.value is not None and not math.isnan(n.value) and not math.isinf(n.value)
-          else math.nan for n in an.nodes]
-    fig = Figure(figsize=(10, 3.2), dpi=100)
+    layers = fold_layers(pair_layers(an), MAX_LAYERS)
+    total = max(an.n_nodes, sum(lay.n_nodes for lay in layers), 1)
+    floor = threshold / 100 if threshold > 0 else 1e-9
+    fig = Figure(figsize=(11, 3.6), dpi=100)
     ax = fig.add_subplot(1, 1, 1)
-    back = next((n.order for n in an.nodes if n.direction == "backward"), None)
-    if back is not None:
-        ax.axvspan(back - 0.5, len(xs) - 0.5, color="#eef2fb", zorder=0, label="backward")
-    colors = ["#c0392b" if n.value is not None and not math.isnan(n.value) and n.value > cmp.threshold
-              else "#bbbbbb" if n.value == 0 else "#2c7fb8" for n in an.nodes]
-    ax.vlines(xs, floor, ys, colors=colors, linewidth=0.8, zorder=2)
-    ax.scatter(xs, ys, c=colors, s=9, zorder=3)
-    ax.text(1.0, -0.28, f"grey: equal (0, drawn at {floor:g}); red: above the threshold", transform=ax.transAxes,
-            ha="right", fontsize=7, color="#777777")
-    ax.axhline(cmp.threshold, color="#7f8c8d", linestyle="--", linewidth=1, label=f"threshold {cmp.threshold:g}")
+    xs = [lay.first_order for lay in layers]
+    widths = [max(nxt - x, 1) for x, nxt in zip(xs, xs[1:] + [total])]
+    # a worst of inf (a golden norm of 0) has no place on a log axis: its bar is drawn full height; NaN
+    # stays at the floor (both are marked along the top)
+    finite = [lay.worst is not None and math.isfinite(lay.worst) for lay in layers]
+    ys = [max(lay.worst, floor) if ok else floor for lay, ok in zip(layers, finite)]
+    top = max(ys + [threshold * 10]) * 300
+    ys = [top / 3 if lay.worst == math.inf else y for y, lay in zip(ys, layers)]
+    colours = ["#c0392b" if lay.worst is not None and lay.worst > threshold else
+               "#bbbbbb" if not lay.worst else "#2c7fb8" for lay in layers]
+    ax.bar(xs, [y - floor / 2 for y in ys], width=widths, bottom=floor / 2, align="edge", color=colours,
+           edgecolor="white", linewidth=0.3 if len(layers) > 100 else 0.8, zorder=2)
+    ax.axhline(threshold, color="#7f8c8d", linestyle="--", linewidth=1, label=f"threshold {threshold:g}")
     ax.set_yscale("log")
-    ax.set_ylim(floor / 2, max([y for y in ys if not math.isnan(y)] + [cmp.threshold * 10]) * 3)
-    ax.set_xlim(-1, max(len(xs), 1))
-    ax.set_xlabel("node, in execution order (forward, then backward)")
-    ax.set_ylabel(cmp.metric)
-    if an.first is not None:
-        f = an.first
-        ax.axvline(f.order, color="#c0392b", linewidth=1.2, zorder=1)
-        label = f.name if len(f.name) < 60 else "..." + f.name[-57:]
-        y = ys[f.order] if not math.isnan(ys[f.order]) else cmp.threshold
-        left = f.order < 0.6 * len(xs)
-        ax.annotate(f"first divergence: {label}\n{f.direction} {f.kind}" + (f" [{f.module}]" if f.module else ""),
-                    xy=(f.order, y), xytext=(f.order + (0.03 if left else -0.03) * len(xs), 0.93),
-                    textcoords=("data", "axes fraction"), va="top", fontsize=8, color="#c0392b",
-                    ha="left" if left else "right", arrowprops={"arrowstyle": "->", "color": "#c0392b"},
-                    bbox={"boxstyle": "round", "fc": "white", "ec": "#c0392b", "alpha": 0.9})
-    if an.first is None:
+    ax.set_ylim(floor / 2, top)
+    ax.set_xlim(0, total)
+    for flag, colour, mark in (("nan", "#8e44ad", "NaN"), ("inf", "#e67e22", "Inf")):
+        hit = [x + w / 2 for x, w, lay in zip(xs, widths, layers)
+               if getattr(lay, flag) or (flag == "inf" and lay.worst == math.inf)]
+        if hit:
+            ax.scatter(hit, [top / 3] * len(hit), marker="v", s=40, color=colour, zorder=4,
+                       label=f"{mark} in a layer ({len(hit)})")
+    first = an.first
+    if first is not None:
+        lay = next((lay for lay in layers if lay.diverged), None)
+        where = (lay.label if lay else "") or layer_label(first.module) or first.where or ""
+        ax.axvline(first.order, color="#c0392b", linewidth=1.4, zorder=3)
+        name = first.name if len(first.name) < 64 else "..." + first.name[-61:]
+        left = first.order < 0.6 * total
+        ax.annotate(f"first divergence (node {first.order:,} of {total:,}): {name}\n"
+                    f"{first.direction} {first.kind}" + (f" in {where}" if where else "")
+                    + (f" ({first.reason})" if first.reason else ""),
+                    xy=(first.order, top / 30), xytext=(first.order + (0.02 if left else -0.02) * total, top / 8),
+                    va="top", fontsize=8, color="#c0392b", ha="left" if left else "right",
+                    arrowprops={"arrowstyle": "->", "color": "#c0392b"},
+                    bbox={"boxstyle": "round", "fc": "white", "ec": "#c0392b", "alpha": 0.9}, zorder=5)
+    else:
         ax.text(0.5, 0.75, "no node diverges", transform=ax.transAxes, ha="center", fontsize=10, color="#1e8449")
-    ax.legend(loc="lower right" if an.first is None or an.first.order < 0.6 * len(xs) else "lower left",
-              fontsize=8, framealpha=0.9)
-    ax.set_ylim(floor / 2, ax.get_ylim()[1] * 30)  # room for the label above the points
+    ticks = _ticks(layers, 10)
+    ax.set_xticks([lay.first_order for lay in ticks])
+    ax.set_xticklabels([_short(lay.label.split(" .. ")[0]) for lay in ticks], rotation=20, ha="right", fontsize=7)
+    ax.set_xlabel(f"layers in execution order ({len(layers)} bars over {total:,} nodes; a bar spans from the "
+                  "layer's first node to the next layer's)", fontsize=8)
+    ax.set_ylabel(f"worst {metric}", fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=9)
+    ax.legend(loc="upper right" if first is None or first.order < 0.6 * total else "upper left", fontsize=7,
+              framealpha=0.9)
     ax.grid(axis="y", color="#dddddd", linewidth=0.5)
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     return buf.getvalue()
+
+
+def _ticks(layers: list, n: int) -> list:
+    if len(layers) <= n:
+        return list(layers)
+    step = len(layers) / n
+    return [layers[int(i * step)] for i in range(n)]
+
+
+def _short(label: str, n: int = 28) -> str:
+    return label if len(label) <= n else "..." + label[-(n - 3):]
 
 
 def _img(png: bytes, alt: str) -> str:
@@ -89,42 +134,145 @@ def _row(n) -> str:
             f"<td>{n.direction}</td><td>{n.kind}</td><td>{html.escape(dtype)}</td><td>{_pct(n.value)}</td></tr>")
 
 
-def render(cmp) -> str:
-    out = [f"""<!DOCTYPE html><html><head><meta charset="utf-8"><title>verl-pdbg-compare</title>
-<style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}} table{{border-collapse:collapse;
-font-size:13px}} td,th{{border:1px solid #ddd;padding:3px 6px;text-align:left}} .diverged{{color:#c0392b}}
-.same{{color:#1e8449}} .error{{color:#b9770e}} code{{font-size:12px}} section{{margin-top:2em}}</style></head><body>
-<h1>verl-pdbg-compare</h1>
-<p>target <code>{html.escape(cmp.target)}</code><br>golden <code>{html.escape(cmp.golden)}</code><br>
-metric {cmp.metric}, threshold {_pct(cmp.threshold)}; msprobe results in <code>{html.escape(cmp.out_dir)}</code></p>
-<table><tr><th>step</th><th>stage</th><th>rank</th><th>status</th><th>first divergence</th></tr>"""]
+def where_first(p) -> str:
+    """Where a pair first diverged, short: its layer (or call site) and its place in execution order."""
+    an = p.analysis
+    if not an or not an.first:
+        return ""
+    f = an.first
+    lay = next((lay for lay in an.layers if lay.diverged), None)
+    place = (lay.label if lay else "") or layer_label(f.module) or f.where or f.owner
+    total = an.n_nodes or len(an.nodes)
+    return f"{place} @{100 * f.order / total:.0f}%" if total else place
+
+
+def _cell_text(p) -> tuple[str, str]:
+    """(short text, hover text) for an overview cell."""
+    if p.status == "diverged":
+        f = p.analysis.first
+        return where_first(p), f"{p.label}: first divergence {f.name} ({f.direction} {f.kind}, node {f.order})"
+    if p.status in ("error", "mismatch"):
+        return p.status, f"{p.label}: " + "; ".join(f.message for f in p.findings)
+    return p.status, f"{p.label}: {p.status}"
+
+
+def overview(cmp) -> str:
+    """Steps x stages (rows, in run order) by ranks (columns): one cell per pair, coloured by status."""
+    rows: dict[tuple, dict[str, tuple[str, str, str]]] = {}
+    ranks: list[str] = []
     for i, p in enumerate(cmp.pairs):
-        first = p.analysis.first.name if p.analysis and p.analysis.first else \
-            "; ".join(f.message for f in p.findings) or "-"
-        out.append(f"<tr><td>{p.step if p.step is not None else '-'}</td><td>{html.escape(p.stage or '-')}</td>"
-                   f"<td>{html.escape(p.rank_label)}</td><td class='{p.status}'>{p.status}</td>"
-                   f"<td><a href='#pair{i}'>{html.escape(first)}</a></td></tr>")
+        key = (p.step, p.stage or "/".join(p.target.key) or "-")
+        text, hover = _cell_text(p)
+        rows.setdefault(key, {})[p.rank_label] = (p.status, text, hover, f"#pair{i}")
+        if p.rank_label not in ranks:
+            ranks.append(p.rank_label)
+    for which, sides in (("target", cmp.only_in_target), ("golden", cmp.only_in_golden)):
+        for s in sides:
+            step, stage = _layout_of(s.path)
+            label = s.rank_dir or "dump"
+            rows.setdefault((step, stage or "/".join(s.key) or "-"), {}).setdefault(
+                label, ("only", f"only in {which}", f"{s.label}: only in the {which} run", ""))
+            if label not in ranks:
+                ranks.append(label)
+    ranks.sort(key=lambda r: (_rank_number(r) is None, _rank_number(r) or 0, r))
+    compact = len(ranks) > COMPACT_RANKS
+    out = ["<table class='overview'><tr><th>step</th><th>stage</th>"
+           + "".join(f"<th>{html.escape(r) if not compact else ''}</th>" for r in ranks) + "</tr>"]
+    for (step, stage), cells in rows.items():
+        tds = []
+        for r in ranks:
+            if r not in cells:
+                tds.append("<td></td>")
+                continue
+            status, text, hover, link = cells[r]
+            status = status if status in COLOURS else "pending"
+            inner = "" if compact else html.escape(text)
+            if link:
+                inner = f"<a href='{link}'>{inner or '&nbsp;'}</a>"
+            tds.append(f"<td class='cell' style='background:{COLOURS[status]}' title='{html.escape(hover)}'>"
+                       f"{inner}</td>")
+        out.append(f"<tr><td>{'-' if step is None else step}</td><td>{html.escape(stage)}</td>{''.join(tds)}</tr>")
     out.append("</table>")
-    only = [("target", s) for s in cmp.only_in_target] + [("golden", s) for s in cmp.only_in_golden]
-    if only:
-        out.append("<p>" + "<br>".join(f"only in {w}: <code>{html.escape(s.label)}</code>" for w, s in only) + "</p>")
+    legend = " ".join(f"<span class='cell' style='background:{COLOURS[s]}'>{s if s != 'only' else 'in one run only'}"
+                      "</span>" for s in ("same", "diverged", "error", "mismatch", "only"))
+    note = "diverged cells: the layer of the first divergence @ its place in execution order" + \
+        ("; hover a cell for details" if compact else "")
+    return f"<p>{legend}<br><small>{note}</small></p>" + "\n".join(out)
+
+
+def _runs_said(cmp) -> str:
+    """The header's first lines: the two runs (or the run and its reference rank), and where files are."""
+    if cmp.reference_rank is not None:
+        said = (f"run <code>{html.escape(cmp.target)}</code><br>reference rank{cmp.reference_rank}: every other "
+                "rank's dumps against it")
+    else:
+        said = f"target <code>{html.escape(cmp.target)}</code><br>golden <code>{html.escape(cmp.golden)}</code>"
+    kept = f"; results in <code>{html.escape(cmp.out_dir)}</code>" if cmp.out_dir and not cmp.temporary else ""
+    return f"{said}<br>metric {cmp.metric}, threshold {_pct(cmp.threshold)}{kept}"
+
+
+def _left_out(cmp) -> str:
+    """What the ignore patterns left out, per pattern (the default's with why)."""
+    lines = []
+    for i in ignored_summary(cmp):
+        if not i["records"] and i["default"]:
+            continue
+        kind = "default" if i["default"] else "--ignore"
+        why = f"<br><small>{html.escape(i['why'])}</small>" if i["why"] else ""
+        lines.append(f"<p class='line'>left out ({kind}): {i['records']} record(s) in {i['pairs']} pair(s) matching "
+                     f"<code>{html.escape(i['pattern'])}</code>{why}</p>")
+    return "\n".join(lines)
+
+
+def _first_said(p) -> str:
+    """A diverged pair's first node, with its mini-batch when the stage ran several."""
+    an = p.analysis
+    mb = f" (mini-batch {an.first.minibatch + 1} of {an.minibatches})" \
+        if an.minibatches > 1 and getattr(an.first, "minibatch", None) is not None else ""
+    return f"first divergence <code>{html.escape(an.first.name)}</code>{mb} in {html.escape(where_first(p))}"
+
+
+def render(cmp) -> str:
+    n_div = sum(p.status == "diverged" for p in cmp.pairs)
+    out = [f"""<!DOCTYPE html><html><head><meta charset="utf-8"><title>verl-pdbg-compare</title>
+<style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}} table{{border-collapse:collapse;
+font-size:13px}} td,th{{border:1px solid #ddd;padding:3px 6px;text-align:left}} .diverged{{color:#c0392b}}
+.same{{color:#1e8449}} .error{{color:#b9770e}} code{{font-size:12px}} section{{margin-top:1.5em}}
+table.overview td.cell{{font-size:11px;min-width:10px;white-space:nowrap}} span.cell{{padding:1px 6px}}
+p.line{{margin:2px 0;font-size:13px}}</style></head><body>
+<h1>verl-pdbg-compare</h1>
+<p>{_runs_said(cmp)}<br>
+{len(cmp.pairs)} pair(s): {n_div} diverged, {sum(p.status == 'same' for p in cmp.pairs)} same,
+{sum(p.status == 'mismatch' for p in cmp.pairs)} collected differently,
+{sum(p.status == 'error' for p in cmp.pairs)} not compared</p>
+<h2>Overview: steps x stages x ranks</h2>""", overview(cmp), _left_out(cmp), "<h2>Pairs</h2>"]
+    plotted = 0
     for i, p in enumerate(cmp.pairs):
-        out.append(f"<section id='pair{i}'><h2>step {p.step if p.step is not None else '-'} · "
-                   f"{html.escape(p.stage or '-')} · {html.escape(p.rank_label)} "
-                   f"<span class='{p.status}'>{p.status}</span></h2>")
-        for f in p.findings:
-            out.append(f"<p class='error'>{f.rule}: {html.escape(f.message)}</p>")
-        if p.analysis:
-            out.append(_img(_plot(p, cmp), f"{cmp.metric} along execution order") if p.analysis.nodes
-                       else "<p>no nodes</p>")
-            rows = ([p.analysis.first] if p.analysis.first else []) + \
-                [n for n in p.analysis.top if n is not p.analysis.first]
-            if rows:
-                out.append("<table><tr><th>#</th><th>node</th><th>module / where</th><th>direction</th>"
-                           "<th>kind</th><th>dtype</th><th>" + cmp.metric + "</th></tr>")
-                out += [_row(n) for n in rows]
-                out.append("</table>")
-            out.append(f"<p>msprobe result: <code>{html.escape(p.result_file or '')}</code></p>")
+        head = (f"step {p.step if p.step is not None else '-'} · {html.escape(p.stage or '/'.join(p.target.key) or '-')}"
+                f" · {html.escape(p.rank_label)} <span class='{p.status}'>{p.status}</span>")
+        if p.status != "diverged" or plotted >= MAX_PLOTS:
+            said = "; ".join(f"{f.rule}: {f.message}" for f in p.findings)
+            if p.status == "diverged":
+                said = f"{_first_said(p)} (plotted: the first {MAX_PLOTS} diverged pairs)"
+            elif p.analysis:
+                said = f"{p.analysis.n_nodes or len(p.analysis.nodes):,} nodes, none diverges"
+                b = p.analysis.both_nonfinite
+                if b is not None:
+                    said += (f"; target and golden both {'NaN' if b.reason == 'nan' else 'Inf'} from "
+                             f"<code>{html.escape(b.name)}</code> on")
+            out.append(f"<p class='line' id='pair{i}'>{head}: {said or html.escape(p.status)}</p>")
+            continue
+        plotted += 1
+        an = p.analysis
+        out.append(f"<section id='pair{i}'><h3>{head}</h3><p>{_first_said(p)}</p>")
+        out.append(_img(plot_layers(an, cmp.metric, cmp.threshold), f"worst {cmp.metric} per layer along execution order"))
+        rows = [an.first] + [n for n in an.top if n is not an.first]
+        out.append("<table><tr><th>#</th><th>node</th><th>module / where</th><th>direction</th>"
+                   "<th>kind</th><th>dtype</th><th>" + cmp.metric + "</th></tr>")
+        out += [_row(n) for n in rows]
+        out.append("</table>")
+        if p.result_file:
+            out.append(f"<p>msprobe result: <code>{html.escape(p.result_file)}</code></p>")
         out.append("</section>")
     out.append("</body></html>\n")
     return "\n".join(out)

@@ -1,0 +1,159 @@
+"""The divergences users hunt most, on real CPU runs (make_compare_dumps.py): a NaN in one block's weight,
+one block's output gradient scaled during an update of two mini-batches with an optimizer step between,
+one token id changed, and runs collected at different levels or tasks. The block is chosen at random per
+test run, seeded from the test id and a per-session salt (PDBG_TEST_SEED reproduces a run), and printed."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from verl_pdbg_conf.compare import runs as runs_mod
+from verl_pdbg_conf.compare.cli import main
+from verl_pdbg_conf.compare.runs import EXIT_DIVERGED, EXIT_OK, EXIT_USAGE, as_dict, compare_runs
+
+pytestmark = pytest.mark.slow
+
+HERE = Path(__file__).parent
+REPO = HERE.parent
+ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
+SALT = os.environ.get("PDBG_TEST_SEED") or str(random.SystemRandom().randrange(1 << 30))
+BLOCKS = 6
+
+
+@pytest.fixture
+def block(request) -> int:
+    seed = f"{request.node.nodeid}:{SALT}"
+    b = random.Random(seed).randrange(BLOCKS)
+    print(f"block {b} (seed {seed!r}; PDBG_TEST_SEED={SALT} reproduces it)")
+    return b
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make(out: Path, jobs: list[tuple]) -> None:
+    """Run make_compare_dumps.py once per (name, task, level, args...) in parallel: out/name/<variant>."""
+    procs = []
+    for name, task, level, *args in jobs:
+        cfg = out / f"{name}.json"
+        cfg.write_text(json.dumps({"task": task, "level": level, "rank": [], "step": [], "async_dump": False,
+                                   task: {"scope": [], "list": [], "data_mode": ["all"]}}))
+        cmd = [sys.executable, str(HERE / "make_compare_dumps.py"), str(out / name), str(cfg), "0", "1",
+               str(_port()), "--steps", "1", *args]
+        procs.append(subprocess.Popen(cmd, cwd=out, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True))
+    for p in procs:
+        log, _ = p.communicate(timeout=600)
+        assert p.returncode == 0, log[-3000:]
+
+
+def text_of(argv: list[str], capsys) -> tuple[int, str]:
+    code = main(argv)
+    return code, capsys.readouterr().out
+
+
+def test_nan_in_a_weight_is_the_first_divergence(tmp_path, block, capsys):
+    make(tmp_path, [("mix", "statistics", "mix", "--variants", "golden,nan", "--block", str(block),
+                     "--stages", "actor_compute_log_prob,actor_update", "--minibatches", "2")])
+    run = tmp_path / "mix"
+    cmp = compare_runs(str(run / "nan"), str(run / "golden"))
+    assert cmp.exit_code == EXIT_DIVERGED and len(cmp.pairs) == 2
+    for p in cmp.pairs:
+        f = p.analysis.first
+        # F.linear's weight input: the NaN itself, before any metric (msprobe's CSV says "nan" there)
+        assert (f.name, f.reason, f.module) == (f"Functional.linear.{block}.forward.input.1", "nan",
+                                                f"blocks.{block}.fc"), p.label
+        assert f.golden_nonfinite == "" and f.minibatch == 0
+    code, out = text_of([str(run / "nan"), str(run / "golden")], capsys)
+    assert code == EXIT_DIVERGED and out.count(f"first NaN: Functional.linear.{block}.forward.input.1") == 2
+    assert "golden is finite there" in out
+    # the golden run NaN too, at the same place: not a divergence, and said so
+    code, out = text_of([str(run / "nan"), str(run / "nan")], capsys)
+    assert code == EXIT_OK and "both NaN" in out and "golden run is non-finite there too" in out
+
+
+def test_scaled_gradient_is_a_backward_node_of_the_first_minibatch(tmp_path, block, capsys):
+    make(tmp_path, [("mix", "statistics", "mix", "--variants", "golden,grad", "--block", str(block),
+                     "--stages", "actor_update", "--minibatches", "2"),
+                    ("l1", "statistics", "L1", "--variants", "golden,grad", "--block", str(block),
+                     "--stages", "actor_update", "--minibatches", "2", "--hook-op", "visible")])
+    run = tmp_path / "mix"
+    cmp = compare_runs(str(run / "grad"), str(run / "golden"))
+    (p,) = cmp.pairs
+    f = p.analysis.first
+    assert p.analysis.minibatches == 2
+    # the gradient reaching blocks[block]'s Tanh is the first thing that differs: its backward input
+    assert (f.direction, f.minibatch, f.module) == ("backward", 0, f"blocks.{block}.act"), f
+    assert f.name in (f"Torch.tanh.{block}.backward.input.0", f"Module.blocks.{block}.act.Tanh.backward.0.input.0")
+    assert f.value == pytest.approx(0.01, rel=1e-3)
+    code, out = text_of([str(run / "grad"), str(run / "golden")], capsys)
+    assert "mini-batch 1 of 2" in out and f.name in out
+    # L1, the hook's multiplication recorded (a forward-named call inside the backward pass): still the
+    # backward pass of the first mini-batch, at the block's line and layer
+    cmp = compare_runs(str(tmp_path / "l1" / "grad"), str(tmp_path / "l1" / "golden"))
+    (p,) = cmp.pairs
+    f = p.analysis.first
+    assert (f.direction, f.minibatch) == ("backward", 0) and "backward pass" in f.note, f
+    assert f.name.startswith("Tensor.__mul__.") and f.kind == "input"  # the factor, then its output
+    assert "make_compare_dumps.py:" in f.where and f.layer == block
+
+
+def test_changed_token_id_is_named_at_the_input_ids(tmp_path, block, capsys):
+    make(tmp_path, [("l1", "statistics", "L1", "--variants", "golden,token", "--stages",
+                     "actor_compute_log_prob,actor_update", "--minibatches", "2"),
+                    ("l0", "tensor", "L0", "--variants", "golden,token", "--stages", "actor_compute_log_prob")])
+    cmp = compare_runs(str(tmp_path / "l1" / "token"), str(tmp_path / "l1" / "golden"))
+    for p in cmp.pairs:
+        f = p.analysis.first
+        # msprobe keeps only max/min of an int tensor (its norm reads 0): the ids are blamed because the
+        # embedding's output differs while its weight is equal
+        assert (f.name, f.reason, f.kind) == ("Functional.embedding.0.forward.input.0", "exact", "input"), p.label
+        assert f.target_dtype == "torch.int64" and "integer" in f.note
+    # the tensor task keeps the ids: compared element by element
+    cmp = compare_runs(str(tmp_path / "l0" / "token"), str(tmp_path / "l0" / "golden"))
+    (p,) = cmp.pairs
+    f = p.analysis.first
+    assert (f.name, f.reason, f.module, f.note) == ("Module.embed.Embedding.forward.0.input.0", "exact", "embed", "")
+    # --ignore leaves the ids and the embedding out, and says how many nodes it left
+    code, out = text_of([str(tmp_path / "l1" / "token"), str(tmp_path / "l1" / "golden"), "--ignore",
+                         "Functional.embedding.*", "--format", "json"], capsys)
+    doc = json.loads(out)
+    assert code == EXIT_DIVERGED and doc["ignore_patterns"][-1] == "Functional.embedding.*"
+    for p in doc["pairs"]:
+        assert p["ignored"]["Functional.embedding.*"] >= 3 * p["minibatches"]  # ids, weight, output per call
+        assert p["first_divergence"]["name"] == "Functional.linear.0.forward.input.0"
+    code, out = text_of([str(tmp_path / "l1" / "token"), str(tmp_path / "l1" / "golden"), "--ignore",
+                         "Functional.embedding.*"], capsys)
+    assert "left out (--ignore): " in out and "pair(s) matching Functional.embedding.*\n" in out
+
+
+def test_level_and_task_mismatch_is_one_finding_per_pair(tmp_path, capsys, monkeypatch):
+    make(tmp_path, [("l0", "statistics", "L0", "--variants", "golden", "--stages", "actor_compute_log_prob,actor_update"),
+                    ("l1", "statistics", "L1", "--variants", "golden", "--stages", "actor_compute_log_prob,actor_update"),
+                    ("l1t", "tensor", "L1", "--variants", "golden", "--stages", "actor_compute_log_prob,actor_update")])
+    for other, said in (("l0", "level L0 against L1"), ("l1t", "task tensor against statistics")):
+        code, out = text_of([str(tmp_path / other / "golden"), str(tmp_path / "l1" / "golden")], capsys)
+        assert code == EXIT_USAGE and "diverged" not in out, out
+        assert out.count(said) == 2 * 2 and "2 collected differently" in out  # row and finding, per pair
+        cmp = compare_runs(str(tmp_path / other / "golden"), str(tmp_path / "l1" / "golden"))
+        assert [p.status for p in cmp.pairs] == ["mismatch"] * 2
+        assert all(len(p.findings) == 1 and p.findings[0].rule == "compare-mismatch" for p in cmp.pairs)
+        assert all(d["first_divergence"] is None for d in as_dict(cmp)["pairs"])
+    # a metric statistics dumps cannot give is refused before any pair is compared
+    def boom(job):  # fault injection: no pair may be compared
+        raise AssertionError("compared a pair")
+
+    monkeypatch.setattr(runs_mod, "compare_pair", boom)
+    assert main([str(tmp_path / "l1" / "golden"), str(tmp_path / "l1" / "golden"), "--metric", "Cosine"]) == EXIT_USAGE
+    assert "--metric Cosine cannot be computed" in capsys.readouterr().err
