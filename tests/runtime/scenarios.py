@@ -495,7 +495,8 @@ def ray_worker(result_path: str, config: str, out: str) -> None:
     """install() as Ray's worker_process_setup_hook, seen from inside a real local Ray worker."""
     import ray
 
-    ray.init(num_cpus=1, include_dashboard=False, logging_level="ERROR", log_to_driver=False,
+    ray.init(address="local", num_cpus=1,  # a cluster of its own, whatever else runs here
+             include_dashboard=False, logging_level="ERROR", log_to_driver=False,
              runtime_env={"worker_process_setup_hook": "verl_pdbg_conf.runtime.install"})
 
     @ray.remote
