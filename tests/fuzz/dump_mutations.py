@@ -18,7 +18,8 @@ CALL = re.compile(r"^(?P<api>.+?)\.(?P<n>\d+)\.(?P<dir>forward|backward)$")
 MODULE = re.compile(r"^(?P<head>Module\..+\.(?:forward|backward))\.(?P<n>\d+)$")
 ODD_NAMES = ["", ".", "x", "Functional..forward", "Functional.linear.-1.forward", "Functional.linear.x.forward",
              "Functional.linear.99999999999999999999.forward", "Tensor.__add__.0.sideways",
-             "Module.model.layers.99999999999999999999.mlp.Qwen2MLP.forward.0", "Module.model.layers.-1.mlp.X.forward.0",
+             "Module.model.layers.99999999999999999999.mlp.Qwen2MLP.forward.0",
+             "Module.model.layers.-1.mlp.X.forward.0",
              "Module.model.layers..mlp.X.forward.0", "Module.layers.3.forward.0", "Module..forward.0",
              "pdbg_cpu.swiglu.0.forward", "Distributed.all_reduce.0.forward", "NPU.npu_rms_norm.0.forward",
              "Functional.linear.0.forward.input.0", "Functional.linear.0.forward\n", "é.ü.0.forward",
@@ -209,7 +210,8 @@ def construct_mutations(doc, stem: str, seed: int = 0, per_kind: int = 6) -> Ite
         if isinstance(p, str):
             yield out(f"cycle{i}", {**doc, k: p, p: k})
         yield out(f"drop{i}", {kk: v for kk, v in doc.items() if kk != k})
-        for n, v in enumerate(("Module.nowhere.X.forward.0", "", 5, [], {}, True, ["Module.model.Qwen2Model.forward.0"],
+        for n, v in enumerate(("Module.nowhere.X.forward.0", "", 5, [], {}, True,
+                               ["Module.model.Qwen2Model.forward.0"],
                                "Module.model.layers.99999999999999999999.mlp.Qwen2MLP.forward.0")):
             yield out(f"parent{i}-{n}", {**doc, k: v})
         if parents:
