@@ -46,14 +46,6 @@ import make_cross_impl_dumps as X  # noqa: E402
 ENV = compare_scale.ENV
 MSPROBE = next((p for p in (os.path.join(os.path.dirname(sys.executable), "msprobe"), shutil.which("msprobe"))
                 if p and os.path.exists(p)), "msprobe")
-LAYER_OF = re.compile(r"(?:^|\.)layers\.(\d+)(?:\.|$)")
-
-
-def module_layer(text: str | None) -> int | None:
-    m = LAYER_OF.search(text or "")
-    return int(m.group(1)) if m else None
-
-
 def ours(pair: dict, out: str) -> tuple[int, dict, float]:
     """verl-pdbg-compare on one pair as a user runs it: (exit code, its JSON, seconds)."""
     cmd = compare_scale.ours_cmd(pair["target"], pair["golden"], out)
@@ -67,30 +59,6 @@ def ours(pair: dict, out: str) -> tuple[int, dict, float]:
     except ValueError:
         doc = {"error": (proc.stderr or proc.stdout)[-2000:]}
     return proc.returncode, doc, dt
-
-
-def named_layer(first: dict, level: str) -> int | None:
-    """The layer a first divergence names: JSON `layer` at L1, the `layers.K` of `module` at mix and L0."""
-    if level == "L1":
-        return first.get("layer")
-    return module_layer(first.get("module"))
-
-
-def judge(pair: dict, code: int, doc: dict) -> tuple[bool, str]:
-    """(right, what it said) for one pair's verdict against the planted answer."""
-    if "pairs" not in doc:
-        return False, f"exit {code}, no JSON: {doc.get('error', '')[-200:]!r}"
-    k = pair["expect_layer"]
-    said = []
-    for p in doc["pairs"]:
-        f = p.get("first_divergence") or {}
-        where = named_layer(f, pair["level"]) if p["status"] == "diverged" else None
-        said.append((p["stage"], p["status"], where, f.get("name")))
-    text = "; ".join(f"{st}: {status}" + (f" at {name} (layer {where})" if status == "diverged" else "")
-                     for st, status, where, name in said)
-    if k is None:
-        return code in (0, 3) and all(s[1] != "diverged" for s in said), f"exit {code}: {text}"
-    return code == 1 and bool(said) and all(s[1] == "diverged" and s[2] == k for s in said), f"exit {code}: {text}"
 
 
 # ---------------------------------------------------------------- msprobe's compare beside it
@@ -138,8 +106,8 @@ def agreement(pair: dict, doc: dict, work: str, stages: set[str] | None) -> list
             continue
         mine = firsts.get(stage, {})
         same = node_of(mine.get("name")) == node_of(node) or (
-            pair["level"] != "L1" and module_layer(node) is not None
-            and module_layer(node) == named_layer(mine, pair["level"]))
+            pair["level"] != "L1" and X.module_layer(node) is not None
+            and X.module_layer(node) == X.named_layer(mine, pair["level"]))
         lines.append(f"{stage}: msprobe names {node} ({note}); ours {'agrees' if same else 'differs'}"
                      f" ({mine.get('name') or 'no divergence'})")
     return lines
@@ -160,7 +128,7 @@ def score(pairs: list[dict], work: str, msprobe_stages: set[str] | None) -> dict
     results = []
     for pair in pairs:
         code, doc, dt = ours(pair, os.path.join(work, "ours", pair["name"]))
-        right, said = judge(pair, code, doc)
+        right, said = X.judge(pair, code, doc)
         kind = pair["impl"] + ("+" + pair["plant"] if pair["plant"] else "")
         per_kind[kind][0] += right
         per_kind[kind][1] += 1

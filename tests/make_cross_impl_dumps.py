@@ -36,6 +36,7 @@ import glob
 import json
 import os
 import random
+import re
 import sys
 import types
 
@@ -239,6 +240,40 @@ def pairs(root: str) -> list[dict]:
                         "swap_layer": man["swap_layer"],
                         **info})
     return out
+
+
+# ---------------------------------------------------------------- the right answer
+
+LAYER_OF = re.compile(r"(?:^|\.)layers\.(\d+)(?:\.|$)")
+
+
+def module_layer(text: str | None) -> int | None:
+    m = LAYER_OF.search(text or "")
+    return int(m.group(1)) if m else None
+
+
+def named_layer(first: dict, level: str) -> int | None:
+    """The layer a first divergence names: JSON `layer` at L1, the `layers.K` of `module` at mix and L0."""
+    if level == "L1":
+        return first.get("layer")
+    return module_layer(first.get("module"))
+
+
+def judge(pair: dict, code: int, doc: dict) -> tuple[bool, str]:
+    """(right, what it said) for one pair's verdict against the planted answer."""
+    if "pairs" not in doc:
+        return False, f"exit {code}, no JSON: {doc.get('error', '')[-200:]!r}"
+    k = pair["expect_layer"]
+    said = []
+    for p in doc["pairs"]:
+        f = p.get("first_divergence") or {}
+        where = named_layer(f, pair["level"]) if p["status"] == "diverged" else None
+        said.append((p["stage"], p["status"], where, f.get("name")))
+    text = "; ".join(f"{st}: {status}" + (f" at {name} (layer {where})" if status == "diverged" else "")
+                     for st, status, where, name in said)
+    if k is None:
+        return code in (0, 3) and all(s[1] != "diverged" for s in said), f"exit {code}: {text}"
+    return code == 1 and bool(said) and all(s[1] == "diverged" and s[2] == k for s in said), f"exit {code}: {text}"
 
 
 def main(argv: list[str] | None = None) -> int:
