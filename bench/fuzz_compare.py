@@ -4,16 +4,18 @@ documented exit codes (0 same, 1 diverged, 2 usage, 3 incomplete), no exception 
 document on stdout for 0, 1 and 3, and no input file changed. Prints the cases, the count per exit code,
 the failures, and the worst time, overall and per source.
 
-    python bench/fuzz_compare.py [--cases 10000] [--seconds 0] [--seed 0] [--dumps DIR] [--out DIR] [--json FILE]
+    python bench/fuzz_compare.py [--cases 10000] [--seconds 0] [--seed 0] [--dumps DIR] [--records 60]
+                               [--out DIR] [--json FILE]
 
 Seeds: three real pairs from tests/make_cross_impl_dumps.py (Qwen2: sdpa with layer K's down_proj x1.01 at
 mix, the same code with it at L1, a forward split into two calls at mix; --dumps reads a matrix made
-before), both stages, each cut to 60 records (tests/fuzz/compare_harness.py). Cases, one from each source in
-turn: per seed file, its structural edits (tests/fuzz/dump_mutations.py: records dropped, duplicated,
-renumbered, reordered, split into half batches; stack groups and construct parents broken) and the
-validator campaign's mutations (tests/fuzz/mutations.py: truncations, byte flips, re-encodings, wrong values
-at key paths); its hostile inputs from nothing; its random stacked edits (endless, seeded). Each failing
-pair is written whole to --out with a PROBLEM.txt. Exit status 1 when any case failed."""
+before) and the first one's golden against itself, both stages, each cut to --records records
+(tests/fuzz/compare_harness.py). Cases, one from each source in turn: per seed file, its structural edits
+(tests/fuzz/dump_mutations.py: records dropped, duplicated, renumbered, reordered, split into half
+batches; stack groups and construct parents broken) and the validator campaign's mutations
+(tests/fuzz/mutations.py: truncations, byte flips, re-encodings, wrong values at key paths); its hostile
+inputs from nothing; its random stacked edits (endless, seeded). Each failing pair is written whole to
+--out with a PROBLEM.txt. Exit status 1 when any case failed."""
 
 from __future__ import annotations
 
@@ -91,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=0, help="stop after S seconds (0: no limit)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the byte flips, structural and random edits")
     ap.add_argument("--dumps", help="a make_cross_impl_dumps matrix to cut the seeds from (default: make 3 pairs)")
+    ap.add_argument("--records", type=int, default=60,
+                    help="records kept per stage: the first 2/3 and the last 1/3 (0: the whole stage)")
     ap.add_argument("--out", help="where failing pairs are written (default: a new temporary directory)")
     ap.add_argument("--json", help="also write the summary as JSON to this file")
     a = ap.parse_args(argv)
@@ -98,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("give --cases or --seconds a positive limit: the random source never ends")
     with tempfile.TemporaryDirectory(prefix="bench-fuzz-compare-") as work:
         t0 = time.perf_counter()
-        seeds = H.make_seeds(seed_pairs(a.dumps, work), os.path.join(work, "seeds"))
+        head = a.records - a.records // 3
+        seeds = H.make_seeds(seed_pairs(a.dumps, work), os.path.join(work, "seeds"), head, a.records - head)
         if not seeds:
             sys.exit("no seed pairs found")
         ws = H.Workspace(seeds)

@@ -27,13 +27,15 @@ SEED_PAIRS = ("qwen2-mix-statistics/sdpa-weight", "qwen2-L1-statistics/same-weig
 
 
 def _cut(stage_dir: str, dst: str, head: int, tail: int) -> None:
-    """dst/{dump,stack,construct}.json: the stage's first `head` and last `tail` records, and the stack
+    """dst/{dump,stack,construct}.json: the stage's first `head` and last `tail` records (all when head is 0),
+    and the stack
     groups and construct parents of those (the chains up to the root kept)."""
     os.makedirs(dst, exist_ok=True)
     with open(os.path.join(stage_dir, "dump.json"), encoding="utf-8") as fh:
         doc = json.load(fh)
     names = list(doc["data"])
-    keep = names[:head] + [n for n in names[-tail:] if n not in names[:head]] if len(names) > head + tail else names
+    whole = head <= 0 or len(names) <= head + tail
+    keep = names if whole else names[:head] + [n for n in names[-tail:] if n not in names[:head]]
     doc["data"] = {n: doc["data"][n] for n in keep}
     with open(os.path.join(dst, "dump.json"), "w", encoding="utf-8") as fh:
         json.dump(doc, fh, indent=1)
