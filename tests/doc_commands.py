@@ -45,6 +45,7 @@ NOT_RUN = {
     "verl-run": "a verl training run (main_ppo on Ray with a model, data and a GPU or NPU)",
     "installs": "installs packages into the environment it runs in (the CI command builds a fresh venv for that)",
     "suite": "the whole test suite: .ci/run runs it, tests/test_readme_commands.py keeps the two equal",
+    "tests": "test files of the suite: the suite itself runs them",
     "long": "a campaign or bench of many minutes (its figures are quoted beside it, with the machine's load)",
     "network": "downloads from a package index or clones a repository",
     "placeholder": "a template: names files or versions the reader fills in (TARGET, X.Y.Z, /path/to/...)",
