@@ -10,6 +10,8 @@ carries a marker on the line before it:
     <!-- run rc=1 -->              ... exit status 1 expected
     <!-- run cwd=tmp -->           ... in a fresh temporary directory holding a copy of examples/ and conf/
     <!-- run show=1-19,-3 -->      the output block shows lines 1 to 19 and the last 3, "..." between
+    <!-- run after=&& -->          run only what follows the first `&&` (the install before it is what
+                                   .ci/run does in a fresh venv; the tests run in an installed one)
     <!-- not-run: KIND -->         not run, for the reason NOT_RUN[KIND] gives
 
 A ```text block right after a run block (nothing but a blank line between) is its output: stdout and
@@ -167,12 +169,15 @@ def run(block: Block) -> Ran:
             cwd = tmp_path / "work"
             shutil.copytree(ROOT / "examples", cwd / "examples")
             shutil.copytree(ROOT / "conf", cwd / "conf")
+        code = block.code
+        if "after" in block.options:
+            code = code.split(block.options["after"], 1)[1]
         if block.lang == "python":
             script = tmp_path / "block.py"
-            script.write_text(block.code)
+            script.write_text(code)
             argv = [sys.executable, str(script)]
         else:
-            argv = ["bash", "-e", "-o", "pipefail", "-c", block.code]
+            argv = ["bash", "-e", "-o", "pipefail", "-c", code]
         try:
             proc = subprocess.run(argv, cwd=cwd, env=_environment(bin_dir), stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, timeout=TIMEOUT)
