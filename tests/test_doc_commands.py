@@ -110,6 +110,10 @@ def test_every_docs_page_is_linked_from_the_readme_or_the_docs_index():
     missing = [p.name for p in sorted((ROOT / "docs").glob("*.md")) if p.resolve() not in linked]
     assert not missing, f"not linked from README.md or docs/README.md: {missing}"
     assert (ROOT / "docs" / "README.md").resolve() in linked
+    index = ROOT / "docs" / "README.md"
+    listed = {(index.parent / link.split("#")[0]).resolve() for link in _links(index) if "://" not in link}
+    unlisted = [p.name for p in sorted((ROOT / "docs").glob("*.md")) if p != index and p.resolve() not in listed]
+    assert not unlisted, f"docs/README.md lists every page: {unlisted}"
 
 
 def test_every_relative_link_resolves():
