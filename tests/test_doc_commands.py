@@ -142,6 +142,39 @@ def test_docs_and_examples_name_no_machine_path():
     assert not offenders, offenders
 
 
+def test_config_blocks_a_reader_copies_parse_and_name_the_real_hook():
+    """The YAML and JSON blocks are configuration to copy (pre-commit, GitHub Actions, editors): each
+    parses, and a pre-commit snippet names the hook .pre-commit-hooks.yaml defines."""
+    import json
+
+    import yaml
+
+    hooks = {h["id"] for h in yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())}
+    blocks = [b for b in dc.all_blocks() if b.lang in ("yaml", "json")]
+    assert blocks
+    for b in blocks:
+        data = yaml.safe_load(b.code) if b.lang == "yaml" else json.loads(b.code)
+        if b.lang == "yaml" and "pre-commit-config" in b.code:
+            ids = {h["id"] for repo in data["repos"] for h in repo["hooks"]}
+            assert ids <= hooks, f"{b.where}: {ids - hooks}"
+        for hook in (h for repo in (data if isinstance(data, list) else []) for h in repo.get("hooks", [])):
+            if "files" in hook:
+                re.compile(hook["files"])
+
+
+def test_every_rule_and_option_is_documented():
+    """Nothing the tools can say or take is left out of the reference."""
+    from verl_pdbg_conf.core.rules import RULES
+
+    text = "\n".join(p.read_text(encoding="utf-8") for p in dc.doc_files())
+    missing = [r for r in RULES if f"`{r}`" not in text]
+    assert not missing, f"rules missing from docs/: {missing}"
+    for cli in ("cli.py", "compare/cli.py"):
+        source = (ROOT / "verl_pdbg_conf" / cli).read_text(encoding="utf-8")
+        options = set(re.findall(r'"(--[a-z][a-z0-9-]*)"', source))
+        assert options and not [o for o in options if o not in text], f"options of {cli} missing from docs/"
+
+
 @pytest.mark.slow
 def test_example_dumps_are_what_their_script_makes(tmp_path):
     """examples/compare/ is made by examples/make_compare_example.py, and making it again gives the
