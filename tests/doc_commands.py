@@ -41,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC_FILES = ("README.md", "conf/README.md", "docs/*.md")
 COMMAND_LANGS = ("bash", "sh", "shell", "console", "python")
 TIMEOUT = 900
+README_MAX_LINES = 200
 
 # The blocks the tests do not run, by kind, and why. Every not-run marker names one of these.
 NOT_RUN = {
@@ -281,6 +282,11 @@ def regenerate(check_only: bool = False, only: str | None = None, paths: list[Pa
             changed = True
         if changed and not check_only:
             path.write_text("\n".join(lines), encoding="utf-8")
+        n = len("\n".join(lines).splitlines())
+        if path.name == "README.md" and path.parent == ROOT and n > README_MAX_LINES:
+            print(f"{path.name} now has {n} lines (at most {README_MAX_LINES}): shorten a shown output"
+                  " with show=... in its marker", file=sys.stderr)
+            status = 1
     return status
 
 
