@@ -46,13 +46,11 @@ README_MAX_LINES = 200
 # The blocks the tests do not run, by kind, and why. Every not-run marker names one of these.
 NOT_RUN = {
     "verl-run": "a verl training run (main_ppo on Ray with a model, data and a GPU or NPU)",
-    "installs": "installs packages into the environment it runs in (the CI command builds a fresh venv for that)",
+    "installs": "installs packages or builds venvs (never inside the test environment; .ci/run does the README's install in a fresh venv)",
     "suite": "the whole test suite: .ci/run runs it, tests/test_readme_commands.py keeps the two equal",
     "tests": "test files of the suite: the suite itself runs them",
     "long": "a campaign or bench of many minutes (its figures are quoted beside it, with the machine's load)",
     "network": "downloads from a package index or clones a repository",
-    "placeholder": "a template: names files or versions the reader fills in (TARGET, X.Y.Z, /path/to/...)",
-    "npu": "needs an Ascend NPU",
 }
 
 _MARK = re.compile(r"^<!--\s*(run|not-run:)\s*(.*?)\s*-->\s*$")
