@@ -2,7 +2,7 @@
 
     python examples/make_compare_example.py     # rewrites examples/compare/ (needs the [test] extras)
 
-Each run is laid out as a verl run with the precision_debugger profiler writes it
+Each run has the layout a verl run with the precision_debugger profiler writes
 (`step_1/<stage>/step0/rank0/dump.json`), made by this package's runtime profiler on CPU torch:
 a tiny decoder-shaped model as the actor (embedding, 3 pre-norm MLP layers, LM head; random
 weights, seed 0), one profiled step, two stages (`actor_compute_log_prob`: a forward;
@@ -13,7 +13,9 @@ one place: layer 1's `mlp.down_proj` weight is multiplied by 1.01.
 Each run is made in a process of its own (msprobe wraps torch for the life of a process) with one
 thread, fixed seeds and fixed data, so a second generation writes the same statistics. The absolute
 paths msprobe writes in stack.json (this checkout, the Python installation) are cut to paths
-relative to them, so the files name no machine.
+relative to them, so the files name no machine. The README's compare output names lines of this
+file (stack.json records the calling line): after editing it, run it, then
+`python tests/doc_commands.py` to rewrite the shown outputs.
 """
 
 from __future__ import annotations
@@ -140,7 +142,7 @@ def main() -> None:
     ap.add_argument("--run", choices=("golden", "target"), help=argparse.SUPPRESS)  # the child process
     ap.add_argument("--save-path", help=argparse.SUPPRESS)
     ap.add_argument("--config", help=argparse.SUPPRESS)
-    ap.add_argument("--out", type=Path, default=OUT, help="where the two runs go (default: %(default)s)")
+    ap.add_argument("--out", type=Path, default=OUT, help="where the two runs go; its golden/ and target/ are replaced (default: examples/compare)")
     a = ap.parse_args()
     if a.run:
         one_run(a.run, a.save_path, a.config)
