@@ -131,22 +131,24 @@ def shape(path: str, v, spec: dict | None = None) -> str:
     return type(v).__name__
 
 
-def pairs(config) -> frozenset:
+def pairs(config, extra: dict | None = None) -> frozenset:
     """(path, shape) of every leaf of a config.json, plus msprobe's defaults for task and level.
-    Keys the schema does not know are one path, "?" (or "<section>.?")."""
+    Keys neither the schema nor `extra` (one release's vocabulary: {path: {"enum": [...]}}) know
+    are one path, "?" (or "<section>.?")."""
     if not isinstance(config, dict):
         return frozenset({("", shape("", config))})
-    known = props()
+    known = props() if not extra else {**extra, **props()}
+    sections = set(SECTIONS) | {"load"} | ({p.split(".")[0] for p in extra if "." in p} if extra else set())
     out = set()
     for k, v in config.items():
-        top = k if k in known else UNKNOWN
-        if top in SECTIONS or top == "load":
+        top = k if k in known or k in sections else UNKNOWN
+        if top in sections:
             if isinstance(v, dict) and v:
                 for sk, sv in v.items():
                     p = f"{top}.{sk}"
-                    out.add((p if p in known else f"{top}.{UNKNOWN}", shape(p, sv)))
+                    out.add((p if p in known else f"{top}.{UNKNOWN}", shape(p, sv, known.get(p, {}))))
                 continue
-        out.add((top, shape(top, v)))
+        out.add((top, shape(top, v, known.get(top, {}))))
     for k, s in DEFAULTS.items():
         if k not in config or config[k] is None:
             out.discard((k, "null"))
@@ -160,10 +162,10 @@ def pairs(config) -> frozenset:
     return frozenset(out)
 
 
-def case_pairs(config) -> frozenset:
+def case_pairs(config, extra: dict | None = None) -> frozenset:
     """A case's pairs: what it sets, with task's default only where it sets a statistics key (its
     context); a case that leaves level alone holds at every level."""
-    out = set(pairs(config))
+    out = set(pairs(config, extra))
     if isinstance(config, dict):
         if "level" not in config:
             out.discard(("level", DEFAULTS["level"]))
@@ -214,6 +216,79 @@ def _section_values(key: str, spec: dict) -> list:
     if t == "array" or t == ["array", "null"]:
         return [[], ["Functional.linear"], "Functional.linear"]
     return [None, 1, "x"]
+
+
+def vocabularies() -> list[dict]:
+    """Every shipped release's vocabulary (extract_vocab.py), for the matrix over their union."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = []
+    for n in sorted(os.listdir(here)):
+        if n.endswith(".vocab.json"):
+            with open(os.path.join(here, n), encoding="utf-8") as f:
+                out.append(json.load(f))
+    return out
+
+
+def union_vocabulary(vocabs: list[dict]) -> tuple[dict[str, set], dict[str, list[str]], set[str]]:
+    """({part: {key}}, {"part.key": [the tests of its checks]}, {task}) over the releases."""
+    keys: dict[str, set] = {}
+    tests: dict[str, list[str]] = {}
+    tasks: set[str] = set()
+    for v in vocabs:
+        tasks |= set(v["tasks"])
+        for part, spec in v["parts"].items():
+            keys.setdefault(part, set()).update(spec["keys"])
+        for c in v["checks"]:
+            for k in c["keys"]:
+                tests.setdefault(f"{c['part']}.{k}" if c["part"] else k, []).append(c["test"])
+    return keys, tests, tasks
+
+
+def _checked_values(key: str, tests: list[str]) -> list:
+    """Values that exercise every kind of check a release runs on `key`: each allowed value and
+    one outside them, the types the checks test and one other, numbers around the bounds."""
+    import ast
+
+    vals: list = []
+    for t in tests:
+        for m in re.finditer(rf"_k_{key} not in (\[[^\]]*\])", t):
+            try:
+                vals += [x for x in ast.literal_eval(m.group(1)) if isinstance(x, (str, int))] + ["bogus", 1]
+            except (ValueError, SyntaxError):
+                pass
+        for m in re.finditer(rf"isinstance\(_k_{key}, (\w+)\)", t):
+            vals += {"bool": [True, False, "true"], "list": [[], ["Functional.linear"], "Functional.linear"],
+                     "str": ["x", 1], "int": [1, "1"], "dict": [{}, "x"]}.get(m.group(1), [])
+        if re.search(rf"is_int\(_k_{key}\)|_k_{key} *[<>]=?|[<>]=? *_k_{key}", t):
+            vals += [-1, 0, 2, "1"]
+    out, seen = [], set()
+    for v in vals:
+        j = json.dumps(v)
+        if j not in seen:
+            seen.add(j)
+            out.append(v)
+    return out or ["bogus"]
+
+
+def vocabulary_cases(known: dict) -> list[dict]:
+    """Cases for every key some release reads that the schema does not know (legacy keys, the
+    8.x task sections): each checked key with the values its checks tell apart, each key no
+    release checks with one value; and every task some release has, alone."""
+    keys, tests, tasks = union_vocabulary(vocabularies())
+    out = []
+    for t in sorted(tasks):
+        if t not in known.get("task", {}).get("enum", []):
+            out.append(_case(f"task={json.dumps(t)}", "task", {"task": t}))
+    for part in sorted(keys):
+        for k in sorted(keys[part]):
+            path = f"{part}.{k}" if part else k
+            if path in known or (part and part not in tasks):
+                continue
+            base = {} if part in ("", "statistics") else {"task": part}
+            for v in _checked_values(k, tests.get(path, [])):
+                cfg = dict(base, **{k: v}) if not part else dict(base, **{part: {k: v}})
+                out.append(_case(f"{path}={json.dumps(v)}", path, cfg))
+    return out
 
 
 def _case(cid: str, key: str, config: dict) -> dict:
@@ -314,6 +389,7 @@ def matrix() -> list[dict]:
             ("mix tensor", "level", {"level": "mix", "task": "tensor"}),
     ):
         out.append(_case(cid, key, cfg))
+    out += vocabulary_cases(props())
     ids = [c["id"] for c in out]
     assert len(ids) == len(set(ids)), "case ids must be unique"
     return out

@@ -184,6 +184,7 @@ class Walker:
         self.checks: list[dict] = []
         self._seen: set = set()
         self.objs: dict[int, dict] = {}  # each config object's attributes that hold read values
+        self.helpers: dict[str, dict] = {}  # one-expression package functions a check calls (is_int)
 
     def part(self, name: str) -> dict:
         return self.parts.setdefault(name, {"keys": {}})
@@ -359,7 +360,19 @@ class Walker:
         new = Sub().visit(ast.parse(ast.unparse(test), mode="eval").body)
         if not found:
             return None
+        for sub in ast.walk(new):
+            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name):
+                self.helper(sub.func.id, mod)
         return ast.unparse(new), found, each, derived
+
+    def helper(self, name: str, mod: str):
+        """Keep a package function a check calls when its body is one `return <expression>`."""
+        found = self.src.lookup(mod, name)
+        if name in self.helpers or not found or not isinstance(found[1], ast.FunctionDef):
+            return
+        body = [st for st in found[1].body if not (isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant))]
+        if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value is not None:
+            self.helpers[name] = {"params": [a.arg for a in found[1].args.args], "expr": ast.unparse(body[0].value)}
 
     def follow(self, call: ast.Call, env, mod, chain, depth, when):
         """Walk into what `call` runs when it passes config values (or the part's dict) along."""
@@ -463,8 +476,9 @@ def vocabulary(root: str, version: str) -> dict:
     src = Source(root)
     mod = find_config_module(src)
     tasks = _task_dict(src, mod)
-    parts, checks = {}, []
+    parts, checks, helpers = {}, [], {}
     top = _walk_class(src, mod, "CommonConfig", "")
+    helpers.update(top.helpers)
     for p, v in top.parts.items():
         parts[p] = dict(v, **({"class": "CommonConfig"} if p == "" else {}))
     checks += top.checks
@@ -475,6 +489,7 @@ def vocabulary(root: str, version: str) -> dict:
             if p != task:
                 parts.setdefault(p, v)
         checks += w.checks
+        helpers.update(w.helpers)
     for p in parts.values():
         p["keys"] = dict(sorted(p["keys"].items()))
     seen, uniq = set(), []
@@ -484,7 +499,7 @@ def vocabulary(root: str, version: str) -> dict:
             seen.add(k)
             uniq.append(c)
     return {"format": FORMAT, "version": version, "module": mod, "tasks": dict(sorted(tasks.items())),
-            "parts": dict(sorted(parts.items())), "checks": uniq}
+            "parts": dict(sorted(parts.items())), "checks": uniq, "helpers": dict(sorted(helpers.items()))}
 
 
 # ---------------------------------------------------------------- files

@@ -18,8 +18,9 @@ import dataclasses
 import json
 import re
 
-from verl_pdbg_conf.checks.msprobe_releases import load
+from verl_pdbg_conf.checks.msprobe_releases import load, value_specs, vocabulary
 from verl_pdbg_conf.checks.msprobe_releases.cases import UNKNOWN, pairs
+from verl_pdbg_conf.checks.msprobe_releases.vocab import failing_check, reads
 from verl_pdbg_conf.core.findings import Finding, Severity
 
 FAILED = ("raised", "nothing", "partial")
@@ -83,7 +84,7 @@ def applying_cases(facts: dict, config: dict) -> list[dict]:
     config's. Where no case of a key applies so, a case applies that holds at least the pairs it
     sets itself (a case measured at the default level stands for the other levels too). Of
     those, a case whose pairs another applying case holds, and more, gives way to it."""
-    have = pairs(config)
+    have = pairs(config, value_specs(facts["version"]))
     strict = [c for c in facts["cases"] if c["strict"] <= have]
     keys = {c["key"] for c in strict}
     loose = [dict(c, loose=True) for c in facts["cases"] if c["key"] not in keys and c["pairs"] <= have]
@@ -107,17 +108,88 @@ def _measured_off_npu(case: dict) -> bool:
     return case["outcome"] == "nothing" or "npu" in case.get("message", "").lower()
 
 
+def _leaf_paths(config: dict, vocab: dict) -> list[str]:
+    """The paths of `config` this release reads: top-level keys, then the keys of the parts it reads."""
+    out = []
+    for k, v in config.items():
+        if not reads(vocab, config, k):
+            continue
+        out.append(k)
+        if isinstance(v, dict):
+            out += [f"{k}.{sk}" for sk in v if reads(vocab, config, f"{k}.{sk}")]
+    return out
+
+
+def _check_cases(vocab: dict, config: dict, cases: list[dict]) -> tuple[list[dict], set[str]]:
+    """The release's own construction checks on this config, as cases: those that fire (where no
+    measured case of the same key applies exactly), and the paths whose every check passes."""
+    measured = {c["key"] for c in cases if not c.get("loose")}
+    fired, passed = [], set()
+    for path in _leaf_paths(config, vocab):
+        if path in measured:
+            continue
+        check, decided = failing_check(vocab, config, path)
+        if check is not None:
+            fired.append({"key": path, "outcome": "raised", "where": "construct", "message": check["message"],
+                          "pairs": frozenset(), "strict": frozenset(), "check": check["test"]})
+        elif decided:
+            passed.add(path)
+    return fired, passed
+
+
+def _read_key(path: str) -> str:
+    """The key a finding's path is read as: a top-level key, or a section's key ("statistics.slice")."""
+    parts = path.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 else path
+
+
+def _ignored(f: Finding, k: str, version: str) -> Finding:
+    """A finding at a key this release does not read: the release ignores it, whatever its value."""
+    k = _read_key(k)
+    said = f.message if f.rule == "msprobe-unknown-key" else f"an error on releases that read it: {f.message}"
+    return dataclasses.replace(f, severity=Severity.WARNING,
+                               message=f"msprobe {version} does not read '{k}': it is ignored whatever its value "
+                                       f"({said})",
+                               hint=f"delete \"{k.split('.')[-1]}\" unless a release that reads it will run; "
+                                    f"msprobe {version} does not use it")
+
+
+def _read_here(f: Finding, k: str, version: str) -> Finding:
+    """An "unknown key" of the newest rules that this release does read."""
+    return dataclasses.replace(f, message=f"'{k}' is read by msprobe {version} (the newest rules do not know it: "
+                                          f"{f.message})", hint=f"keep it only for msprobe {version}; delete it "
+                                                                f"for newer releases")
+
+
 def judge(findings: list[Finding], doc, config: dict, version: str, strict: bool = False) -> list[Finding]:
     """`findings` (the 26.x rules' verdict on `config`) as release `version` decides them."""
     cases = applying_cases(load(version), config)
+    vocab = vocabulary(version)
     failing = [c for c in cases if c["outcome"] in FAILED and not _measured_off_npu(c)]
+    passed: set[str] = set()
+    if vocab:
+        failing = [c for c in failing if c["key"] in ("", UNKNOWN) or reads(vocab, config, c["key"])]
+        fired, passed = _check_cases(vocab, config, cases)
+        failing += [c for c in fired if c["key"] not in {x["key"] for x in failing}]
     by_key: dict[str, list[dict]] = {}
     for c in cases:
         by_key.setdefault(c["key"], []).append(c)
     out = []
     for f in findings:
         k = _key_of(f.path)
-        if f.severity is Severity.ERROR and not failing and f.rule not in VERL_RULES and _dumps_with(by_key.get(k), f):
+        if vocab and f.severity is not Severity.INFO and f.rule not in VERL_RULES and not reads(vocab, config, k):
+            f = _ignored(f, k, version)
+        elif vocab and f.rule == "msprobe-unknown-key" and k and k in {c["key"] for c in failing}:
+            continue  # the release reads it and fails on it: that finding is made below, in its words
+        elif vocab and f.rule == "msprobe-unknown-key" and k and k in passed:
+            f = _read_here(f, k, version)
+        elif (f.severity is Severity.ERROR and f.rule == "msprobe-schema" and k in passed and not by_key.get(k)
+              and not any(c["key"] == k for c in failing)):
+            f = dataclasses.replace(
+                f, severity=Severity.WARNING,
+                message=f"msprobe {version}'s own checks accept {k} {_show(_value_at(config, k))}; it is an error "
+                        f"only on other msprobe releases: {f.message}")
+        elif f.severity is Severity.ERROR and not failing and f.rule not in VERL_RULES and _dumps_with(by_key.get(k), f):
             f = dataclasses.replace(
                 f, severity=Severity.WARNING,
                 message=f"msprobe {version} dumps normally with {k} {_show(_value_at(config, k))} (measured on that "
