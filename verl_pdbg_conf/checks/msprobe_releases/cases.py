@@ -270,23 +270,37 @@ def _checked_values(key: str, tests: list[str]) -> list:
     return out or ["bogus"]
 
 
-def vocabulary_cases(known: dict) -> list[dict]:
-    """Cases for every key some release reads that the schema does not know (legacy keys, the
-    8.x task sections): each checked key with the values its checks tell apart, each key no
-    release checks with one value; and every task some release has, alone."""
+def set_paths(config, prefix: str = "") -> set[str]:
+    """The key paths a config sets ("task", "tensor.file_format", "load.step")."""
+    out = set()
+    if isinstance(config, dict):
+        for k, v in config.items():
+            out.add(prefix + k)
+            if not prefix and isinstance(v, dict):
+                out |= set_paths(v, k + ".")
+    return out
+
+
+def vocabulary_cases(existing: list[dict]) -> list[dict]:
+    """Cases for every key some release reads that no case of the schema's matrix sets (legacy
+    keys, the 8.x task sections, the sections of tasks that cannot run here): each checked key
+    with the values its checks tell apart, each key no release checks with one value; and every
+    task some release has, alone."""
     keys, tests, tasks = union_vocabulary(vocabularies())
-    out = []
-    for t in sorted(tasks):
-        if t not in known.get("task", {}).get("enum", []):
-            out.append(_case(f"task={json.dumps(t)}", "task", {"task": t}))
+    have = set().union(*(set_paths(c["config"]) for c in existing))
+    ids = {c["id"] for c in existing}
+    out = [_case(f"task={json.dumps(t)}", "task", {"task": t}) for t in sorted(tasks)
+           if f"task={json.dumps(t)}" not in ids and t != "statistics"]
+    load = {"path": EXISTING_DIR, "modules": ["Module.0.Linear.forward.0"], "dump_after_load": True}
     for part in sorted(keys):
         for k in sorted(keys[part]):
             path = f"{part}.{k}" if part else k
-            if path in known or (part and part not in tasks):
+            if path in have or (part and part != "load" and part not in tasks):
                 continue
-            base = {} if part in ("", "statistics") else {"task": part}
+            base = {} if part in ("", "statistics", "load") else {"task": part}
             for v in _checked_values(k, tests.get(path, [])):
-                cfg = dict(base, **{k: v}) if not part else dict(base, **{part: {k: v}})
+                sec = dict(load, **{k: v}) if part == "load" else {k: v}
+                cfg = dict(base, **{k: v}) if not part else dict(base, **{part: sec})
                 out.append(_case(f"{path}={json.dumps(v)}", path, cfg))
     return out
 
@@ -389,7 +403,7 @@ def matrix() -> list[dict]:
             ("mix tensor", "level", {"level": "mix", "task": "tensor"}),
     ):
         out.append(_case(cid, key, cfg))
-    out += vocabulary_cases(props())
+    out += vocabulary_cases(out)
     ids = [c["id"] for c in out]
     assert len(ids) == len(set(ids)), "case ids must be unique"
     return out

@@ -27,6 +27,7 @@ import os
 import re
 import sys
 import tempfile
+import warnings
 import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -53,7 +54,8 @@ class Source:
             tree = None
             for path in (base + ".py", os.path.join(base, "__init__.py")):
                 if os.path.isfile(path):
-                    with open(path, encoding="utf-8") as f:
+                    with open(path, encoding="utf-8") as f, warnings.catch_warnings():
+                        warnings.simplefilter("ignore")  # the release's own invalid escapes
                         tree = ast.parse(f.read(), path)
                     break
             self._mods[name] = tree
@@ -247,9 +249,7 @@ class Walker:
                 owner = self.binding(sub.comparators[0], env)
                 if owner and owner[0] == "part" and isinstance(sub.left, ast.Constant):
                     self.note_read(owner[1], sub.left.value, None, mod, ns)
-        if isinstance(st, ast.Assign):
-            self.assign(st, env, mod)
-        elif isinstance(st, ast.If):
+        if isinstance(st, ast.If):
             self.if_(st, env, mod, chain, depth, when)
             return
         elif isinstance(st, ast.For):
@@ -269,6 +269,8 @@ class Walker:
         for sub in ast.walk(st):
             if isinstance(sub, ast.Call):
                 self.follow(sub, env, mod, chain, depth, when)
+        if isinstance(st, ast.Assign):  # after the calls in its value: `x = check(x)` checks the read x
+            self.assign(st, env, mod)
 
     def _value_binding(self, node, env, mod):
         """What a value expression carries: a read key, an element, or something derived from one."""

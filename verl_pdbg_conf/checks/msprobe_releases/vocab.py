@@ -15,6 +15,7 @@ import re
 
 _UNSET = object()
 _TYPES = {"str": str, "int": int, "float": float, "bool": bool, "list": list, "dict": dict, "tuple": tuple}
+_NAMED = re.compile(r"\b_k_(\w+)")
 _ONE_OF = re.compile(r"_k_(\w+) not in (\[[^\]]*\])")
 
 
@@ -213,8 +214,9 @@ def failing_check(vocab: dict, config: dict, path: str) -> tuple[dict | None, bo
     for c in vocab["checks"]:
         if c["part"] != part or key not in c["keys"]:
             continue
+        named = set(c["keys"]) | {n for src in [c["test"], *c["when"]] for n in _NAMED.findall(src)}
         try:
-            if _fires(c, _values(vocab, part, section, c["keys"]), vocab.get("helpers", {})):
+            if _fires(c, _values(vocab, part, section, sorted(named)), vocab.get("helpers", {})):
                 return c, decided
         except Undecidable:
             decided = False
