@@ -236,8 +236,12 @@ class Walker:
         self.block(fn.body, dict(env_args), mod, chain, depth, list(when))
 
     def block(self, body, env, mod, chain, depth, when):
+        when = list(when)
         for st in body:
             self.stmt(st, env, mod, chain, depth, when)
+            if isinstance(st, ast.If) and not st.orelse and any(isinstance(x, ast.Return) for x in st.body):
+                test = self.render(st.test, env, mod, chain)  # an early return: the rest runs only without it
+                when.append(f"not ({test[0]})" if test else "")
 
     def stmt(self, st, env, mod, chain, depth, when):
         ns = self.src.class_ns(*chain[0]) if chain else {}

@@ -20,7 +20,7 @@ import re
 
 from verl_pdbg_conf.checks.msprobe_releases import load, value_specs, vocabulary
 from verl_pdbg_conf.checks.msprobe_releases.cases import UNKNOWN, pairs
-from verl_pdbg_conf.checks.msprobe_releases.vocab import failing_check, reads
+from verl_pdbg_conf.checks.msprobe_releases.vocab import checks_on, failing_check, reads
 from verl_pdbg_conf.core.findings import Finding, Severity
 
 FAILED = ("raised", "nothing", "partial")
@@ -123,7 +123,7 @@ def _leaf_paths(config: dict, vocab: dict) -> list[str]:
 def _check_cases(vocab: dict, config: dict, cases: list[dict]) -> tuple[list[dict], set[str]]:
     """The release's own construction checks on this config, as cases: those that fire (where no
     measured case of the same key applies exactly), and the paths whose every check passes."""
-    measured = {c["key"] for c in cases if not c.get("loose")}
+    measured = {c["key"] for c in cases}
     fired, passed = [], set()
     for path in _leaf_paths(config, vocab):
         if path in measured:
@@ -132,7 +132,7 @@ def _check_cases(vocab: dict, config: dict, cases: list[dict]) -> tuple[list[dic
         if check is not None:
             fired.append({"key": path, "outcome": "raised", "where": "construct", "message": check["message"],
                           "pairs": frozenset(), "strict": frozenset(), "check": check["test"]})
-        elif decided:
+        elif decided and checks_on(vocab, config, path):
             passed.add(path)
     return fired, passed
 

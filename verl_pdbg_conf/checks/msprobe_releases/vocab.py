@@ -171,19 +171,19 @@ def _fires(check: dict, values: dict, helpers: dict) -> bool:
     names = {f"_k_{k}": v for k, v in values.items()}
     if not check.get("decidable", True):
         raise Undecidable("derived")
+    def holds(names: dict) -> bool:
+        return all(_truth(w, names, helpers) for w in check["when"]) and _truth(check["test"], names, helpers)
+
     try:
-        for w in check["when"]:
-            if not _truth(w, names, helpers):
-                return False
-        if check.get("each"):
-            items = values.get(check["each"])
-            if items is None:
-                return False
-            return any(_truth(check["test"], dict(names, _item=x), helpers) for x in items)
-        return _truth(check["test"], names, helpers)
+        if not check.get("each"):
+            return holds(names)
+        outer = [w for w in check["when"] if "_item" not in w]
+        if not all(_truth(w, names, helpers) for w in outer):
+            return False
+        return any(holds(dict(names, _item=x)) for x in values.get(check["each"]))
     except Raises:
         return True
-    except TypeError:  # iterating a value that is not a list
+    except TypeError:  # iterating a value that is not a list: msprobe's loop raises the same
         return True
 
 
@@ -200,6 +200,14 @@ def _values(vocab: dict, part: str, section: dict, keys) -> dict:
     return out
 
 
+def checks_on(vocab: dict, config: dict, path: str) -> list[dict]:
+    """The release's construction checks that name the key at `path`."""
+    where = part_of(vocab, config, path)
+    if where is None:
+        return []
+    return [c for c in vocab["checks"] if c["part"] == where[0] and where[1] in c["keys"]]
+
+
 def failing_check(vocab: dict, config: dict, path: str) -> tuple[dict | None, bool]:
     """(the first of the release's checks on `path` that fires on this config, every check on it
     decidable). The checks are the part's checks that name the key."""
@@ -211,9 +219,7 @@ def failing_check(vocab: dict, config: dict, path: str) -> tuple[dict | None, bo
     if not isinstance(section, dict):
         return None, False
     decided = True
-    for c in vocab["checks"]:
-        if c["part"] != part or key not in c["keys"]:
-            continue
+    for c in checks_on(vocab, config, path):
         named = set(c["keys"]) | {n for src in [c["test"], *c["when"]] for n in _NAMED.findall(src)}
         try:
             if _fires(c, _values(vocab, part, section, sorted(named)), vocab.get("helpers", {})):
