@@ -84,6 +84,8 @@ def _str_shape(path: str, v: str, spec: dict) -> str:
     if path in PATH_KEYS:
         if v == "":
             return "str:empty"
+        if v in (MISSING, EXISTING_DIR):  # a case's placeholder: what extract.py puts there
+            return "path:missing" if v == MISSING else "path:dir"
         return "path:dir" if os.path.isdir(v) else "path:file" if os.path.exists(v) else "path:missing"
     if path.split(".")[-1] in ID_KEYS or path in ID_KEYS:
         if _NUMSTR.match(v):

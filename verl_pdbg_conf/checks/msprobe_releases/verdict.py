@@ -9,8 +9,10 @@ on the case matrix (cases.py, measured by extract.py).
   an error at the case's key, saying what that release does; a finding already at that key
   is raised to an error (its rule kept), not doubled. While the file has an error, that one
   root cause is reported alone.
-- Keys the matrix does not cover keep the 26.x rules' verdict; failures that only say the
-  case ran without an NPU (nan_check, L2) do not count."""
+- The release's vocabulary (vocab.py) comes first: a key it does not read is ignored whatever
+  its value (any finding there a warning naming the release); a key it reads and checks, where
+  no measured case applies, is judged by its own construction checks. Failures that only say
+  the case ran without an NPU (nan_check, L2) do not count."""
 
 from __future__ import annotations
 
@@ -66,6 +68,9 @@ def what_it_does(version: str, case: dict, strict: bool) -> str:
     said = f" ({msg})" if msg else ""
     if case["outcome"] == "nothing":
         return f"msprobe {version} dumps nothing with it"
+    if where == "driver":
+        return (f"msprobe {version} raises while the model runs{said}; verl does not catch it and the training "
+                "step fails")
     if where in ("stop", "reset"):
         return (f"msprobe {version} raises in {'stop()' if where == 'stop' else 'reset_status()'}{said}; "
                 "verl does not catch it and the training step fails")
@@ -157,8 +162,8 @@ def _ignored(f: Finding, k: str, version: str) -> Finding:
 def _read_here(f: Finding, k: str, version: str) -> Finding:
     """An "unknown key" of the newest rules that this release does read."""
     return dataclasses.replace(f, message=f"'{k}' is read by msprobe {version} (the newest rules do not know it: "
-                                          f"{f.message})", hint=f"keep it only for msprobe {version}; delete it "
-                                                                f"for newer releases")
+                                          f"{f.message})", hint=f"nothing to change for msprobe {version}; releases "
+                                                                f"that do not read it ignore it")
 
 
 def judge(findings: list[Finding], doc, config: dict, version: str, strict: bool = False) -> list[Finding]:
