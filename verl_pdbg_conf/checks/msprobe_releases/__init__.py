@@ -59,12 +59,16 @@ def vocabulary(version: str) -> dict | None:
 
 @functools.lru_cache(maxsize=None)
 def value_specs(version: str) -> dict:
-    """{path: {"enum": [...]}} of the keys this release checks against a list of values: the
-    value shapes (cases.py) of keys the newest schema does not know."""
+    """{path: spec} of every key this release reads, {"enum": [...]} where it checks the value
+    against a list: the paths and value shapes (cases.py) of keys the newest schema does not know."""
     from verl_pdbg_conf.checks.msprobe_releases.vocab import enums
 
     v = vocabulary(version)
-    return {p: {"enum": e} for p, e in enums(v).items()} if v else {}
+    if not v:
+        return {}
+    out: dict = {f"{part}.{k}" if part else k: {} for part, spec in v["parts"].items() for k in spec["keys"]}
+    out.update({p: {"enum": e} for p, e in enums(v).items()})
+    return out
 
 
 def installed_version(dirs=None) -> str | None:
