@@ -9,6 +9,7 @@ into the rest of msprobe) is undecidable here and gives no verdict."""
 
 from __future__ import annotations
 
+import functools
 import json
 import operator
 import re
@@ -153,17 +154,20 @@ class _Eval:
         if name in ("len", "all", "any"):
             return {"len": len, "all": all, "any": any}[name](args[0])
         if name in self.helpers:
-            import ast
-
             h = self.helpers[name]
-            return _Eval(dict(zip(h["params"], args)), self.helpers)(ast.parse(h["expr"], mode="eval").body)
+            return _Eval(dict(zip(h["params"], args)), self.helpers)(_parsed(h["expr"]))
         raise Undecidable(name)
 
 
-def _truth(src: str, names: dict, helpers: dict):
+@functools.lru_cache(maxsize=None)
+def _parsed(src: str):
     import ast
 
-    return bool(_Eval(names, helpers)(ast.parse(src, mode="eval").body))
+    return ast.parse(src, mode="eval").body
+
+
+def _truth(src: str, names: dict, helpers: dict):
+    return bool(_Eval(names, helpers)(_parsed(src)))
 
 
 def _fires(check: dict, values: dict, helpers: dict) -> bool:
@@ -171,6 +175,7 @@ def _fires(check: dict, values: dict, helpers: dict) -> bool:
     names = {f"_k_{k}": v for k, v in values.items()}
     if not check.get("decidable", True):
         raise Undecidable("derived")
+
     def holds(names: dict) -> bool:
         return all(_truth(w, names, helpers) for w in check["when"]) and _truth(check["test"], names, helpers)
 
