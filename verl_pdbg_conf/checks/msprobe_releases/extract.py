@@ -523,6 +523,8 @@ def measure_missing(out_dir: str, jobs: int) -> int:
     from verl_pdbg_conf.checks.msprobe_releases.cases import matrix
 
     version = _installed_version()
+    if not os.path.exists(path_for(version, out_dir)):
+        raise SystemExit(f"no facts of msprobe {version} in {out_dir} yet: measure the whole matrix (no --missing)")
     with gzip.open(path_for(version, out_dir), "rt", encoding="utf-8") as f:
         old = json.load(f)
     have = {c["id"]: c for c in old["cases"]}
