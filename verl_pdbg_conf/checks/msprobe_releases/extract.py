@@ -509,12 +509,17 @@ def merge_parts(version: str, out_dir: str) -> int:
     if not parts or set(by_id) != set(order):
         raise SystemExit(f"the parts of {version} do not cover the matrix ({len(by_id)} of {len(order)} cases)")
     keys = {c["id"]: c["key"] for c in matrix()}
-    facts = dict(parts[0], cases=[dict(by_id[i], key=keys[i]) for i in order])
+    facts = dict(parts[0], cases=[with_key(by_id[i], keys[i]) for i in order])
     data = dumps(facts)
     with open(path_for(version, out_dir), "wb") as f:
         f.write(data)
     print(f"{path_for(version, out_dir)}: {len(order)} cases, {len(data)} bytes")
     return 0
+
+
+def with_key(case: dict, key: str) -> dict:
+    """A measured case with the matrix's key, its fields in the order measure() writes them."""
+    return {"id": case["id"], "key": key, **{k: v for k, v in case.items() if k not in ("id", "key")}}
 
 
 def measure_missing(out_dir: str, jobs: int) -> int:
@@ -532,7 +537,7 @@ def measure_missing(out_dir: str, jobs: int) -> int:
     todo = [c for c in cases if c["id"] not in have]
     facts = measure(todo, None, jobs)
     got = {c["id"]: c for c in facts["cases"]}
-    facts["cases"] = [dict(have.get(c["id"]) or got[c["id"]], key=c["key"]) for c in cases]
+    facts["cases"] = [with_key(have.get(c["id"]) or got[c["id"]], c["key"]) for c in cases]
     data = dumps(facts)
     with open(path_for(version, out_dir), "wb") as f:
         f.write(data)
