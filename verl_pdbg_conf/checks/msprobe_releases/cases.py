@@ -133,14 +133,27 @@ def shape(path: str, v, spec: dict | None = None) -> str:
     return type(v).__name__
 
 
+_KNOWN: dict[int, tuple] = {}
+
+
+def _known(extra: dict | None) -> tuple[dict, set]:
+    """(the paths the schema and `extra` know, the sections among them), once per `extra`."""
+    if not extra:
+        return props(), set(SECTIONS) | {"load"}
+    hit = _KNOWN.get(id(extra))
+    if hit is None or hit[0] is not extra:
+        hit = _KNOWN[id(extra)] = (extra, {**extra, **props()},
+                                   set(SECTIONS) | {"load"} | {p.split(".")[0] for p in extra if "." in p})
+    return hit[1], hit[2]
+
+
 def pairs(config, extra: dict | None = None) -> frozenset:
     """(path, shape) of every leaf of a config.json, plus msprobe's defaults for task and level.
     Keys neither the schema nor `extra` (one release's vocabulary: {path: {"enum": [...]}}) know
     are one path, "?" (or "<section>.?")."""
     if not isinstance(config, dict):
         return frozenset({("", shape("", config))})
-    known = props() if not extra else {**extra, **props()}
-    sections = set(SECTIONS) | {"load"} | ({p.split(".")[0] for p in extra if "." in p} if extra else set())
+    known, sections = _known(extra)
     out = set()
     for k, v in config.items():
         top = k if k in known or k in sections else UNKNOWN

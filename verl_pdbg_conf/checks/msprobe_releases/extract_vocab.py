@@ -505,7 +505,24 @@ def vocabulary(root: str, version: str) -> dict:
             seen.add(k)
             uniq.append(c)
     return {"format": FORMAT, "version": version, "module": mod, "tasks": dict(sorted(tasks.items())),
-            "parts": dict(sorted(parts.items())), "checks": uniq, "helpers": dict(sorted(helpers.items()))}
+            "parts": dict(sorted(parts.items())), "checks": uniq, "helpers": dict(sorted(helpers.items())),
+            "enums": _enums(uniq)}
+
+
+_ONE_OF = re.compile(r"_k_(\w+) not in (\[[^\]]*\])")
+
+
+def _enums(checks: list[dict]) -> dict[str, list]:
+    """{path: the string values a `x not in [...]` check allows}: the value shapes of those keys."""
+    out: dict[str, list] = {}
+    for c in checks:
+        for key, values in _ONE_OF.findall(c["test"]):
+            try:
+                vals = ast.literal_eval(values)
+            except (ValueError, SyntaxError):
+                continue
+            out.setdefault(f"{c['part']}.{key}" if c["part"] else key, [v for v in vals if isinstance(v, str)])
+    return dict(sorted(out.items()))
 
 
 # ---------------------------------------------------------------- files
