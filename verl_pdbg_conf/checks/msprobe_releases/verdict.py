@@ -22,7 +22,7 @@ import re
 
 from verl_pdbg_conf.checks.msprobe_releases import load, value_specs, vocabulary
 from verl_pdbg_conf.checks.msprobe_releases.cases import UNKNOWN, pairs
-from verl_pdbg_conf.checks.msprobe_releases.vocab import checks_on, failing_check, reads
+from verl_pdbg_conf.checks.msprobe_releases.vocab import failing_check, reads
 from verl_pdbg_conf.core.findings import Finding, Severity
 
 FAILED = ("raised", "nothing", "partial")
@@ -125,21 +125,20 @@ def _leaf_paths(config: dict, vocab: dict) -> list[str]:
     return out
 
 
-def _check_cases(vocab: dict, config: dict, cases: list[dict]) -> tuple[list[dict], set[str]]:
-    """The release's own construction checks on this config, as cases: those that fire (where no
-    measured case of the same key applies exactly), and the paths whose every check passes."""
+def _check_cases(vocab: dict, config: dict, cases: list[dict]) -> list[dict]:
+    """The release's own construction checks that fire on this config, as cases, at the keys no
+    measured case applies to. A check that passes proves nothing: construction checks more than
+    the config classes do (scope windows, L2, async_dump), and those only the measured cases see."""
     measured = {c["key"] for c in cases}
-    fired, passed = [], set()
+    fired = []
     for path in _leaf_paths(config, vocab):
         if path in measured:
             continue
-        check, decided = failing_check(vocab, config, path)
+        check, _ = failing_check(vocab, config, path)
         if check is not None:
             fired.append({"key": path, "outcome": "raised", "where": "construct", "message": check["message"],
                           "pairs": frozenset(), "strict": frozenset(), "check": check["test"]})
-        elif decided and checks_on(vocab, config, path):
-            passed.add(path)
-    return fired, passed
+    return fired
 
 
 def _read_key(path: str) -> str:
@@ -171,11 +170,9 @@ def judge(findings: list[Finding], doc, config: dict, version: str, strict: bool
     cases = applying_cases(load(version), config)
     vocab = vocabulary(version)
     failing = [c for c in cases if c["outcome"] in FAILED and not _measured_off_npu(c)]
-    passed: set[str] = set()
     if vocab:
         failing = [c for c in failing if c["key"] in ("", UNKNOWN) or reads(vocab, config, c["key"])]
-        fired, passed = _check_cases(vocab, config, cases)
-        failing += [c for c in fired if c["key"] not in {x["key"] for x in failing}]
+        failing += [c for c in _check_cases(vocab, config, cases) if c["key"] not in {x["key"] for x in failing}]
     by_key: dict[str, list[dict]] = {}
     for c in cases:
         by_key.setdefault(c["key"], []).append(c)
@@ -188,12 +185,6 @@ def judge(findings: list[Finding], doc, config: dict, version: str, strict: bool
             continue  # the release reads it and fails on it: that finding is made below, in its words
         elif vocab and f.rule == "msprobe-unknown-key" and k:
             f = _read_here(f, k, version)  # read (the branch above: not read), and no failure at it
-        elif (f.severity is Severity.ERROR and f.rule == "msprobe-schema" and k in passed and not by_key.get(k)
-              and not any(c["key"] == k for c in failing)):
-            f = dataclasses.replace(
-                f, severity=Severity.WARNING,
-                message=f"msprobe {version}'s own checks accept {k} {_show(_value_at(config, k))}; it is an error "
-                        f"only on other msprobe releases: {f.message}")
         elif f.severity is Severity.ERROR and not failing and f.rule not in VERL_RULES and _dumps_with(by_key.get(k), f):
             f = dataclasses.replace(
                 f, severity=Severity.WARNING,
