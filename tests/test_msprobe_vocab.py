@@ -198,3 +198,12 @@ def test_a_key_the_release_reads_and_accepts_is_not_called_unknown(tmp_path):
     found = _judge(tmp_path, "8.3.3", {"task": "tensor", "tensor": {"file_format": "npy"}})
     assert [f.severity for f in found if f.path == "tensor.file_format"] == [Severity.WARNING]
     assert "read by msprobe 8.3.3" in next(f.message for f in found if f.path == "tensor.file_format")
+
+
+def test_a_check_the_release_passes_does_not_lift_an_error(tmp_path):
+    """26.2's config classes check scope only as list[str]; construction then refuses a window of
+    three entries (measured: tests/examples/msprobe/releases/cases/scope_three_entries.json)."""
+    scope = ["Functional.linear.0.forward", "Functional.relu.0.forward", "Functional.linear.1.forward"]
+    assert failing_check(mr.vocabulary("26.2.0"), {"statistics": {"scope": scope}}, "statistics.scope")[0] is None
+    found = _judge(tmp_path, "26.2.0", {"statistics": {"scope": scope}})
+    assert any(f.severity is Severity.ERROR and f.path == "statistics.scope" for f in found), found

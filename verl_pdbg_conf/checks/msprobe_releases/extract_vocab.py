@@ -380,55 +380,49 @@ class Walker:
         if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value is not None:
             self.helpers[name] = {"params": [a.arg for a in found[1].args.args], "expr": ast.unparse(body[0].value)}
 
-    def follow(self, call: ast.Call, env, mod, chain, depth, when):
-        """Walk into what `call` runs when it passes config values (or the part's dict) along."""
-        args = [self._value_binding(a, env, mod) for a in call.args]
-        kw = {k.arg: self._value_binding(k.value, env, mod) for k in call.keywords if k.arg}
-        f = call.func
-        target = None
+    def target(self, f: ast.AST, mod: str, chain):
+        """(module, function, class chain or None, same object) that a call of `f` runs, or None:
+        a method of this object (self./cls./super()), of a package class, a package function, or
+        a package class's __init__."""
         is_self = isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in ("self", "cls")
-        if is_self or (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Call)
-                       and isinstance(f.value.func, ast.Name) and f.value.func.id == "super"):
+        is_super = (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Call)
+                    and isinstance(f.value.func, ast.Name) and f.value.func.id == "super")
+        if is_self or is_super:
             names = chain if is_self else chain[1:]
-            target = _method(names, f.attr)
-            if target:
-                target = (target[0], target[1], names if is_self else chain[1:])
-        elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
-            found = self.src.lookup(mod, f.value.id) if chain is None or f.value.id != chain[0][1].name \
-                else chain[0]
-            if found and isinstance(found[1], ast.ClassDef):
-                sub_chain = self.src.bases(*found)
-                m = _method(sub_chain, f.attr)
-                if m:
-                    target = (m[0], m[1], sub_chain)
+            m = _method(names, f.attr)
+            return (m[0], m[1], names, True) if m else None
+        found, name = None, "__init__"
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
+            own = chain is not None and f.value.id == chain[0][1].name
+            found, name = (chain[0] if own else self.src.lookup(mod, f.value.id)), f.attr
         elif isinstance(f, ast.Name):
             found = self.src.lookup(mod, f.id)
             if found and isinstance(found[1], ast.FunctionDef):
-                target = (found[0], found[1], None)
-            elif found and isinstance(found[1], ast.ClassDef):
-                sub_chain = self.src.bases(*found)
-                m = _method(sub_chain, "__init__")
-                if m:
-                    target = (m[0], m[1], sub_chain)
-        if target is None or not (any(args) or any(kw.values()) or is_self or target[2] is not chain):
+                return found[0], found[1], None, False
+        if found and isinstance(found[1], ast.ClassDef):
+            sub_chain = self.src.bases(*found)
+            m = _method(sub_chain, name)
+            return (m[0], m[1], sub_chain, False) if m else None
+        return None
+
+    def follow(self, call: ast.Call, env, mod, chain, depth, when):
+        """Walk into what `call` runs when it passes config values (or the part's dict) along."""
+        target = self.target(call.func, mod, chain)
+        if target is None:
             return
-        mod2, fn, chain2 = target
+        mod2, fn, chain2, same_obj = target
+        args = [self._value_binding(a, env, mod) for a in call.args]
+        kw = {k.arg: self._value_binding(k.value, env, mod) for k in call.keywords if k.arg}
         params = [a.arg for a in fn.args.args]
-        if params and params[0] in ("self", "cls") and (chain2 is not None):
+        if params and params[0] in ("self", "cls") and chain2 is not None:
             params = params[1:]
-        new_env = {}
-        same_obj = is_self or (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Call))
-        for p, b in zip(params, args):
-            if b:
-                new_env[p] = b
-        for k, b in kw.items():
-            if b and k in params:
-                new_env[k] = b
+        new_env = {p: b for p, b in zip(params, args) if b}
+        new_env.update({k: b for k, b in kw.items() if b and k in params})
         if not new_env and not same_obj:
-            return
+            return  # nothing read from config.json goes in
         if same_obj:
             new_env["__obj__"] = env.get("__obj__")
-        elif chain2 is not None:
+        elif chain2 is not None:  # a new object of a package class
             new_env["__obj__"] = len(self.objs) + 1
             self.objs[new_env["__obj__"]] = {}
         self.call(mod2, fn, new_env, chain2, depth + 1, tuple(when))
