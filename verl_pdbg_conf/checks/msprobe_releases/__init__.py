@@ -36,11 +36,39 @@ def load(version: str) -> dict:
 
     with gzip.open(os.path.join(HERE, f"msprobe-{version}.json.gz"), "rt", encoding="utf-8") as f:
         facts = json.load(f)
-    keys = {c["id"]: c["key"] for c in matrix()}  # where a finding points: the matrix's word, not the file's
+    extra = value_specs(version)
+    keys = None
     for c in facts["cases"]:
-        c["pairs"], c["strict"] = case_pairs(c["config"]), pairs(c["config"])
-        c["key"] = keys.get(c["id"], "")
+        c["pairs"], c["strict"] = case_pairs(c["config"], extra), pairs(c["config"], extra)
+        if "key" not in c:  # where a finding points: the matrix's word (stored by extract.py since the vocabulary)
+            keys = keys or {m["id"]: m["key"] for m in matrix()}
+            c["key"] = keys.get(c["id"], "")
     return facts
+
+
+@functools.lru_cache(maxsize=None)
+def vocabulary(version: str) -> dict | None:
+    """One release's config.json vocabulary (`msprobe-<version>.vocab.json`, see extract_vocab.py):
+    the keys each part is read with and the checks run on them; None when none ships."""
+    path = os.path.join(HERE, f"msprobe-{version}.vocab.json")
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+@functools.lru_cache(maxsize=None)
+def value_specs(version: str) -> dict:
+    """{path: spec} of every key this release reads, {"enum": [...]} where it checks the value
+    against a list: the paths and value shapes (cases.py) of keys the newest schema does not know."""
+    from verl_pdbg_conf.checks.msprobe_releases.vocab import enums
+
+    v = vocabulary(version)
+    if not v:
+        return {}
+    out: dict = {f"{part}.{k}" if part else k: {} for part, spec in v["parts"].items() for k in spec["keys"]}
+    out.update({p: {"enum": e} for p, e in enums(v).items()})
+    return out
 
 
 def installed_version(dirs=None) -> str | None:

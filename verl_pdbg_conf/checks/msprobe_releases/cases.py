@@ -84,6 +84,8 @@ def _str_shape(path: str, v: str, spec: dict) -> str:
     if path in PATH_KEYS:
         if v == "":
             return "str:empty"
+        if v in (MISSING, EXISTING_DIR):  # a case's placeholder: what extract.py puts there
+            return "path:missing" if v == MISSING else "path:dir"
         return "path:dir" if os.path.isdir(v) else "path:file" if os.path.exists(v) else "path:missing"
     if path.split(".")[-1] in ID_KEYS or path in ID_KEYS:
         if _NUMSTR.match(v):
@@ -131,22 +133,37 @@ def shape(path: str, v, spec: dict | None = None) -> str:
     return type(v).__name__
 
 
-def pairs(config) -> frozenset:
+_KNOWN: dict[int, tuple] = {}
+
+
+def _known(extra: dict | None) -> tuple[dict, set]:
+    """(the paths the schema and `extra` know, the sections among them), once per `extra`."""
+    if not extra:
+        return props(), set(SECTIONS) | {"load"}
+    hit = _KNOWN.get(id(extra))
+    if hit is None or hit[0] is not extra:
+        hit = _KNOWN[id(extra)] = (extra, {**extra, **props()},
+                                   set(SECTIONS) | {"load"} | {p.split(".")[0] for p in extra if "." in p})
+    return hit[1], hit[2]
+
+
+def pairs(config, extra: dict | None = None) -> frozenset:
     """(path, shape) of every leaf of a config.json, plus msprobe's defaults for task and level.
-    Keys the schema does not know are one path, "?" (or "<section>.?")."""
+    Keys neither the schema nor `extra` (one release's vocabulary: {path: {"enum": [...]}}) know
+    are one path, "?" (or "<section>.?")."""
     if not isinstance(config, dict):
         return frozenset({("", shape("", config))})
-    known = props()
+    known, sections = _known(extra)
     out = set()
     for k, v in config.items():
-        top = k if k in known else UNKNOWN
-        if top in SECTIONS or top == "load":
+        top = k if k in known or k in sections else UNKNOWN
+        if top in sections:
             if isinstance(v, dict) and v:
                 for sk, sv in v.items():
                     p = f"{top}.{sk}"
-                    out.add((p if p in known else f"{top}.{UNKNOWN}", shape(p, sv)))
+                    out.add((p if p in known else f"{top}.{UNKNOWN}", shape(p, sv, known.get(p, {}))))
                 continue
-        out.add((top, shape(top, v)))
+        out.add((top, shape(top, v, known.get(top, {}))))
     for k, s in DEFAULTS.items():
         if k not in config or config[k] is None:
             out.discard((k, "null"))
@@ -160,10 +177,10 @@ def pairs(config) -> frozenset:
     return frozenset(out)
 
 
-def case_pairs(config) -> frozenset:
+def case_pairs(config, extra: dict | None = None) -> frozenset:
     """A case's pairs: what it sets, with task's default only where it sets a statistics key (its
     context); a case that leaves level alone holds at every level."""
-    out = set(pairs(config))
+    out = set(pairs(config, extra))
     if isinstance(config, dict):
         if "level" not in config:
             out.discard(("level", DEFAULTS["level"]))
@@ -214,6 +231,93 @@ def _section_values(key: str, spec: dict) -> list:
     if t == "array" or t == ["array", "null"]:
         return [[], ["Functional.linear"], "Functional.linear"]
     return [None, 1, "x"]
+
+
+def vocabularies() -> list[dict]:
+    """Every shipped release's vocabulary (extract_vocab.py), for the matrix over their union."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = []
+    for n in sorted(os.listdir(here)):
+        if n.endswith(".vocab.json"):
+            with open(os.path.join(here, n), encoding="utf-8") as f:
+                out.append(json.load(f))
+    return out
+
+
+def union_vocabulary(vocabs: list[dict]) -> tuple[dict[str, set], dict[str, list[str]], set[str]]:
+    """({part: {key}}, {"part.key": [the tests of its checks]}, {task}) over the releases."""
+    keys: dict[str, set] = {}
+    tests: dict[str, list[str]] = {}
+    tasks: set[str] = set()
+    for v in vocabs:
+        tasks |= set(v["tasks"])
+        for part, spec in v["parts"].items():
+            keys.setdefault(part, set()).update(spec["keys"])
+        for c in v["checks"]:
+            for k in c["keys"]:
+                tests.setdefault(f"{c['part']}.{k}" if c["part"] else k, []).append(c["test"])
+    return keys, tests, tasks
+
+
+def _checked_values(key: str, tests: list[str]) -> list:
+    """Values that exercise every kind of check a release runs on `key`: each allowed value and
+    one outside them, the types the checks test and one other, numbers around the bounds."""
+    import ast
+
+    vals: list = []
+    for t in tests:
+        for m in re.finditer(rf"_k_{key} not in (\[[^\]]*\])", t):
+            try:
+                vals += [x for x in ast.literal_eval(m.group(1)) if isinstance(x, (str, int))] + ["bogus", 1]
+            except (ValueError, SyntaxError):
+                pass
+        for m in re.finditer(rf"isinstance\(_k_{key}, (\w+)\)", t):
+            vals += {"bool": [True, False, "true"], "list": [[], ["Functional.linear"], "Functional.linear"],
+                     "str": ["x", 1], "int": [1, "1"], "dict": [{}, "x"]}.get(m.group(1), [])
+        if re.search(rf"is_int\(_k_{key}\)|_k_{key} *[<>]=?|[<>]=? *_k_{key}", t):
+            vals += [-1, 0, 2, "1"]
+    out, seen = [], set()
+    for v in vals:
+        j = json.dumps(v)
+        if j not in seen:
+            seen.add(j)
+            out.append(v)
+    return out or ["bogus"]
+
+
+def set_paths(config, prefix: str = "") -> set[str]:
+    """The key paths a config sets ("task", "tensor.file_format", "load.step")."""
+    out = set()
+    if isinstance(config, dict):
+        for k, v in config.items():
+            out.add(prefix + k)
+            if not prefix and isinstance(v, dict):
+                out |= set_paths(v, k + ".")
+    return out
+
+
+def vocabulary_cases(existing: list[dict]) -> list[dict]:
+    """Cases for every key some release reads that no case of the schema's matrix sets (legacy
+    keys, the 8.x task sections, the sections of tasks that cannot run here): each checked key
+    with the values its checks tell apart, each key no release checks with one value; and every
+    task some release has, alone."""
+    keys, tests, tasks = union_vocabulary(vocabularies())
+    have = set().union(*(set_paths(c["config"]) for c in existing))
+    ids = {c["id"] for c in existing}
+    out = [_case(f"task={json.dumps(t)}", "task", {"task": t}) for t in sorted(tasks)
+           if f"task={json.dumps(t)}" not in ids and t != "statistics"]
+    load = {"path": EXISTING_DIR, "modules": ["Module.0.Linear.forward.0"], "dump_after_load": True}
+    for part in sorted(keys):
+        for k in sorted(keys[part]):
+            path = f"{part}.{k}" if part else k
+            if path in have or (part and part != "load" and part not in tasks):
+                continue
+            base = {} if part in ("", "statistics", "load") else {"task": part}
+            for v in _checked_values(k, tests.get(path, [])):
+                sec = dict(load, **{k: v}) if part == "load" else {k: v}
+                cfg = dict(base, **{k: v}) if not part else dict(base, **{part: sec})
+                out.append(_case(f"{path}={json.dumps(v)}", path, cfg))
+    return out
 
 
 def _case(cid: str, key: str, config: dict) -> dict:
@@ -314,6 +418,7 @@ def matrix() -> list[dict]:
             ("mix tensor", "level", {"level": "mix", "task": "tensor"}),
     ):
         out.append(_case(cid, key, cfg))
+    out += vocabulary_cases(out)
     ids = [c["id"] for c in out]
     assert len(ids) == len(set(ids)), "case ids must be unique"
     return out
