@@ -20,6 +20,7 @@ Nothing is typed from reading msprobe: every outcome is what the release did."""
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import re
@@ -442,8 +443,36 @@ def measure(cases: list[dict], progress=None, jobs: int = 1) -> dict:
     facts = {"format": FORMAT, "dist": DIST, "version": version, "requires_python": meta.get("requires_python"),
              "requires_dist": meta.get("requires_dist", []), "api": _live_api(api_facts()), "cases": []}
     for case, res in zip(cases, run_cases(cases, jobs, progress)):
-        facts["cases"].append({"id": case["id"], "config": case["config"], **res})  # its key is the matrix's
+        facts["cases"].append({"id": case["id"], "key": case["key"], "config": case["config"], **res})
     return facts
+
+
+def keyed(cases: list[dict], matrix: list[dict]) -> list[dict]:
+    """The measured cases, each with the matrix's key (stored, so that the validator never
+    builds the matrix: case_index.py), placed after its id as measure() writes it."""
+    keys = {c["id"]: c["key"] for c in matrix}
+    return [{"id": c["id"], "key": keys[c["id"]], **{k: v for k, v in c.items() if k not in ("id", "key")}}
+            for c in cases]
+
+
+def rekey(out_dir: str) -> int:
+    """Write the matrix's keys into every release's facts in out_dir, measuring nothing: after
+    the keys of the matrix changed, or facts written without them."""
+    from verl_pdbg_conf.checks.msprobe_releases import shipped
+    from verl_pdbg_conf.checks.msprobe_releases.cases import matrix
+
+    cases = matrix()
+    for version in shipped():
+        path = path_for(version, out_dir)
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            facts = json.load(f)
+        if [c["id"] for c in facts["cases"]] != [c["id"] for c in cases]:
+            raise SystemExit(f"{path}: its cases are not the matrix's: measure the release again")
+        data = dumps(dict(facts, cases=keyed(facts["cases"], cases)))
+        with open(path, "wb") as f:
+            f.write(data)
+        print(f"{path}: {len(cases)} cases keyed, {len(data)} bytes")
+    return 0
 
 
 def dumps(facts: dict) -> bytes:
@@ -489,7 +518,7 @@ def merge_parts(version: str, out_dir: str) -> int:
     order = [c["id"] for c in matrix()]
     if not parts or set(by_id) != set(order):
         raise SystemExit(f"the parts of {version} do not cover the matrix ({len(by_id)} of {len(order)} cases)")
-    facts = dict(parts[0], cases=[by_id[i] for i in order])
+    facts = dict(parts[0], cases=keyed([by_id[i] for i in order], matrix()))
     data = dumps(facts)
     with open(path_for(version, out_dir), "wb") as f:
         f.write(data)
@@ -517,8 +546,12 @@ def main(argv=None) -> int:
     p.add_argument("--part", metavar="K/N", help="measure every N-th case from the K-th (0-based) and write "
                                                  "msprobe-<version>.part-K-of-N.json; --merge joins the parts")
     p.add_argument("--merge", metavar="VERSION", help="join the part files of VERSION in --out-dir into its facts")
+    p.add_argument("--rekey", action="store_true", help="write the matrix's key of each case into every shipped "
+                                                        "release's facts in --out-dir, measuring nothing")
     p.add_argument("-q", "--quiet", action="store_true")
     args = p.parse_args(argv)
+    if args.rekey:
+        return rekey(args.out_dir)
     if args.venv:
         py = os.path.join(args.venv, "bin", "python")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [_repo_root(),

@@ -18,8 +18,8 @@ import dataclasses
 import json
 import re
 
-from verl_pdbg_conf.checks.msprobe_releases import load
-from verl_pdbg_conf.checks.msprobe_releases.cases import UNKNOWN, pairs
+from verl_pdbg_conf.checks.msprobe_releases.case_index import cases_for
+from verl_pdbg_conf.checks.msprobe_releases.shapes import UNKNOWN, pairs
 from verl_pdbg_conf.core.findings import Finding, Severity
 
 FAILED = ("raised", "nothing", "partial")
@@ -109,7 +109,7 @@ def _measured_off_npu(case: dict) -> bool:
 
 def judge(findings: list[Finding], doc, config: dict, version: str, strict: bool = False) -> list[Finding]:
     """`findings` (the 26.x rules' verdict on `config`) as release `version` decides them."""
-    cases = applying_cases(load(version), config)
+    cases = applying_cases({"cases": cases_for(version, config)}, config)  # only those that can apply
     failing = [c for c in cases if c["outcome"] in FAILED and not _measured_off_npu(c)]
     by_key: dict[str, list[dict]] = {}
     for c in cases:
@@ -138,7 +138,7 @@ def judge(findings: list[Finding], doc, config: dict, version: str, strict: bool
 def _fail_at(out: list[Finding], doc, config: dict, key: str, case: dict, version: str, strict: bool):
     does = what_it_does(version, case, strict)
     if key == UNKNOWN:
-        from verl_pdbg_conf.checks.msprobe_releases.cases import props
+        from verl_pdbg_conf.checks.msprobe_releases.shapes import props
 
         paths = [(k,) for k in _unknown_keys(config, props())] or [()]
     elif key == "":
