@@ -170,6 +170,9 @@ def test_shipped_facts_are_the_current_matrix(version):
     assert facts["version"] == version and facts["dist"] == "mindstudio-probe"
     assert [c["id"] for c in facts["cases"]] == [c["id"] for c in matrix()], \
         "the case matrix changed: regenerate every release (docs/msprobe-releases.md)"
+    # the validator reads each case's key from the facts (it never builds the matrix)
+    assert [c.get("key") for c in mr.load_part(version, "cases")] == [c["key"] for c in matrix()], \
+        "the matrix's keys changed: python -m verl_pdbg_conf.checks.msprobe_releases.extract --rekey"
     assert facts["requires_dist"] and facts["api"]["PrecisionDebugger.__init__(config_path)"]
 
 
