@@ -176,6 +176,33 @@ def test_shipped_facts_are_the_current_matrix(version):
     assert facts["requires_dist"] and facts["api"]["PrecisionDebugger.__init__(config_path)"]
 
 
+@pytest.fixture
+def fresh_release_caches():
+    from verl_pdbg_conf.checks.msprobe_releases import case_index, release_files
+
+    def clear():
+        for f in (release_files.load_part, case_index._index, case_index._annotated):
+            f.cache_clear()
+    clear()
+    yield release_files, case_index
+    clear()
+
+
+def test_facts_without_stored_keys_judge_by_the_matrixs_keys(monkeypatch, fresh_release_caches):
+    """Facts written without the keys (an older extractor) match the same cases at the same keys:
+    the matrix is built for them, and only then."""
+    release_files, case_index = fresh_release_caches
+    stored = release_files._stored("26.2.0")
+    bare = dict(stored, cases=[{k: v for k, v in c.items() if k != "key"} for c in stored["cases"]])
+    monkeypatch.setattr(release_files, "_stored", lambda version: bare)
+    config = {"task": "tensor", "tensor": {"list": ["Functional.linear"]}, "not_a_key": 1}
+    keys = {c["id"]: c["key"] for c in matrix()}
+    got = case_index.cases_for("26.2.0", config)
+    assert got and all(c["key"] == keys[c["id"]] for c in got)
+    assert {"tensor.list", "tensor", "?", "task"} <= {c["key"] for c in got}
+    assert not any(c["key"].startswith("statistics") for c in got)  # keys the config lacks: not matched
+
+
 def _regenerate(python, out_dir):
     env = dict(os.environ, PYTHONPATH=str(REPO))
     subprocess.run([python, "-m", "verl_pdbg_conf.checks.msprobe_releases.extract", "--out-dir", str(out_dir),
