@@ -14,7 +14,8 @@ PYTHONPYCACHEPREFIX, as pip compiles an installed package's), which the target i
 from this tree as the environment runs it, which with PYTHONDONTWRITEBYTECODE set and no
 __pycache__ beside the sources compiles every module of the package on every run (said so).
 `--code CHECKOUT` times the verl_pdbg_conf of another checkout (main, a branch) in the same
-harness: a before and after in one run."""
+harness: a before and after in one run. `--instructions` also counts the instructions of one
+run of each under valgrind (callgrind): the same on a busy machine as on a quiet one."""
 
 from __future__ import annotations
 
@@ -48,13 +49,27 @@ actor_rollout_ref:
 """
 
 
-def once(cmd: list[str], env: dict) -> tuple[float, int]:
+def once(cmd: list[str], env: dict, cwd: str) -> tuple[float, int]:
     t = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd)
     return time.perf_counter() - t, proc.returncode
 
 
 TARGET = 0.35
+
+
+def instructions(cmd: list[str], env: dict, cwd: str) -> int | None:
+    """Instructions one run executes (valgrind's callgrind), or None without valgrind."""
+    import re
+    import shutil
+
+    if shutil.which("valgrind") is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/cg", *cmd], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=cwd)
+    m = re.search(r"Collected : (\d+)", proc.stderr)
+    return int(m.group(1)) if m else None
 
 
 def from_bytecode(code: str, env: dict) -> bool:
@@ -70,6 +85,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--conf", help="a conf YAML whose config_path names a config.json (default: a guide-shaped one)")
     ap.add_argument("--code", default=REPO, help="the checkout whose verl_pdbg_conf is timed (default: this one)")
+    ap.add_argument("--instructions", action="store_true", help="also count each one's instructions under valgrind")
     args = ap.parse_args()
     code = os.path.abspath(args.code)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (code, os.environ.get("PYTHONPATH")) if p))
@@ -78,21 +94,27 @@ def main() -> int:
         print("check-jsonschema or the msprobe schema is missing")
         return 1
     with tempfile.TemporaryDirectory() as tmp:
-        conf = args.conf
+        # The runs start in the temporary directory: `python -m` puts the current directory first on
+        # sys.path, and from a checkout it would import that checkout's package whatever --code says.
+        conf = os.path.abspath(args.conf) if args.conf else None
         if conf is None:
             conf = os.path.join(tmp, "precision_debugger.yaml")
             with open(conf, "w") as fh:
                 fh.write(CONF.format(config=CONFIG))
-        ours = [sys.executable, "-m", "verl_pdbg_conf", conf]
+        ours = [sys.executable, "-m", "verl_pdbg_conf", "--base-dir", os.getcwd(), conf]
         theirs = [sys.executable, "-m", "check_jsonschema", "--schemafile", SCHEMA, CONFIG]
         installed = dict(env, PYTHONPYCACHEPREFIX=os.path.join(tmp, "pyc"))
         installed.pop("PYTHONDONTWRITEBYTECODE", None)
         as_is = from_bytecode(code, env)
-        once(ours, installed), once(ours, env), once(theirs, env)  # bytecode written; the file cache warm
+        once(ours, installed, tmp), once(ours, env, tmp), once(theirs, env, tmp)  # bytecode written, files cached
+        counts = {}
+        if args.instructions:
+            for name, cmd, e in (("installed", ours, installed), ("as is", ours, env), ("theirs", theirs, env)):
+                counts[name] = instructions(cmd, e, tmp)
         runs = {"installed": [], "as is": [], "theirs": []}
         for _ in range(args.repeat):
             for name, cmd, e in (("installed", ours, installed), ("as is", ours, env), ("theirs", theirs, env)):
-                t, rc = once(cmd, e)
+                t, rc = once(cmd, e, tmp)
                 runs[name].append((t, rc))
     med = {k: statistics.median(t for t, _ in v) for k, v in runs.items()}
     low = {k: min(t for t, _ in v) for k, v in runs.items()}
@@ -111,6 +133,13 @@ def main() -> int:
         r = med[name] / med["theirs"]
         print(f"  ratio {label}: {r:.2f}x of check-jsonschema's wall time "
               f"(target <= {TARGET:.2f}x: {'met' if r <= TARGET else 'NOT met'})")
+    if counts.get("theirs"):
+        print("  instructions of one run (valgrind): " + ", ".join(
+            f"{label} {counts[k] / 1e6:.0f} M" for k, label in (("installed", "ours as installed"),
+                                                                 ("as is", "ours as the environment runs it"),
+                                                                 ("theirs", "check-jsonschema")) if counts.get(k))
+            + "; ratios " + ", ".join(f"{counts[k] / counts['theirs']:.2f}x" for k in ("installed", "as is")
+                                      if counts.get(k)))
     print("  (*) " + ("from bytecode" if as_is else "from source: PYTHONDONTWRITEBYTECODE is set and no __pycache__ "
                                                     "holds this tree's bytecode, so every run compiles the package"))
     return 0
