@@ -6,7 +6,7 @@ Reading them needs only gzip and json: no torch, no msprobe. The loading API is 
 purpose: `shipped()`, `newest()`, `judging()`, `load_part(version, part)` (what a check reads:
 only the judging release, only that part) and `load(version)` (everything, for tools and
 tests). A validator run reads one release's facts and never builds the case matrix
-(case_index.py; tests/test_msprobe_releases.py checks it in a fresh process)."""
+(case_index.py; tests/test_imports.py checks it in a fresh process)."""
 
 from __future__ import annotations
 
