@@ -447,6 +447,33 @@ def measure(cases: list[dict], progress=None, jobs: int = 1) -> dict:
     return facts
 
 
+def keyed(cases: list[dict], matrix: list[dict]) -> list[dict]:
+    """The measured cases, each with the matrix's key (stored, so that the validator never
+    builds the matrix: case_index.py), placed after its id as measure() writes it."""
+    keys = {c["id"]: c["key"] for c in matrix}
+    return [with_key(c, keys[c["id"]]) for c in cases]
+
+
+def rekey(out_dir: str) -> int:
+    """Write the matrix's keys into every release's facts in out_dir, measuring nothing: after
+    the keys of the matrix changed, or facts written without them."""
+    from verl_pdbg_conf.checks.msprobe_releases import shipped
+    from verl_pdbg_conf.checks.msprobe_releases.cases import matrix
+
+    cases = matrix()
+    for version in shipped():
+        path = path_for(version, out_dir)
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            facts = json.load(f)
+        if [c["id"] for c in facts["cases"]] != [c["id"] for c in cases]:
+            raise SystemExit(f"{path}: its cases are not the matrix's: measure the release again")
+        data = dumps(dict(facts, cases=keyed(facts["cases"], cases)))
+        with open(path, "wb") as f:
+            f.write(data)
+        print(f"{path}: {len(cases)} cases keyed, {len(data)} bytes")
+    return 0
+
+
 def dumps(facts: dict) -> bytes:
     """Deterministic bytes: key order as built, gzip without a time stamp."""
     from verl_pdbg_conf.verl_facts.releases.extract import gzip_bytes
@@ -508,8 +535,7 @@ def merge_parts(version: str, out_dir: str) -> int:
     order = [c["id"] for c in matrix()]
     if not parts or set(by_id) != set(order):
         raise SystemExit(f"the parts of {version} do not cover the matrix ({len(by_id)} of {len(order)} cases)")
-    keys = {c["id"]: c["key"] for c in matrix()}
-    facts = dict(parts[0], cases=[with_key(by_id[i], keys[i]) for i in order])
+    facts = dict(parts[0], cases=keyed([by_id[i] for i in order], matrix()))
     data = dumps(facts)
     with open(path_for(version, out_dir), "wb") as f:
         f.write(data)
@@ -568,8 +594,12 @@ def main(argv=None) -> int:
     p.add_argument("--missing", action="store_true",
                    help="measure only the cases (with --examples: the examples) the release's shipped file lacks, "
                         "and merge them into it")
+    p.add_argument("--rekey", action="store_true", help="write the matrix's key of each case into every shipped "
+                                                        "release's facts in --out-dir, measuring nothing")
     p.add_argument("-q", "--quiet", action="store_true")
     args = p.parse_args(argv)
+    if args.rekey:
+        return rekey(args.out_dir)
     if args.venv:
         py = os.path.join(args.venv, "bin", "python")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [_repo_root(),

@@ -20,9 +20,9 @@ import dataclasses
 import json
 import re
 
-from verl_pdbg_conf.checks.msprobe_releases import load, value_specs, vocabulary
-from verl_pdbg_conf.checks.msprobe_releases.cases import UNKNOWN, pairs
-from verl_pdbg_conf.checks.msprobe_releases.vocab import failing_check, reads
+from verl_pdbg_conf.checks.msprobe_releases.case_index import cases_for
+from verl_pdbg_conf.checks.msprobe_releases.shapes import UNKNOWN, pairs
+from verl_pdbg_conf.checks.msprobe_releases.vocab import failing_check, reads, value_specs, vocabulary
 from verl_pdbg_conf.core.findings import Finding, Severity
 
 FAILED = ("raised", "nothing", "partial")
@@ -167,7 +167,7 @@ def _read_here(f: Finding, k: str, version: str) -> Finding:
 
 def judge(findings: list[Finding], doc, config: dict, version: str, strict: bool = False) -> list[Finding]:
     """`findings` (the 26.x rules' verdict on `config`) as release `version` decides them."""
-    cases = applying_cases(load(version), config)
+    cases = applying_cases({"version": version, "cases": cases_for(version, config)}, config)  # only those that can apply
     vocab = vocabulary(version)
     failing = [c for c in cases if c["outcome"] in FAILED and not _measured_off_npu(c)]
     if vocab:
@@ -206,7 +206,7 @@ def judge(findings: list[Finding], doc, config: dict, version: str, strict: bool
 def _fail_at(out: list[Finding], doc, config: dict, key: str, case: dict, version: str, strict: bool):
     does = what_it_does(version, case, strict)
     if key == UNKNOWN:
-        from verl_pdbg_conf.checks.msprobe_releases.cases import props
+        from verl_pdbg_conf.checks.msprobe_releases.shapes import props
 
         paths = [(k,) for k in _unknown_keys(config, props())] or [()]
     elif key == "":

@@ -14,6 +14,8 @@ import json
 import operator
 import re
 
+from verl_pdbg_conf.checks.msprobe_releases.release_files import load_part
+
 _UNSET = object()
 _TYPES = {"str": str, "int": int, "float": float, "bool": bool, "list": list, "dict": dict, "tuple": tuple}
 _NAMED = re.compile(r"\b_k_(\w+)")
@@ -225,3 +227,25 @@ def failing_check(vocab: dict, config: dict, path: str) -> tuple[dict | None, bo
 def load_file(path: str) -> dict:
     with open(path, encoding="utf-8") as f:
         return json.load(f)
+
+
+@functools.lru_cache(maxsize=None)
+def vocabulary(version: str) -> dict | None:
+    """One release's config.json vocabulary (`msprobe-<version>.vocab.json`, see extract_vocab.py):
+    the keys each part is read with and the checks run on them; None when none ships."""
+    try:
+        return load_part(version, "vocab")
+    except (KeyError, OSError):
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def value_specs(version: str) -> dict:
+    """{path: spec} of every key this release reads, {"enum": [...]} where it checks the value
+    against a list: the paths and value shapes (shapes.py) of keys the newest schema does not know."""
+    v = vocabulary(version)
+    if not v:
+        return {}
+    out: dict = {f"{part}.{k}" if part else k: {} for part, spec in v["parts"].items() for k in spec["keys"]}
+    out.update({p: {"enum": e} for p, e in enums(v).items()})
+    return out
