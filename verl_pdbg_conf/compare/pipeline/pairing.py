@@ -1,0 +1,222 @@
+"""Pairing: which golden record corresponds to each target record, when the two runs need not run the
+same code. msprobe's names carry per-API counters (Tensor.__add__.N) that shift as soon as one side runs
+one op more or fewer, so records pair by what they are instead:
+
+- a module record by its module path and call (Module.model.layers.3.mlp.Qwen2MLP.forward.0);
+- an API record by its signature (op, direction, enclosing module call from construct.json, calling line
+  and layer from stack.json, forward pass, shapes and dtype kinds) in a monotone alignment of the two
+  streams: the next golden record of the same signature, within a bounded look-ahead. Golden records
+  passed over are golden-only, a target record with no such golden one is target-only: an extra or
+  missing op shifts nothing after it.
+
+Records with no counterpart between two pairs form a gap; a gap whose sides are a fused op and its
+decomposition (equivalents.py) is compared at its boundary, and every gap is a structure difference,
+said once per module kind (Structure), never a divergence by itself. Memory: the look-ahead window."""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+
+from verl_pdbg_conf.compare import metrics as M
+from verl_pdbg_conf.compare.nodes import module_path
+from verl_pdbg_conf.compare.pipeline.equivalents import equivalent
+
+WINDOW = 1 << 13  # golden records held while looking ahead for a target record's counterpart
+SKIP_MAX = 512  # a counterpart further ahead than this is taken for another call of the same code
+MAX_KINDS = 64  # structure differences kept per pair
+
+
+def _kind(dtype) -> str:
+    return "float" if dtype in M.FLOAT_DTYPES else str(dtype)
+
+
+def signature(r) -> tuple:
+    """What a record must agree in with its counterpart."""
+    if r.is_module:
+        return ("M", r.key)
+    shapes = tuple((row.state, str(row.shape), _kind(row.dtype)) for row in r.rows if row.state != "parameters")
+    return (r.op, r.direction, r.scope, r.site, r.layer, r.passes, shapes)
+
+
+def loose(sig: tuple) -> tuple:
+    """A signature without shapes: enough where the call site says which code ran."""
+    return sig[:-1] if sig[0] != "M" else sig
+
+
+class Aligner:
+    """for t, g, passed in Aligner(golden_records).pairs(target_records): g is t's counterpart or None;
+    `passed` the golden records skipped before g (golden-only). Golden-only records left at the end come
+    as (None, None, rest)."""
+
+    def __init__(self, golden, window: int = WINDOW, skip_max: int = SKIP_MAX):
+        self.golden = iter(golden)
+        self.window, self.skip_max = window, skip_max
+        self.buf: deque = deque()  # (signature, record)
+        self.base = 0  # absolute position of buf[0]
+        self.index: dict[tuple, deque] = {}
+        self.done = False
+
+    def _read(self) -> bool:
+        if self.done:
+            return False
+        g = next(self.golden, None)
+        if g is None:
+            self.done = True
+            return False
+        sig = signature(g)
+        pos = self.base + len(self.buf)
+        self.buf.append((sig, g))
+        self.index.setdefault(sig, deque()).append(pos)
+        return True
+
+    def _find(self, sig: tuple):
+        while True:
+            at = self.index.get(sig)
+            while at and at[0] < self.base:
+                at.popleft()
+            if at:
+                return at[0]
+            if len(self.buf) >= self.window or not self._read():
+                return None
+
+    def _pop(self):
+        sig, g = self.buf.popleft()
+        at = self.index.get(sig)
+        while at and at[0] <= self.base:
+            at.popleft()
+        if not at:
+            self.index.pop(sig, None)
+        self.base += 1
+        return g
+
+    def _take(self, pos: int) -> tuple:
+        passed = []
+        while self.base < pos:
+            passed.append(self._pop())
+        return self._pop(), passed
+
+    def match(self, t):
+        if not self.buf:
+            self._read()
+        sig = signature(t)
+        if self.buf:
+            head_sig, head = self.buf[0]
+            # the same name, the same code: paired even if a shape changed (the shape rule judges it)
+            if head.key == t.key and (head_sig == sig or (t.site and loose(head_sig) == loose(sig))):
+                return self._take(self.base)
+        pos = self._find(sig)
+        if pos is None or pos - self.base > self.skip_max:
+            return None, []
+        return self._take(pos)
+
+    def pairs(self, target):
+        for t in target:
+            g, passed = self.match(t)
+            yield t, g, passed
+        rest = [g for _sig, g in self.buf]
+        self.buf.clear()
+        self.index.clear()
+        while self._read():
+            rest.append(self.buf.popleft()[1])
+            self.index.clear()
+            if len(rest) > self.window:
+                rest = rest[-self.window:]
+        self.index.clear()
+        if rest:
+            yield None, None, rest
+
+
+def row_pairs(t, g):
+    """The rows of two paired records, by their place in the record (.input.0, .parameters.weight...)."""
+    if g is None:
+        return [(row, None) for row in t.rows]
+    if g.name == t.name:
+        by = {row.name: row for row in g.rows}
+        return [(row, by.get(row.name)) for row in t.rows]
+    n, by = len(g.name), {}
+    for row in g.rows:
+        by[row.name[n:] if row.name.startswith(g.name) else row.name] = row
+    n = len(t.name)
+    return [(row, by.get(row.name[n:] if row.name.startswith(t.name) else row.name)) for row in t.rows]
+
+
+_INDEX = re.compile(r"\.\d+(?=\.|$)")
+
+
+def _module_kind(r) -> str:
+    """model.layers.3.self_attn -> model.layers.*.self_attn; at L1 the calling line."""
+    path = module_path(r.scope) if r.scope else None
+    if path:
+        return _INDEX.sub(".*", path)
+    return r.site or "(outside any known module)"
+
+
+def _ops(records) -> tuple:
+    out = []
+    for r in records:
+        if r.is_module:
+            continue
+        if not out or out[-1] != r.base:
+            out.append(r.base)
+    return tuple(out)
+
+
+class Gap:
+    """Records with no counterpart between two pairs."""
+
+    def __init__(self):
+        self.target: list = []
+        self.golden: list = []
+
+    def __bool__(self):
+        return bool(self.target or self.golden)
+
+    def boundary(self):
+        """(target record, golden record) to compare when the gap is a fused op against its decomposition:
+        the last call of each side (the fused op's output against the last decomposed op's), else None."""
+        t_ops, g_ops = _ops(self.target), _ops(self.golden)
+        if not (t_ops and g_ops) or equivalent(t_ops, g_ops) is None:
+            return None
+        t = next((r for r in reversed(self.target) if not r.is_module), None)
+        g = next((r for r in reversed(self.golden) if not r.is_module), None)
+        return (t, g) if t is not None and g is not None else None
+
+
+class Structure:
+    """Structure differences of a pair, one per (module kind, direction, ops of each side), with the layers
+    (or calls) where they occur."""
+
+    def __init__(self):
+        self.kinds: dict[tuple, set] = {}
+        self.records = [0, 0]  # target-only, golden-only
+
+    def add(self, gap: Gap) -> None:
+        self.records[0] += len(gap.target)
+        self.records[1] += len(gap.golden)
+        first = (gap.target or gap.golden)[0]
+        key = (_module_kind(first), first.direction, _ops(gap.target), _ops(gap.golden),
+               equivalent(_ops(gap.target), _ops(gap.golden)) or "")
+        if key not in self.kinds and len(self.kinds) >= MAX_KINDS:
+            return
+        self.kinds.setdefault(key, set()).add(first.layer if first.layer is not None else ("call", first.order))
+
+    def messages(self) -> list[str]:
+        out = []
+        for (kind, direction, t_ops, g_ops, equiv), where in self.kinds.items():
+            layers = [w for w in where if not isinstance(w, tuple)]
+            count = f"{len(layers)} layer{'s' * (len(layers) != 1)}" if layers and len(layers) == len(where) else \
+                f"{len(where)} time{'s' * (len(where) != 1)}"
+            said = (f"target runs {_list(t_ops)} where golden runs {_list(g_ops)}" if t_ops and g_ops else
+                    f"target runs {_list(t_ops)} (golden nothing there)" if t_ops else
+                    f"golden runs {_list(g_ops)} (target nothing there)")
+            if not t_ops and not g_ops:
+                continue  # module records only: they pair by path, a gap of them is a call made once more
+            how = f" (equivalent: {equiv}, compared at its output)" if equiv else ""
+            out.append(f"{kind}{'' if direction == 'forward' else ' (' + direction + ')'}: {said}; {count}{how}")
+        return out
+
+
+def _list(ops: tuple, most: int = 8) -> str:
+    shown = ", ".join(ops[:most])
+    return shown + (f" and {len(ops) - most} more" if len(ops) > most else "")
