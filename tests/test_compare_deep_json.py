@@ -2,7 +2,7 @@
 nested deeper than Python's recursion limit, in its header, in one record or as a whole, raises
 RecursionError out of dumpread's json scanner; verl-pdbg-compare prints a traceback and exits 1, the code
 for "diverged". The promise: a finding (dump-corrupt) and one of the four exit codes, no traceback.
-xfail until the reader is fixed; strict, so the fix shows here and the marker must go."""
+Fixed: dumpread turns the RecursionError into a DumpError (dump-corrupt)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,6 @@ DEEP = {
 }
 
 
-@pytest.mark.xfail(strict=True, raises=RecursionError, reason="dumpread: a dump nested past the recursion limit")
 @pytest.mark.parametrize("where", sorted(DEEP))
 def test_deeply_nested_dump_is_a_finding(where, tmp_path, capsys):
     (tmp_path / "t").mkdir()

@@ -191,7 +191,7 @@ def layer_line(p: dict) -> str:
         return ""
     parts = [f"{lay['layer']} {_pct(lay['worst']) if lay['worst'] is not None else '-'}"
              + (" <- introduced" if lay["introduced"] else "") for lay in lays]
-    return f"error per layer (step {p['step']} {p['stage']}): " + " | ".join(parts)
+    return f"error per layer, forward (step {p['step']} {p['stage']}): " + " | ".join(parts)
 
 
 def render_text(cmp, doc: dict) -> str:

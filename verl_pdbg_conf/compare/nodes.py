@@ -111,7 +111,7 @@ class Analysis:
     minibatches: int = 1  # forward/backward rounds in the dump (the engine counts them)
     ignored: dict = field(default_factory=dict)  # --ignore pattern -> nodes it left out
     both_nonfinite: Node | None = None  # first node NaN/Inf in both runs alike (not a divergence)
-    by_layer: list = field(default_factory=list)  # per model layer K: {"layer", "worst", "nodes", "introduced"}
+    by_layer: list = field(default_factory=list)  # per model layer K: {"layer", "worst" (forward), "worst_backward", "nodes", "introduced"}
 
 
 # A pair's plot and summary hold at most this many layers, whatever the dump's size (500k nodes included):

@@ -40,7 +40,8 @@ def pair_dict(p: Pair, metric: str, layers: bool = False) -> dict:
         "minibatches": an.minibatches if an else None,
         "ignored": {k: v for k, v in an.ignored.items() if v} if an else {},
         "both_nonfinite": an.both_nonfinite.as_dict(metric) if an and an.both_nonfinite else None,
-        "layer_errors": [dict(lay, worst=_json_number(lay["worst"])) for lay in an.by_layer[:MAX_LAYERS]] if an else [],
+        "layer_errors": [dict(lay, worst=_json_number(lay["worst"]), worst_backward=_json_number(lay["worst_backward"]))
+                         for lay in an.by_layer[:MAX_LAYERS]] if an else [],
         "target": p.target.path, "golden": p.golden.path,
         "findings": [f.to_dict() for f in p.findings],
     }

@@ -112,11 +112,15 @@ def _plot_by_layer(ax, by_layer: list, threshold: float, floor: float) -> None:
     rises evenly, a change jumps at the layer that introduces it (marked)."""
     xs = [lay["layer"] for lay in by_layer]
     ys = [max(min(lay["worst"], 1e30), floor) for lay in by_layer]
-    ax.plot(xs, ys, marker="o", markersize=3, color="#2c7fb8", linewidth=1)
+    ax.plot(xs, ys, marker="o", markersize=3, color="#2c7fb8", linewidth=1, label="forward")
+    back = [(lay["layer"], max(min(lay["worst_backward"], 1e30), floor)) for lay in by_layer
+            if lay.get("worst_backward") is not None]
+    if back:
+        ax.plot(*zip(*back), marker=".", markersize=3, color="#95a5a6", linewidth=1, label="backward")
     hit = [(x, y) for x, y, lay in zip(xs, ys, by_layer) if lay.get("introduced")]
     if hit:
         ax.scatter(*zip(*hit), color="#c0392b", zorder=3, s=30, label="introduced")
-        ax.legend(fontsize=7)
+    ax.legend(fontsize=7)
     ax.axhline(threshold, color="#7f8c8d", linestyle="--", linewidth=1)
     ax.set_yscale("log")
     ax.set_xlabel("model layer", fontsize=8)

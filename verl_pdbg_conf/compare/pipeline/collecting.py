@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import heapq
 
-from verl_pdbg_conf.compare.dumpread import split_record
 from verl_pdbg_conf.compare.nodes import Analysis, LayerStat, Node, module_path, split_name
+from verl_pdbg_conf.compare.pipeline.stacks import call_number
 
 MAX_LAYERS = 4096  # LayerStat entries per pair; further labels fold into the last one
 
@@ -55,11 +55,12 @@ class Collector:
         if record.layer is not None:
             lay = self.by_layer.get(record.layer)
             if lay is None:
-                lay = self.by_layer[record.layer] = {"layer": record.layer, "worst": None, "nodes": 0,
-                                                     "introduced": False}
+                lay = self.by_layer[record.layer] = {"layer": record.layer, "worst": None, "worst_backward": None,
+                                                     "nodes": 0, "introduced": False}
             lay["nodes"] += 1
-            if finite and value != float("inf") and (lay["worst"] is None or value > lay["worst"]):
-                lay["worst"] = value
+            key = "worst" if record.direction == "forward" else "worst_backward"  # growth forward, then back
+            if finite and value != float("inf") and (lay[key] is None or value > lay[key]):
+                lay[key] = value
             lay["introduced"] |= is_first
         if finite and value > 0 and self.top_n:
             item = (value, -order, id(t), (t, g, reason, record, label))
@@ -97,20 +98,8 @@ def node(order: int, t, g, value, reason: str, record, label: str) -> Node:
     n.reason = reason
     n.shape_differs = g is not None and t.shape != g.shape
     n.minibatch = record.minibatch
-    n.call = call_of(t.record)
+    n.call = call_number(t.record)
     n.layer = record.layer
     if record.site:
         n.where = record.site + (f", layer {record.layer}" if record.layer is not None else "")
     return n
-
-
-def call_of(record: str) -> int | None:
-    """The call counter in a record name: Functional.linear.3.forward -> 3, Module.x.Y.forward.2 -> 2."""
-    parts = record.split(".")
-    for p in (parts[-1], parts[-2] if len(parts) > 1 else ""):
-        if p.isdigit():
-            return int(p)
-    return None
-
-
-__all__ = ["Collector", "node", "label_of", "call_of", "split_record"]

@@ -230,7 +230,10 @@ def _finish(p: _Pair, treader, greader, split, task: str):
             an.first.direction = "backward"
             an.first.note = "a forward-named call made during the backward pass (a hook's operation)"
         if task == "tensor" and grow is not None:
-            where = spread(p.judge, row, grow, p.judge.limit)
+            try:
+                where = spread(p.judge, row, grow, p.judge.limit)
+            except (ValueError, TypeError, MemoryError):
+                where = None  # tensor files that do not load as two arrays of one shape: nothing to say
             if where:
                 an.first.in_tensor = where
                 notes.append(("compare-tensor", f"{row.name}: {describe(where)}", ""))

@@ -69,7 +69,7 @@ def combine_rows(rows: list, batch: int = 0, alone: dict | None = None):
         return first
     shapes = [r.shape for r in rows]
     if not all(isinstance(s, list) and s and len(s) == len(shapes[0]) and s[1:] == shapes[0][1:] and
-               isinstance(s[0], int) for s in shapes) or any(r.dtype != first.dtype for r in rows):
+               all(type(d) is int and d >= 0 for d in s) for s in shapes) or any(r.dtype != first.dtype for r in rows):
         return None
     sizes = [math.prod(s) for s in shapes]
     mx, mn, mean, norm = zip(*(r.stats for r in rows))

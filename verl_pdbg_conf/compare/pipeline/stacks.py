@@ -27,6 +27,7 @@ def site_of(frames) -> str:
 
 
 def call_number(name: str) -> int | None:
+    """The call counter in a record name: Functional.linear.3.forward -> 3, Module.x.Y.forward.2 -> 2."""
     parts = name.split(".")
     for p in (parts[-1], parts[-2] if len(parts) > 1 else ""):
         if p.isdigit():
