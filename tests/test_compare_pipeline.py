@@ -259,6 +259,8 @@ def test_layer_count_prefers_what_most_lines_agree_on():
     assert layer_count([6, 6, 12, 6, 1, 1]) == 6
     assert layer_count([1, 1]) is None
     assert layer_count([24, 24, 24]) == 24
+    assert layer_count([8, 8, 16, 19]) == 8  # an optimizer's line run once per parameter (19) is one line
+    assert layer_count([6, 6, 6, 2, 12]) == 6  # not a divisor of everything (2): the count the lines share
 
 
 def test_where_in_the_tensor(tmp_path):

@@ -177,7 +177,7 @@ def _node(n: dict, minibatches: int | None = None) -> str:
             f"{extra} (integer/bool values differ{why})"
     if reason in _SAY:
         extra += f" ({_SAY[reason]})"
-    if n.get("layer") is not None and not (where and f".{n['layer']}." in f".{where}."):
+    if n.get("layer") is not None and f"layer {n['layer']}" not in place and f".{n['layer']}." not in f".{where}.":
         extra += f" layer {n['layer']}"
     if n.get("received") is not None:
         extra += f", its inputs carried {_pct(n['received'])}"

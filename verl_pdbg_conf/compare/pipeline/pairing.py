@@ -31,29 +31,44 @@ def _kind(dtype) -> str:
     return "float" if dtype in M.FLOAT_DTYPES else str(dtype)
 
 
-def signature(r) -> tuple:
-    """What a record must agree in with its counterpart."""
+def head(r) -> tuple:
+    """What a record must agree in with its counterpart, shapes aside."""
     if r.is_module:
         return ("M", r.key)
-    shapes = tuple((row.state, str(row.shape), _kind(row.dtype)) for row in r.rows if row.state != "parameters")
-    return (r.op, r.direction, r.scope, r.site, r.layer, r.passes, shapes)
+    return (r.op, r.direction, r.scope, r.site, r.layer, r.passes)
 
 
-def loose(sig: tuple) -> tuple:
-    """A signature without shapes: enough where the call site says which code ran."""
-    return sig[:-1] if sig[0] != "M" else sig
+def shapes(r) -> tuple:
+    return tuple((row.state, str(row.shape), _kind(row.dtype)) for row in r.rows if row.state != "parameters")
+
+
+def _same_shapes(a, b) -> bool:
+    if len(a.rows) != len(b.rows):
+        return shapes(a) == shapes(b)
+    for x, y in zip(a.rows, b.rows):
+        if x.shape != y.shape and x.state != "parameters" or (x.dtype != y.dtype and _kind(x.dtype) != _kind(y.dtype)):
+            return False
+    return True
+
+
+def signature(r) -> tuple:
+    """What a record must agree in with its counterpart: op, direction, scope, calling line, layer, pass,
+    and the shapes and dtype kinds of its inputs and outputs (a module record: its path and call)."""
+    return head(r) if r.is_module else (*head(r), shapes(r))
 
 
 class Aligner:
     """for t, g, passed in Aligner(golden_records).pairs(target_records): g is t's counterpart or None;
     `passed` the golden records skipped before g (golden-only). Golden-only records left at the end come
-    as (None, None, rest)."""
+    as (None, None, rest). The record at the head of the golden stream is tried first, by name; golden
+    records are indexed by signature only once a search needs them (two runs of the same code never do)."""
 
     def __init__(self, golden, window: int = WINDOW, skip_max: int = SKIP_MAX):
         self.golden = iter(golden)
         self.window, self.skip_max = window, skip_max
-        self.buf: deque = deque()  # (signature, record)
+        self.buf: deque = deque()  # [signature or None (not indexed yet), record]
         self.base = 0  # absolute position of buf[0]
+        self.indexed = 0  # absolute position from which buf's records are not indexed yet
         self.index: dict[tuple, deque] = {}
         self.done = False
 
@@ -64,13 +79,18 @@ class Aligner:
         if g is None:
             self.done = True
             return False
-        sig = signature(g)
-        pos = self.base + len(self.buf)
-        self.buf.append((sig, g))
-        self.index.setdefault(sig, deque()).append(pos)
+        self.buf.append([None, g])
         return True
 
+    def _index_rest(self) -> None:
+        for pos in range(max(self.indexed, self.base), self.base + len(self.buf)):
+            entry = self.buf[pos - self.base]
+            entry[0] = signature(entry[1])
+            self.index.setdefault(entry[0], deque()).append(pos)
+        self.indexed = self.base + len(self.buf)
+
     def _find(self, sig: tuple):
+        self._index_rest()
         while True:
             at = self.index.get(sig)
             while at and at[0] < self.base:
@@ -79,14 +99,16 @@ class Aligner:
                 return at[0]
             if len(self.buf) >= self.window or not self._read():
                 return None
+            self._index_rest()
 
     def _pop(self):
         sig, g = self.buf.popleft()
-        at = self.index.get(sig)
-        while at and at[0] <= self.base:
-            at.popleft()
-        if not at:
-            self.index.pop(sig, None)
+        if sig is not None:
+            at = self.index.get(sig)
+            while at and at[0] <= self.base:
+                at.popleft()
+            if not at:
+                self.index.pop(sig, None)
         self.base += 1
         return g
 
@@ -99,13 +121,13 @@ class Aligner:
     def match(self, t):
         if not self.buf:
             self._read()
-        sig = signature(t)
         if self.buf:
-            head_sig, head = self.buf[0]
-            # the same name, the same code: paired even if a shape changed (the shape rule judges it)
-            if head.key == t.key and (head_sig == sig or (t.site and loose(head_sig) == loose(sig))):
+            g = self.buf[0][1]
+            # the same name, the same code: paired even if a shape changed (the shape rule judges it) where
+            # the calling line says which code ran; without one, the shapes must agree too
+            if g.key == t.key and head(g) == head(t) and (t.site or t.is_module or _same_shapes(g, t)):
                 return self._take(self.base)
-        pos = self._find(sig)
+        pos = self._find(signature(t))
         if pos is None or pos - self.base > self.skip_max:
             return None, []
         return self._take(pos)
@@ -119,10 +141,8 @@ class Aligner:
         self.index.clear()
         while self._read():
             rest.append(self.buf.popleft()[1])
-            self.index.clear()
             if len(rest) > self.window:
                 rest = rest[-self.window:]
-        self.index.clear()
         if rest:
             yield None, None, rest
 
@@ -132,6 +152,8 @@ def row_pairs(t, g):
     if g is None:
         return [(row, None) for row in t.rows]
     if g.name == t.name:
+        if len(g.rows) == len(t.rows) and all(a.name == b.name for a, b in zip(t.rows, g.rows)):
+            return list(zip(t.rows, g.rows))
         by = {row.name: row for row in g.rows}
         return [(row, by.get(row.name)) for row in t.rows]
     n, by = len(g.name), {}

@@ -36,17 +36,13 @@ def call_number(name: str) -> int | None:
 
 
 def layer_count(per_pass: list[int]) -> int | None:
-    """The number of layers the per-pass call counts of the repeated lines agree on: the count L that
-    divides most of them, larger L preferred (score L x entries it divides)."""
+    """The number of layers: the per-pass call count most repeated lines share (most lines inside a layer
+    run once per layer); on a tie the one dividing more counts (a line run r times per layer counts
+    r x L), then the larger. An optimizer's line, run once per parameter, is one line against many."""
     repeated = [m for m in per_pass if m > 1]
     if not repeated:
         return None
-    best, score = None, 0
-    for cand in set(repeated):
-        s = cand * sum(1 for m in repeated if m % cand == 0)
-        if s > score or (s == score and best is not None and cand < best):
-            best, score = cand, s
-    return best
+    return max(set(repeated), key=lambda c: (repeated.count(c), sum(1 for m in repeated if m % c == 0), c))
 
 
 class Stacks:
