@@ -105,8 +105,9 @@ class _Pair:
         if row.state == "output" and v.reason in ("threshold", "exact", "nan", "inf"):
             # every input and parameter of this call is equal, its output is not: an integer input whose
             # statistics cannot show the change (msprobe keeps only max/min of one) differs
+            # (a positional input: token ids; position ids passed by keyword to a module say nothing of it)
             ints = [i for i, (r, gr, vv) in enumerate(judged[:hit]) if r.state == "input" and gr is not None
-                    and not vv.reason and _exact(r.dtype)]
+                    and not vv.reason and _exact(r.dtype) and r.name.rsplit(".", 1)[-1].isdigit()]
             if ints and all(not vv.reason for _r, _g, vv in judged[:hit]):
                 i = ints[0]
                 row, grow = judged[i][0], judged[i][1]
