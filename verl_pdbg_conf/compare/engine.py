@@ -10,7 +10,6 @@ its error is introduced (pipeline/attribution.py)."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 from verl_pdbg_conf.compare.dumpread import DumpError, read_header
