@@ -38,3 +38,15 @@ def test_deeply_nested_dump_is_a_finding(where, tmp_path, capsys):
     (pair,) = doc["pairs"]
     assert pair["status"] == "error" and pair["findings"][0]["rule"] == "dump-corrupt"
     assert pair["findings"][0]["file"].endswith("dump.json")
+
+
+def test_integer_past_the_digit_limit_is_a_finding(tmp_path, capsys):
+    """bench/fuzz_compare.py's bigint case: a 5,000-digit integer (past Python's int_max_str_digits) raised
+    ValueError out of json's scanner."""
+    (tmp_path / "t").mkdir()
+    (tmp_path / "g").mkdir()
+    (tmp_path / "t" / "dump.json").write_text('{"task": "statistics", "level": "L1", "x": ' + "7" * 5000 + ', "data": {}}')
+    (tmp_path / "g" / "dump.json").write_text(json.dumps(GOOD))
+    code = main([str(tmp_path / "t" / "dump.json"), str(tmp_path / "g" / "dump.json"), "--format", "json", "-j", "1"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code in (2, 3) and doc["pairs"][0]["findings"][0]["rule"] == "dump-corrupt"
