@@ -32,10 +32,12 @@ def _kind(dtype) -> str:
 
 
 def head(r) -> tuple:
-    """What a record must agree in with its counterpart, shapes aside."""
+    """What a record must agree in with its counterpart, shapes aside. The calling line only where no
+    enclosing module is known (L1): a module's forward may be written anew (a fused MLP) and its linear
+    layers are still its linear layers."""
     if r.is_module:
         return ("M", r.key)
-    return (r.op, r.direction, r.scope, r.site, r.layer, r.passes)
+    return (r.op, r.direction, r.scope, "" if r.scope else r.site, r.layer, r.passes)
 
 
 def shapes(r) -> tuple:
@@ -195,46 +197,59 @@ class Gap:
         return bool(self.target or self.golden)
 
     def boundary(self):
-        """(target record, golden record) to compare when the gap is a fused op against its decomposition:
-        the last call of each side (the fused op's output against the last decomposed op's), else None."""
+        """(target record, golden record) to compare when the gap is a fused op against its decomposition,
+        forward: the last call of each side (the fused op's output against the last decomposed op's), else
+        None."""
         t_ops, g_ops = _ops(self.target), _ops(self.golden)
         if not (t_ops and g_ops) or equivalent(t_ops, g_ops) is None:
             return None
+        if any(r.direction != "forward" for r in (*self.target, *self.golden) if not r.is_module):
+            return None  # backward: a fused op's gradients are not its decomposition's last op's
         t = next((r for r in reversed(self.target) if not r.is_module), None)
         g = next((r for r in reversed(self.golden) if not r.is_module), None)
         return (t, g) if t is not None and g is not None else None
 
 
 class Structure:
-    """Structure differences of a pair, one per (module kind, direction, ops of each side), with the layers
-    (or calls) where they occur."""
+    """Structure differences of a pair, one per module kind and direction: the ops each side runs there
+    with no counterpart (in order, each once), and the layers (or calls) where they occur."""
 
     def __init__(self):
-        self.kinds: dict[tuple, set] = {}
+        self.kinds: dict[tuple, dict] = {}
         self.records = [0, 0]  # target-only, golden-only
 
     def add(self, gap: Gap) -> None:
         self.records[0] += len(gap.target)
         self.records[1] += len(gap.golden)
+        t_ops, g_ops = _ops(gap.target), _ops(gap.golden)
+        if not t_ops and not g_ops:
+            return  # module records only: they pair by path, a gap of them is a call made once more
         first = (gap.target or gap.golden)[0]
-        key = (_module_kind(first), first.direction, _ops(gap.target), _ops(gap.golden),
-               equivalent(_ops(gap.target), _ops(gap.golden)) or "")
-        if key not in self.kinds and len(self.kinds) >= MAX_KINDS:
-            return
-        self.kinds.setdefault(key, set()).add(first.layer if first.layer is not None else ("call", first.order))
+        key = (_module_kind(first), first.direction)
+        k = self.kinds.get(key)
+        if k is None:
+            if len(self.kinds) >= MAX_KINDS:
+                return
+            k = self.kinds[key] = {"t": [], "g": [], "equiv": set(), "where": set()}
+        k["t"] += [o for o in t_ops if o not in k["t"]]
+        k["g"] += [o for o in g_ops if o not in k["g"]]
+        equiv = equivalent(t_ops, g_ops)
+        if equiv:
+            k["equiv"].add(equiv)
+        k["where"].add(first.layer if first.layer is not None else ("call", first.order))
 
     def messages(self) -> list[str]:
         out = []
-        for (kind, direction, t_ops, g_ops, equiv), where in self.kinds.items():
+        for (kind, direction), k in self.kinds.items():
+            t_ops, g_ops, where = tuple(k["t"]), tuple(k["g"]), k["where"]
             layers = [w for w in where if not isinstance(w, tuple)]
             count = f"{len(layers)} layer{'s' * (len(layers) != 1)}" if layers and len(layers) == len(where) else \
                 f"{len(where)} time{'s' * (len(where) != 1)}"
             said = (f"target runs {_list(t_ops)} where golden runs {_list(g_ops)}" if t_ops and g_ops else
                     f"target runs {_list(t_ops)} (golden nothing there)" if t_ops else
                     f"golden runs {_list(g_ops)} (target nothing there)")
-            if not t_ops and not g_ops:
-                continue  # module records only: they pair by path, a gap of them is a call made once more
-            how = f" (equivalent: {equiv}, compared at its output)" if equiv else ""
+            how = "" if not k["equiv"] else f" (equivalent: {', '.join(sorted(k['equiv']))}" + \
+                (", compared at its output)" if direction == "forward" else ")")
             out.append(f"{kind}{'' if direction == 'forward' else ' (' + direction + ')'}: {said}; {count}{how}")
         return out
 
