@@ -277,3 +277,15 @@ def test_where_in_the_tensor(tmp_path):
     assert s["rows"] == [{"row": 1, "beyond": 4, "of": 32}]
     assert s["positions"][0] == {"row": 1, "position": 5, "beyond": 4}
     assert math.isclose(s["max_relative"], 0.5)
+
+
+def test_a_calling_line_known_on_one_side_only_still_pairs_by_name():
+    """One run's stack.json missing or broken: its records have no calling line; the same names still pair,
+    while the same name at two different lines (counters shifted across implementations) does not."""
+    g = rec("Functional.relu", 0, scope="", layer=None)
+    t = rec("Functional.relu", 0, scope="", layer=None)
+    t.site = "a.py:1 in f"
+    assert Aligner([g]).match(t)[0] is g
+    g2 = rec("Functional.relu", 0, scope="", layer=None)
+    g2.site = "b.py:9 in h"
+    assert Aligner([g2]).match(t)[0] is None

@@ -44,6 +44,11 @@ def shapes(r) -> tuple:
     return tuple((row.state, str(row.shape), _kind(row.dtype)) for row in r.rows if row.state != "parameters")
 
 
+def _same_but_site(a, b) -> bool:
+    return (not a.site or not b.site) and (a.op, a.direction, a.scope, a.layer, a.passes) == \
+        (b.op, b.direction, b.scope, b.layer, b.passes)
+
+
 def _same_shapes(a, b) -> bool:
     if len(a.rows) != len(b.rows):
         return shapes(a) == shapes(b)
@@ -127,7 +132,9 @@ class Aligner:
             g = self.buf[0][1]
             # the same name, the same code: paired even if a shape changed (the shape rule judges it) where
             # the calling line says which code ran; without one, the shapes must agree too
-            if g.key == t.key and head(g) == head(t) and (t.site or t.is_module or _same_shapes(g, t)):
+            # a calling line known on one side only (its stack.json missing or broken) says nothing
+            if g.key == t.key and (head(g) == head(t) or _same_but_site(g, t)) and \
+                    (t.site or t.is_module or _same_shapes(g, t)):
                 return self._take(self.base)
         pos = self._find(signature(t))
         if pos is None or pos - self.base > self.skip_max:
