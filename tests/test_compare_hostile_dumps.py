@@ -9,8 +9,8 @@ Each one makes verl-pdbg-compare print a traceback and exit 1, which is the code
 
 The promise is one of the four exit codes and no traceback. A broken dump.json should get a dump-corrupt
 finding, as a truncated one does today; a broken stack.json should only lose the call site. These tests
-are marked xfail until the reader is fixed. The marker is strict, so a fix shows up here and the marker
-must then be removed."""
+were marked xfail (strict) until the reader was fixed; now they hold: dumpread turns each into a
+DumpError (dump-corrupt), and the pairing keeps a record whose stack.json entry is broken."""
 
 from __future__ import annotations
 
@@ -52,7 +52,6 @@ def run(tmp_path, capsys, target: str, stack: str | None = None) -> tuple[int, d
     return code, json.loads(capsys.readouterr().out)
 
 
-@pytest.mark.xfail(strict=True, raises=RecursionError, reason="dumpread: json's scanner raises past the recursion limit")
 @pytest.mark.parametrize("case", sorted(BROKEN_DUMPS))
 def test_unreadable_dump_is_a_finding(case, tmp_path, capsys):
     code, doc = run(tmp_path, capsys, BROKEN_DUMPS[case])
@@ -63,7 +62,6 @@ def test_unreadable_dump_is_a_finding(case, tmp_path, capsys):
     assert pair["findings"][0]["file"].endswith("dump.json")
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason="dumpread: json's scanner raises past the int digit limit")
 def test_huge_integer_in_a_record_is_no_traceback(tmp_path, capsys):
     """Valid JSON: read it as a number, or call the dump corrupt; either way one of the four codes."""
     code, doc = run(tmp_path, capsys, json.dumps(dump()).replace('"Max": 1.0', '"Max": ' + BIG, 1))
@@ -76,8 +74,6 @@ STACKS = {
 }
 
 
-@pytest.mark.xfail(strict=True, raises=(TypeError, ValueError),
-                   reason="engine._locate: a stack.json it cannot read raises instead of being skipped")
 @pytest.mark.parametrize("case", sorted(STACKS))
 def test_broken_stack_only_loses_the_call_site(case, tmp_path, capsys):
     code, doc = run(tmp_path, capsys, json.dumps(dump(norm=2.0)), STACKS[case])

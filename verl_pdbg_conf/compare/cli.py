@@ -177,7 +177,21 @@ def _node(n: dict, minibatches: int | None = None) -> str:
             f"{extra} (integer/bool values differ{why})"
     if reason in _SAY:
         extra += f" ({_SAY[reason]})"
+    if n.get("layer") is not None and f"layer {n['layer']}" not in place and f".{n['layer']}." not in f".{where}.":
+        extra += f" layer {n['layer']}"
+    if n.get("received") is not None:
+        extra += f", its inputs carried {_pct(n['received'])}"
     return f"{n['name']}{place} {n['direction']} {n['kind']} {n['metric']}={_pct(n['value'])}{extra}"
+
+
+def layer_line(p: dict) -> str:
+    """The worst error per model layer of a pair, so that growth is visible: 0 1e-05% | 1 ... | 3 1% <-."""
+    lays = p.get("layer_errors") or []
+    if len(lays) < 2:
+        return ""
+    parts = [f"{lay['layer']} {_pct(lay['worst']) if lay['worst'] is not None else '-'}"
+             + (" <- introduced" if lay["introduced"] else "") for lay in lays]
+    return f"error per layer, forward (step {p['step']} {p['stage']}): " + " | ".join(parts)
 
 
 def render_text(cmp, doc: dict) -> str:
@@ -211,6 +225,8 @@ def render_text(cmp, doc: dict) -> str:
             csv = f" ({p['result_file']})" if p.get("result_file") else ""
             L.append(f"top {len(p['top'])} of step {p['step']} {p['stage']} {p['rank_dir']['target']}{csv}:")
             L += [f"  {_node(n, p.get('minibatches'))}" for n in p["top"]]
+            if layer_line(p):
+                L.append(layer_line(p))
     if shown > TOP_SHOWN:
         L.append(f"(top lists of {shown - TOP_SHOWN} more diverged pair(s): --format json or --html)")
     left_out = [i for i in doc["ignored"] if i["records"] or not i["default"]]

@@ -98,6 +98,10 @@ class DumpReader:
                 if not self._fill(2 * (len(self._buf) - self._pos)):  # the cut-off record, doubled
                     raise DumpError(f"is not valid JSON ({e.msg}): truncated or overwritten") from None
                 continue
+            except RecursionError:
+                raise DumpError("nests JSON deeper than Python's recursion limit: not an msprobe dump") from None
+            except ValueError as e:  # not a JSONDecodeError: an integer of more digits than Python converts
+                raise DumpError(f"holds a value JSON cannot give Python ({e}): not an msprobe dump") from None
             if end == len(self._buf) and not self._eof and not isinstance(value, (dict, list, str)):
                 self._fill()  # a number or literal may go on in the next chunk
                 continue

@@ -67,7 +67,9 @@ class Node:
     call: int | None = None  # the call counter in the record name
     golden_nonfinite: str = ""  # nan | inf: the golden run is non-finite there too (differently)
     note: str = ""  # how the engine reached its verdict when not from this node's own numbers
-    layer: int | None = None  # L1: the layer, from the call order of its stack.json line in its pass
+    layer: int | None = None  # model.layers.K's K: from the module path, or at L1 from stack.json
+    received: float | None = None  # the error its inputs carried (the recent level) when it was named
+    in_tensor: dict | None = None  # tensor task: where in the tensor the error sits (pipeline/locating.py)
 
     def as_dict(self, metric: str) -> dict:
         d = {"name": self.name, "metric": metric, "value": _json_number(self.value), "order": self.order,
@@ -78,7 +80,8 @@ class Node:
             d["dtype"] = {"target": self.target_dtype, "golden": self.golden_dtype}
         for key, value in (("reason", self.reason), ("msprobe_result", self.result), ("minibatch", self.minibatch),
                            ("call", self.call), ("golden_nonfinite", self.golden_nonfinite), ("note", self.note),
-                           ("layer", self.layer)):
+                           ("layer", self.layer), ("received", _json_number(self.received)),
+                           ("in_tensor", self.in_tensor)):
             if value not in ("", None):
                 d[key] = value
         return d
@@ -108,6 +111,7 @@ class Analysis:
     minibatches: int = 1  # forward/backward rounds in the dump (the engine counts them)
     ignored: dict = field(default_factory=dict)  # --ignore pattern -> nodes it left out
     both_nonfinite: Node | None = None  # first node NaN/Inf in both runs alike (not a divergence)
+    by_layer: list = field(default_factory=list)  # per model layer K: {"layer", "worst" (forward), "worst_backward", "nodes", "introduced"}
 
 
 # A pair's plot and summary hold at most this many layers, whatever the dump's size (500k nodes included):

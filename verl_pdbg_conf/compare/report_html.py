@@ -47,8 +47,11 @@ def plot_layers(an, metric: str, threshold: float, title: str = "") -> bytes:
     layers = fold_layers(pair_layers(an), MAX_LAYERS)
     total = max(an.n_nodes, sum(lay.n_nodes for lay in layers), 1)
     floor = threshold / 100 if threshold > 0 else 1e-9
+    by_layer = [lay for lay in getattr(an, "by_layer", []) if lay.get("worst") is not None]
     fig = Figure(figsize=(11, 3.6), dpi=100)
-    ax = fig.add_subplot(1, 1, 1)
+    ax = fig.add_subplot(1, 4, (1, 3)) if len(by_layer) > 1 else fig.add_subplot(1, 1, 1)
+    if len(by_layer) > 1:
+        _plot_by_layer(fig.add_subplot(1, 4, 4), by_layer, threshold, floor)
     xs = [lay.first_order for lay in layers]
     widths = [max(nxt - x, 1) for x, nxt in zip(xs, xs[1:] + [total])]
     # a worst of inf (a golden norm of 0) has no place on a log axis: its bar is drawn full height; NaN
@@ -102,6 +105,28 @@ def plot_layers(an, metric: str, threshold: float, title: str = "") -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     return buf.getvalue()
+
+
+def _plot_by_layer(ax, by_layer: list, threshold: float, floor: float) -> None:
+    """The worst error per model layer (model.layers.K), so that growth is visible: accumulated rounding
+    rises evenly, a change jumps at the layer that introduces it (marked)."""
+    xs = [lay["layer"] for lay in by_layer]
+    ys = [max(min(lay["worst"], 1e30), floor) for lay in by_layer]
+    ax.plot(xs, ys, marker="o", markersize=3, color="#2c7fb8", linewidth=1, label="forward")
+    back = [(lay["layer"], max(min(lay["worst_backward"], 1e30), floor)) for lay in by_layer
+            if lay.get("worst_backward") is not None]
+    if back:
+        ax.plot(*zip(*back), marker=".", markersize=3, color="#95a5a6", linewidth=1, label="backward")
+    hit = [(x, y) for x, y, lay in zip(xs, ys, by_layer) if lay.get("introduced")]
+    if hit:
+        ax.scatter(*zip(*hit), color="#c0392b", zorder=3, s=30, label="introduced")
+    ax.legend(fontsize=7)
+    ax.axhline(threshold, color="#7f8c8d", linestyle="--", linewidth=1)
+    ax.set_yscale("log")
+    ax.set_xlabel("model layer", fontsize=8)
+    ax.set_title("worst error per layer", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(color="#dddddd", linewidth=0.5)
 
 
 def _ticks(layers: list, n: int) -> list:

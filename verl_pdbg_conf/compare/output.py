@@ -1,0 +1,97 @@
+"""A comparison as data: per pair (its first divergence, top nodes, counts, per-layer summary and error per
+model layer) and for the whole; summary.json files written under the output directory."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from verl_pdbg_conf.compare.ignores import DEFAULT_IGNORES
+from verl_pdbg_conf.compare.nodes import MAX_LAYERS, _json_number, fold_layers
+from verl_pdbg_conf.compare.pairs import Comparison, Pair, Side, _layout_of, _pair_dir, _rank_number
+
+SUMMARY = "summary.json"  # with an output directory: per pair in its directory, the whole comparison at the top
+
+
+def side_dict(s: Side) -> dict:
+    step, stage = _layout_of(s.path)
+    return {"step": step, "stage": stage, "rank": _rank_number(s.rank_dir), "rank_dir": s.rank_dir,
+            "path": s.path}
+
+
+def layer_dict(layer) -> dict:
+    return {"label": layer.label, "first_order": layer.first_order, "nodes": layer.n_nodes,
+            "worst": _json_number(layer.worst), "nan": layer.nan, "inf": layer.inf, "diverged": layer.diverged}
+
+
+def pair_dict(p: Pair, metric: str, layers: bool = False) -> dict:
+    """One pair as data, bounded whatever the dump's size: its first divergence, top nodes and counts;
+    with `layers`, its per-layer summary (Analysis.layers folded to at most MAX_LAYERS entries)."""
+    an = p.analysis
+    d = {
+        "step": p.step, "stage": p.stage, "rank": p.rank,
+        "rank_dir": {"target": p.target.rank_dir, "golden": p.golden.rank_dir},
+        "status": p.status,
+        "first_divergence": an.first.as_dict(metric) if an and an.first else None,
+        "top": [n.as_dict(metric) for n in an.top] if an else [],
+        "result_file": p.result_file,
+        "task": an.task if an else None,
+        "nodes": an.n_nodes if an else 0,
+        "minibatches": an.minibatches if an else None,
+        "ignored": {k: v for k, v in an.ignored.items() if v} if an else {},
+        "both_nonfinite": an.both_nonfinite.as_dict(metric) if an and an.both_nonfinite else None,
+        "layer_errors": [dict(lay, worst=_json_number(lay["worst"]), worst_backward=_json_number(lay["worst_backward"]))
+                         for lay in an.by_layer[:MAX_LAYERS]] if an else [],
+        "target": p.target.path, "golden": p.golden.path,
+        "findings": [f.to_dict() for f in p.findings],
+    }
+    if p.ran_on:
+        d["ran_on"] = p.ran_on
+    if layers:
+        d["layers"] = [layer_dict(lay) for lay in fold_layers(an.layers, MAX_LAYERS)] if an else []
+    return d
+
+
+def write_summaries(cmp: Comparison) -> None:
+    """OUT/<step>/<stage>/<inner>/<rank>/summary.json per pair (with its layers) and OUT/summary.json (the
+    whole comparison, without them): bounded files, written by this process only."""
+    for p in cmp.pairs:
+        d = _pair_dir(cmp.out_dir, p)
+        os.makedirs(d, mode=0o750, exist_ok=True)
+        _write_json(os.path.join(d, SUMMARY), pair_dict(p, cmp.metric, layers=True))
+    _write_json(os.path.join(cmp.out_dir, SUMMARY), as_dict(cmp))
+
+
+def _write_json(path: str, doc: dict) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, indent=1)
+        fh.write("\n")
+
+
+def ignored_summary(cmp: Comparison) -> list[dict]:
+    """Each pattern in force: why (the default's), the records it left out and in how many pairs."""
+    why = dict(DEFAULT_IGNORES)
+    out = []
+    for pat in cmp.ignores:
+        counts = [p.analysis.ignored.get(pat, 0) for p in cmp.pairs if p.analysis]
+        out.append({"pattern": pat, "default": pat in why, "why": why.get(pat, ""), "records": sum(counts),
+                    "pairs": sum(1 for c in counts if c)})
+    return out
+
+
+def as_dict(cmp: Comparison) -> dict:
+    pairs = [pair_dict(p, cmp.metric) for p in cmp.pairs]
+    return {
+        "target": cmp.target, "golden": cmp.golden,
+        "output_dir": None if not cmp.out_dir or (cmp.temporary and not os.path.isdir(cmp.out_dir)) else cmp.out_dir,
+        "metric": cmp.metric, "threshold": cmp.threshold,
+        "ignore_patterns": list(cmp.ignores),
+        "msprobe_csv": cmp.msprobe_csv,
+        "reference_rank": cmp.reference_rank,
+        "ignored": ignored_summary(cmp),
+        "pairs": pairs,
+        "only_in_target": [side_dict(s) for s in cmp.only_in_target],
+        "only_in_golden": [side_dict(s) for s in cmp.only_in_golden],
+        "diagnostics": [f.to_dict() for f in cmp.findings],
+        "exit_code": cmp.exit_code,
+    }

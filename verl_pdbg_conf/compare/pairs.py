@@ -1,0 +1,246 @@
+"""Pairing of two runs: the dumps of each (collect, through inspect_run.scan, the layout's one reader),
+paired by (step, stage, rank) (pair_up), and what a comparison is made of (Side, Pair, Comparison).
+Plus the output-safety rule every command keeps: nothing is written under TARGET or GOLDEN."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from verl_pdbg_conf.core.findings import Finding, Severity
+from verl_pdbg_conf.compare.nodes import Analysis
+from verl_pdbg_conf.run.inspect_run import _INNER, _RANK, _STAGE, _STEP, scan
+
+E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
+EXIT_OK, EXIT_DIVERGED, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
+
+
+class UsageError(ValueError):
+    """Arguments that cannot be compared at all (exit code 2)."""
+
+
+@dataclass
+class Side:
+    """One rank directory of one run."""
+    key: tuple  # path parts between the given root and the rank directory, e.g. (step_1, actor_update, step0)
+    rank_dir: str  # rank0 or proc<pid> ("" for a dump.json given directly)
+    path: str  # its dump.json (may not exist)
+
+    @property
+    def label(self) -> str:
+        return "/".join(p for p in (*self.key, self.rank_dir) if p) or os.path.basename(self.path)
+
+    @property
+    def file_label(self) -> str:
+        return f"{self.label}/dump.json" if self.rank_dir or self.key else self.path
+
+
+@dataclass
+class Pair:
+    target: Side
+    golden: Side
+    step: int | None
+    stage: str | None
+    rank: int | None
+    out_dir: str = ""
+    note: str = ""
+    status: str = "pending"  # same | diverged | mismatch (collected differently) | error
+    analysis: Analysis | None = None
+    result_file: str | None = None
+    log_file: str | None = None
+    findings: list[Finding] = field(default_factory=list)
+    ran_on: str = ""  # the Ray node that compared it (--ray)
+
+    @property
+    def rank_label(self) -> str:
+        t, g = self.target.rank_dir, self.golden.rank_dir
+        return (t if t == g else f"{t or 'dump'}_vs_{g or 'dump'}") or "dump"
+
+    @property
+    def label(self) -> str:
+        return "/".join((*self.target.key, self.rank_label))
+
+
+@dataclass
+class Comparison:
+    target: str
+    golden: str
+    out_dir: str
+    metric: str
+    threshold: float
+    top: int
+    ignore_dtype: bool = False
+    dtype_aware: bool = False
+    msprobe_csv: str | None = None  # diverged | all: msprobe's own compare also ran on those pairs
+    ignores: tuple = ()  # the patterns in force (the default's first, then --ignore's)
+    ray: str | None = None  # a Ray cluster's address (or "auto"): pairs run there, not in local workers
+    ray_resource: str | None = None  # only Ray nodes holding this custom resource
+    temporary: bool = False  # out_dir was made here (no -o): remove_output() deletes it
+    reference_rank: int | None = None  # rank against rank in one run (compare_ranks): the golden side's rank
+    keep_nodes: int = 0  # nodes each pair's analysis keeps (for a per-node plot)
+    pairs: list[Pair] = field(default_factory=list)
+    only_in_target: list[Side] = field(default_factory=list)
+    only_in_golden: list[Side] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)  # not tied to a pair
+
+    @property
+    def all_findings(self) -> list[Finding]:
+        return self.findings + [f for p in self.pairs for f in p.findings]
+
+    @property
+    def exit_code(self) -> int:
+        """1 a divergence was found; 3 none was, but a pair could not be compared or a (step, stage,
+        rank) is in one run only; 2 nothing could be compared; 0 every pair compared, none diverged."""
+        if any(p.status == "diverged" for p in self.pairs):
+            return EXIT_DIVERGED
+        if not self.pairs or all(p.status in ("error", "mismatch") for p in self.pairs):
+            return EXIT_USAGE
+        if any(p.status in ("error", "mismatch") for p in self.pairs) or self.only_in_target or self.only_in_golden:
+            return EXIT_INCOMPLETE
+        return EXIT_OK
+
+
+def _finding(rule, sev, msg, path, hint="") -> Finding:
+    return Finding(rule, sev, msg, path, 1, 1, "", hint)
+
+
+def collect(root: str) -> list[Side]:
+    """Every rank directory under root (root itself may be one, or a dump.json).
+    A save_path goes through inspect_run.scan, the layout's one reader."""
+    root = os.path.abspath(root)
+    if os.path.isfile(root):
+        parent = os.path.basename(os.path.dirname(root))
+        return [Side((), parent if _RANK.match(parent) else "", root)]
+    if not os.path.isdir(root):
+        return []
+    if _RANK.match(os.path.basename(root)) or os.path.isfile(os.path.join(root, "dump.json")):
+        return [Side((), os.path.basename(root) if _RANK.match(os.path.basename(root)) else "",
+                     os.path.join(root, "dump.json"))]
+    dumps, _ = scan(root)
+    ranked = [d for d in dumps if d.rank]
+    if ranked:
+        return [Side((f"step_{d.step}", d.stage_dir, d.inner), d.rank, d.path) for d in ranked]
+    sides = []
+    for here, dirs, _files in os.walk(root):
+        dirs.sort()
+        for d in list(dirs):
+            if _RANK.match(d):
+                rel = os.path.relpath(here, root)
+                key = () if rel == "." else tuple(rel.split(os.sep))
+                sides.append(Side(key, d, os.path.join(here, d, "dump.json")))
+                dirs.remove(d)
+    return sides
+
+
+def _layout_of(path: str) -> tuple[int | None, str | None]:
+    """step and stage directory read off a rank directory's path (.../step_N/<stage>/stepM/rankR)."""
+    parts = os.path.abspath(path).split(os.sep)
+    if parts and parts[-1] == "dump.json":
+        parts = parts[:-1]
+    if len(parts) >= 4 and _RANK.match(parts[-1]) and _INNER.match(parts[-2]) and _STAGE.match(parts[-3]):
+        m = _STEP.match(parts[-4])
+        return (int(m.group(1)) if m else None), parts[-3]
+    return None, None
+
+
+def _rank_number(rank_dir: str) -> int | None:
+    m = _RANK.match(rank_dir or "")
+    return int(m.group(2)) if m and m.group(2) is not None else None
+
+
+def _sort_key(p: Pair):
+    from verl_pdbg_conf.run.plan import RUN_ORDER
+
+    order = {s: i for i, s in enumerate(RUN_ORDER)}
+    stage = _STAGE.match(p.stage or "")
+    return (p.step if p.step is not None else -1, order.get(stage.group("stage") if stage else "", 99),
+            p.stage or "", p.target.key, p.rank if p.rank is not None else 1 << 30, _pid(p.target.rank_dir),
+            p.target.rank_dir)
+
+
+def pair_up(target: list[Side], golden: list[Side]) -> tuple[list[Pair], list[Side], list[Side], list[Finding]]:
+    """Pair rank directories by their place in the layout; rank<N> by name, proc<pid> by sorted pid
+    when both sides hold the same number of them (pids differ between runs)."""
+    by_t: dict[tuple, dict[str, Side]] = {}
+    by_g: dict[tuple, dict[str, Side]] = {}
+    for sides, into in ((target, by_t), (golden, by_g)):
+        for s in sides:
+            into.setdefault(s.key, {})[s.rank_dir] = s
+    # Two stage (or rank) directories or two files: one place each, compared whatever its name (step_2
+    # against step_1 is a question the guide asks). Two save_paths pair by step and stage, strictly.
+    single = len(by_t) == 1 and len(by_g) == 1 and not any(k and _STEP.match(k[0]) for k in (*by_t, *by_g))
+    if single:
+        (kt, t), (kg, g) = next(iter(by_t.items())), next(iter(by_g.items()))
+        by_t, by_g = {(): t}, {(): g}
+    pairs, only_t, only_g, notes = [], [], [], []
+    for key in sorted(set(by_t) | set(by_g)):
+        t, g = by_t.get(key, {}), by_g.get(key, {})
+        named = sorted(set(t) & set(g) - {""} - {r for r in t if r.startswith("proc")},
+                       key=lambda r: (_rank_number(r) is None, _rank_number(r) or 0, r))
+        matched = [(t[r], g[r]) for r in named]
+        rest_t = [r for r in t if r not in named]
+        rest_g = [r for r in g if r not in named]
+        if rest_t and len(rest_t) == len(rest_g) and all(_is_proc(r) for r in rest_t + rest_g):
+            rest_t.sort(key=_pid)
+            rest_g.sort(key=_pid)
+            for rt, rg in zip(rest_t, rest_g):
+                matched.append((t[rt], g[rg]))
+            where = "/".join(key) or "the given directories"
+            if len(rest_t) == 1:
+                msg = (f"{where}: {rest_t[0]} paired with {rest_g[0]} (msprobe writes proc<pid> without a process "
+                       "group; one on each side)")
+                notes.append(_finding("compare-pairing", I, msg, t[rest_t[0]].path))
+            else:
+                msg = (f"{where}: {len(rest_t)} proc<pid> directories on each side paired in sorted pid order "
+                       f"({', '.join(f'{a}~{b}' for a, b in zip(rest_t, rest_g))}): pids say nothing of ranks, "
+                       "check the pairing")
+                notes.append(_finding("compare-pairing", W, msg, t[rest_t[0]].path,
+                                      "initialize a torch.distributed process group so msprobe writes rank<N>"))
+            rest_t, rest_g = [], []
+        elif single and len(rest_t) == 1 and len(rest_g) == 1 and not named:
+            matched.append((t[rest_t[0]], g[rest_g[0]]))  # two rank dirs or two dump.json files given
+            rest_t, rest_g = [], []
+        only_t += [t[r] for r in rest_t]
+        only_g += [g[r] for r in rest_g]
+        for st, sg in matched:
+            step, stage = _layout_of(st.path)
+            rank = _rank_number(st.rank_dir) if st.rank_dir == sg.rank_dir else None
+            pairs.append(Pair(st, sg, step, stage, rank))
+    pairs.sort(key=_sort_key)
+    return pairs, only_t, only_g, notes
+
+
+def _is_proc(r: str) -> bool:
+    return r.startswith("proc")
+
+
+def _pid(r: str) -> int:
+    return int(r[4:]) if r[4:].isdigit() else 0
+
+
+def _inside(path: str, root: str) -> bool:
+    """path is root or under it; for a dump.json root, under its directory (stack.json, construct.json).
+    Symlinks and `..` resolved on both sides."""
+    path, root = os.path.realpath(path), os.path.realpath(root)
+    if os.path.isfile(root):
+        root = os.path.dirname(root)
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def refuse_inside(outputs: dict[str, str | None], inputs: tuple[str, ...]) -> None:
+    """UsageError if an output path (option -> path) is inside an input: nothing is ever written under
+    TARGET or GOLDEN, whatever the option. Checked before anything runs."""
+    for option, path in outputs.items():
+        if not path:
+            continue
+        for root in inputs:
+            if _inside(path, root):
+                real = os.path.realpath(path)
+                shown = path if real == os.path.abspath(path) else f"{path} (that is {real})"
+                where = f"the directory of {root}" if os.path.isfile(root) else root
+                raise UsageError(f"{option} {shown} is inside {where}: nothing is written under TARGET or GOLDEN; "
+                                 "choose a path outside both")
+
+
+def _pair_dir(out_dir: str, p: Pair) -> str:
+    return os.path.join(out_dir, *p.target.key, p.rank_label)

@@ -1,0 +1,118 @@
+"""Judging: the rules one paired tensor row is held to, in order: NaN/Inf on one side and not the other
+(or differently), shape, dtype (unless told), integer and bool tensors exactly, then the metric above the
+threshold. A row with no counterpart is `unmatched` (pairing says why; it is no divergence by itself)."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+from verl_pdbg_conf.compare import metrics as M
+from verl_pdbg_conf.compare.nodes import METRICS
+
+
+@dataclass(slots=True)
+class Verdict:
+    reason: str  # "" | unmatched | nan | inf | shape | dtype | exact | threshold
+    value: float | None  # the metric as a badness
+    golden_nonfinite: str = ""
+    both_nonfinite: str = ""  # nan | inf: non-finite alike on both sides (not a divergence)
+
+
+class Judge:
+    """Holds the metric, threshold and what --dtype-aware learns on the way (the rounding step of the
+    lowest precision the runs differ in), and the dtype suggestion made once without it."""
+
+    def __init__(self, metric: str, threshold: float, task: str, target: str, golden: str,
+                 ignore_dtype: bool = False, dtype_aware: bool = False):
+        self.metric, self.threshold, self.task = metric, threshold, task
+        self.spec = METRICS[metric]
+        self.arrays = task == "tensor" and metric != "NormRelativeErr"  # the others come from the tensor files
+        self.stat_i = None if self.arrays else M.STAT_INDEX[metric]
+        # the tensor task's CSV has no NormRelativeErr: it is the l2norms' relative error, none without both
+        self.stat_rel = M.norm_rel if task == "tensor" else M.rel_err
+        self.t_dir, self.g_dir = (os.path.join(os.path.dirname(p), "dump_tensor_data") for p in (target, golden))
+        self.ignore_dtype, self.dtype_aware = ignore_dtype, dtype_aware
+        self.lowp_eps = 0.0
+        self.suggest = ""
+
+    @property
+    def limit(self) -> float:
+        return max(self.threshold, self.lowp_eps)
+
+    def value(self, t, g):
+        """The metric of a paired row as a badness (higher is worse), None where none can be computed."""
+        if self.arrays:
+            v = self._array_value(t, g) if t.shape == g.shape else None
+        else:
+            v = self.stat_rel(t.stats[self.stat_i], g.stats[self.stat_i])
+        if v is not None and not self.spec.higher_is_worse:
+            v = 1.0 - v
+        return v
+
+    def row(self, t, g) -> Verdict:
+        if g is None or not M.dtypes_pair(t.dtype or "None", g.dtype or "None"):
+            return Verdict("unmatched", None)
+        tc, gc = M.nonfinite(t.stats), M.nonfinite(g.stats)
+        if tc != gc:
+            return Verdict(M.kind_of(tc) or M.kind_of(gc), math.nan, M.kind_of(gc))
+        value = self.stat_rel(t.stats[self.stat_i], g.stats[self.stat_i]) if self.stat_i is not None else None
+        if value is not None and not self.spec.higher_is_worse:
+            value = 1.0 - value
+        both = M.kind_of(tc)
+        if self.arrays and t.shape == g.shape:
+            value = self._array_value(t, g)
+            if value is not None and not self.spec.higher_is_worse:
+                value = 1.0 - value
+        reason = ""
+        if t.shape != g.shape:
+            reason = "shape"
+        elif t.dtype != g.dtype:
+            self._dtypes(t.dtype, g.dtype)
+            if not (self.ignore_dtype or self.dtype_aware):
+                reason = "dtype"
+        if not reason and M.exact_dtype(t.dtype) and t.stats != g.stats:
+            reason = "exact"
+            if not value:
+                value = max((v for v in map(M.rel_err, t.stats, g.stats) if v is not None), default=None)
+        if not reason and not self.arrays and self.task == "tensor" and M.exact_dtype(t.dtype):
+            if self._arrays_differ(t, g):
+                reason = "exact"
+        if not reason and value is not None:
+            if value != value:
+                reason = "nan"
+            elif value > self.limit:
+                reason = "threshold"
+        return Verdict(reason, value, "", both)
+
+    def _dtypes(self, a: str, b: str) -> None:
+        if a in M.FLOAT_DTYPES and b in M.FLOAT_DTYPES:
+            step = max(M.EPS[a], M.EPS[b])
+            if self.dtype_aware:
+                self.lowp_eps = max(self.lowp_eps, step)
+            elif not self.suggest:
+                low = a if M.EPS[a] == step else b
+                self.suggest = (f"{a} against {b}: --dtype-aware judges such runs with the threshold raised to "
+                                f"{step:.3g}, the relative rounding step (machine epsilon) of {low}")
+
+    def arrays_of(self, t, g):
+        """The two rows' tensor files as arrays, or None without both."""
+        if t.data_name in ("-1", "", None) or g.data_name in ("-1", "", None):
+            return None
+        try:
+            return (M.load_array(os.path.join(self.t_dir, t.data_name)),
+                    M.load_array(os.path.join(self.g_dir, g.data_name)))
+        except (OSError, RuntimeError, ValueError, EOFError):
+            return None
+
+    def _array_value(self, t, g):
+        both = self.arrays_of(t, g)
+        return None if both is None else M.tensor_metric(self.metric, *both)
+
+    def _arrays_differ(self, t, g) -> bool:
+        """The tensor task keeps the values: an integer tensor is equal only if every element is."""
+        import numpy as np
+
+        both = self.arrays_of(t, g)
+        return both is not None and not np.array_equal(*both)

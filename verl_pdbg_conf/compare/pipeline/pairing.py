@@ -1,0 +1,266 @@
+"""Pairing: which golden record corresponds to each target record, when the two runs need not run the
+same code. msprobe's names carry per-API counters (Tensor.__add__.N) that shift as soon as one side runs
+one op more or fewer, so records pair by what they are instead:
+
+- a module record by its module path and call (Module.model.layers.3.mlp.Qwen2MLP.forward.0);
+- an API record by its signature (op, direction, enclosing module call from construct.json, calling line
+  and layer from stack.json, forward pass, shapes and dtype kinds) in a monotone alignment of the two
+  streams: the next golden record of the same signature, within a bounded look-ahead. Golden records
+  passed over are golden-only, a target record with no such golden one is target-only: an extra or
+  missing op shifts nothing after it.
+
+Records with no counterpart between two pairs form a gap; a gap whose sides are a fused op and its
+decomposition (equivalents.py) is compared at its boundary, and every gap is a structure difference,
+said once per module kind (Structure), never a divergence by itself. Memory: the look-ahead window."""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+
+from verl_pdbg_conf.compare import metrics as M
+from verl_pdbg_conf.compare.nodes import module_path
+from verl_pdbg_conf.compare.pipeline.equivalents import equivalent
+
+WINDOW = 1 << 13  # golden records held while looking ahead for a target record's counterpart
+SKIP_MAX = 512  # a counterpart further ahead than this is taken for another call of the same code
+MAX_KINDS = 64  # structure differences kept per pair
+
+
+def _kind(dtype) -> str:
+    return "float" if dtype in M.FLOAT_DTYPES else str(dtype)
+
+
+def head(r) -> tuple:
+    """What a record must agree in with its counterpart, shapes aside. The calling line only where no
+    enclosing module is known (L1): a module's forward may be written anew (a fused MLP) and its linear
+    layers are still its linear layers."""
+    if r.is_module:
+        return ("M", r.key)
+    return (r.op, r.direction, r.scope, "" if r.scope else r.site, r.layer, r.passes)
+
+
+def shapes(r) -> tuple:
+    return tuple((row.state, str(row.shape), _kind(row.dtype)) for row in r.rows if row.state != "parameters")
+
+
+def _same_but_site(a, b) -> bool:
+    return (not a.site or not b.site) and (a.op, a.direction, a.scope, a.layer, a.passes) == \
+        (b.op, b.direction, b.scope, b.layer, b.passes)
+
+
+def _same_shapes(a, b) -> bool:
+    if len(a.rows) != len(b.rows):
+        return shapes(a) == shapes(b)
+    for x, y in zip(a.rows, b.rows):
+        if x.shape != y.shape and x.state != "parameters" or (x.dtype != y.dtype and _kind(x.dtype) != _kind(y.dtype)):
+            return False
+    return True
+
+
+def signature(r) -> tuple:
+    """What a record must agree in with its counterpart: op, direction, scope, calling line, layer, pass,
+    and the shapes and dtype kinds of its inputs and outputs (a module record: its path and call)."""
+    return head(r) if r.is_module else (*head(r), shapes(r))
+
+
+class Aligner:
+    """for t, g, passed in Aligner(golden_records).pairs(target_records): g is t's counterpart or None;
+    `passed` the golden records skipped before g (golden-only). Golden-only records left at the end come
+    as (None, None, rest). The record at the head of the golden stream is tried first, by name; golden
+    records are indexed by signature only once a search needs them (two runs of the same code never do)."""
+
+    def __init__(self, golden, window: int = WINDOW, skip_max: int = SKIP_MAX):
+        self.golden = iter(golden)
+        self.window, self.skip_max = window, skip_max
+        self.buf: deque = deque()  # [signature or None (not indexed yet), record]
+        self.base = 0  # absolute position of buf[0]
+        self.indexed = 0  # absolute position from which buf's records are not indexed yet
+        self.index: dict[tuple, deque] = {}
+        self.done = False
+
+    def _read(self) -> bool:
+        if self.done:
+            return False
+        g = next(self.golden, None)
+        if g is None:
+            self.done = True
+            return False
+        self.buf.append([None, g])
+        return True
+
+    def _index_rest(self) -> None:
+        for pos in range(max(self.indexed, self.base), self.base + len(self.buf)):
+            entry = self.buf[pos - self.base]
+            entry[0] = signature(entry[1])
+            self.index.setdefault(entry[0], deque()).append(pos)
+        self.indexed = self.base + len(self.buf)
+
+    def _find(self, sig: tuple):
+        self._index_rest()
+        while True:
+            at = self.index.get(sig)
+            while at and at[0] < self.base:
+                at.popleft()
+            if at:
+                return at[0]
+            if len(self.buf) >= self.window or not self._read():
+                return None
+            self._index_rest()
+
+    def _pop(self):
+        sig, g = self.buf.popleft()
+        if sig is not None:
+            at = self.index.get(sig)
+            while at and at[0] <= self.base:
+                at.popleft()
+            if not at:
+                self.index.pop(sig, None)
+        self.base += 1
+        return g
+
+    def _take(self, pos: int) -> tuple:
+        passed = []
+        while self.base < pos:
+            passed.append(self._pop())
+        return self._pop(), passed
+
+    def match(self, t):
+        if not self.buf:
+            self._read()
+        if self.buf:
+            g = self.buf[0][1]
+            # the same name, the same code: paired even if a shape changed (the shape rule judges it) where
+            # the calling line says which code ran; without one, the shapes must agree too
+            # a calling line known on one side only (its stack.json missing or broken) says nothing
+            if g.key == t.key and (head(g) == head(t) or _same_but_site(g, t)) and \
+                    (t.site or t.is_module or _same_shapes(g, t)):
+                return self._take(self.base)
+        pos = self._find(signature(t))
+        if pos is None or pos - self.base > self.skip_max:
+            return None, []
+        return self._take(pos)
+
+    def pairs(self, target):
+        for t in target:
+            g, passed = self.match(t)
+            yield t, g, passed
+        rest = [g for _sig, g in self.buf]
+        self.buf.clear()
+        self.index.clear()
+        while self._read():
+            rest.append(self.buf.popleft()[1])
+            if len(rest) > self.window:
+                rest = rest[-self.window:]
+        if rest:
+            yield None, None, rest
+
+
+def row_pairs(t, g):
+    """The rows of two paired records, by their place in the record (.input.0, .parameters.weight...)."""
+    if g is None:
+        return [(row, None) for row in t.rows]
+    if g.name == t.name:
+        if len(g.rows) == len(t.rows) and all(a.name == b.name for a, b in zip(t.rows, g.rows)):
+            return list(zip(t.rows, g.rows))
+        by = {row.name: row for row in g.rows}
+        return [(row, by.get(row.name)) for row in t.rows]
+    n, by = len(g.name), {}
+    for row in g.rows:
+        by[row.name[n:] if row.name.startswith(g.name) else row.name] = row
+    n = len(t.name)
+    return [(row, by.get(row.name[n:] if row.name.startswith(t.name) else row.name)) for row in t.rows]
+
+
+_INDEX = re.compile(r"\.\d+(?=\.|$)")
+
+
+def _module_kind(r) -> str:
+    """model.layers.3.self_attn -> model.layers.*.self_attn; at L1 the calling line."""
+    path = module_path(r.scope) if r.scope else None
+    if path:
+        return _INDEX.sub(".*", path)
+    return r.site or "(outside any known module)"
+
+
+def _ops(records) -> tuple:
+    out = []
+    for r in records:
+        if r.is_module:
+            continue
+        if not out or out[-1] != r.base:
+            out.append(r.base)
+    return tuple(out)
+
+
+class Gap:
+    """Records with no counterpart between two pairs."""
+
+    def __init__(self):
+        self.target: list = []
+        self.golden: list = []
+
+    def __bool__(self):
+        return bool(self.target or self.golden)
+
+    def boundary(self):
+        """(target record, golden record) to compare when the gap is a fused op against its decomposition,
+        forward: the last call of each side (the fused op's output against the last decomposed op's), else
+        None."""
+        t_ops, g_ops = _ops(self.target), _ops(self.golden)
+        if not (t_ops and g_ops) or equivalent(t_ops, g_ops) is None:
+            return None
+        if any(r.direction != "forward" for r in (*self.target, *self.golden) if not r.is_module):
+            return None  # backward: a fused op's gradients are not its decomposition's last op's
+        t = next((r for r in reversed(self.target) if not r.is_module), None)
+        g = next((r for r in reversed(self.golden) if not r.is_module), None)
+        return (t, g) if t is not None and g is not None else None
+
+
+class Structure:
+    """Structure differences of a pair, one per module kind and direction: the ops each side runs there
+    with no counterpart (in order, each once), and the layers (or calls) where they occur."""
+
+    def __init__(self):
+        self.kinds: dict[tuple, dict] = {}
+        self.records = [0, 0]  # target-only, golden-only
+
+    def add(self, gap: Gap) -> None:
+        self.records[0] += len(gap.target)
+        self.records[1] += len(gap.golden)
+        t_ops, g_ops = _ops(gap.target), _ops(gap.golden)
+        if not t_ops and not g_ops:
+            return  # module records only: they pair by path, a gap of them is a call made once more
+        first = (gap.target or gap.golden)[0]
+        key = (_module_kind(first), first.direction)
+        k = self.kinds.get(key)
+        if k is None:
+            if len(self.kinds) >= MAX_KINDS:
+                return
+            k = self.kinds[key] = {"t": [], "g": [], "equiv": set(), "where": set()}
+        k["t"] += [o for o in t_ops if o not in k["t"]]
+        k["g"] += [o for o in g_ops if o not in k["g"]]
+        equiv = equivalent(t_ops, g_ops)
+        if equiv:
+            k["equiv"].add(equiv)
+        k["where"].add(first.layer if first.layer is not None else ("call", first.order))
+
+    def messages(self) -> list[str]:
+        out = []
+        for (kind, direction), k in self.kinds.items():
+            t_ops, g_ops, where = tuple(k["t"]), tuple(k["g"]), k["where"]
+            layers = [w for w in where if not isinstance(w, tuple)]
+            count = f"{len(layers)} layer{'s' * (len(layers) != 1)}" if layers and len(layers) == len(where) else \
+                f"{len(where)} time{'s' * (len(where) != 1)}"
+            said = (f"target runs {_list(t_ops)} where golden runs {_list(g_ops)}" if t_ops and g_ops else
+                    f"target runs {_list(t_ops)} (golden nothing there)" if t_ops else
+                    f"golden runs {_list(g_ops)} (target nothing there)")
+            how = "" if not k["equiv"] else f" (equivalent: {', '.join(sorted(k['equiv']))}" + \
+                (", compared at its output)" if direction == "forward" else ")")
+            out.append(f"{kind}{'' if direction == 'forward' else ' (' + direction + ')'}: {said}; {count}{how}")
+        return out
+
+
+def _list(ops: tuple, most: int = 8) -> str:
+    shown = ", ".join(ops[:most])
+    return shown + (f" and {len(ops) - most} more" if len(ops) > most else "")

@@ -1,0 +1,259 @@
+"""One pair through the pipeline: read both dumps (reading, stacks), combine a batch split (splits), pair
+records (pairing), judge each paired row (judging), name where an error is introduced (attribution),
+and collect the analysis (collecting), with the tensor task's location of the error (locating)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+from verl_pdbg_conf.compare.ignores import Ignorer
+from verl_pdbg_conf.compare.pipeline import splits
+from verl_pdbg_conf.compare.pipeline.attribution import Attributor
+from verl_pdbg_conf.compare.pipeline.collecting import Collector, label_of, node
+from verl_pdbg_conf.compare.pipeline.judging import Judge, Verdict
+from verl_pdbg_conf.compare.pipeline.locating import describe, spread
+from verl_pdbg_conf.compare.pipeline.pairing import Aligner, Gap, Structure, row_pairs
+from verl_pdbg_conf.compare.pipeline.reading import Reader
+from verl_pdbg_conf.compare.pipeline.stacks import Stacks
+
+
+def _stacks(path: str, level: str):
+    stack = os.path.join(os.path.dirname(path), "stack.json")
+    return Stacks(stack) if level in ("L1", "mix") and os.path.isfile(stack) else None
+
+
+def _calls(n: int, batch: int) -> str:
+    return f"{n} call{'s' * (n != 1)} of batch {batch}"
+
+
+class _Pair:
+    """The state of one pair's run: what the loop hands from record to record."""
+
+    def __init__(self, job, task: str):
+        self.job = job
+        self.judge = Judge(job.metric, job.threshold, task, job.target, job.golden, job.ignore_dtype,
+                           job.dtype_aware)
+        self.ignorer = Ignorer(job.ignores, job.target, job.golden) if job.ignores else None
+        self.coll = Collector(task, job.top, job.keep_nodes)
+        self.attr = Attributor()
+        self.structure = Structure()
+        self.gap = Gap()
+        self.first = None  # (row order, row, golden row, Verdict, record, label, note, received)
+        self.watch = None  # the first divergence was a forward-named call after a backward: watch what follows
+        self.in_backward = False
+        self.both_nonfinite = None
+        self.order = 0
+        self.auto_dtype = ""
+        self.alone: dict = {}  # splits.Split.alone of a combined split
+        self.split_side = ""
+
+    def record(self, t, g, synthetic: bool = False) -> None:
+        judged, orders = [], []
+        for row, grow in row_pairs(t, g):
+            order = self.order
+            if not synthetic:
+                self.order += 1
+            if self.ignorer is not None and self.ignorer.match(row.name, row.record) is not None:
+                continue  # counted per pattern in ignorer.counts
+            if not self.auto_dtype and grow is not None:
+                self._precision(row, grow)
+            if self.alone and grow is not None and row.shape != grow.shape:
+                row, grow = self._broadcast(row, grow)
+            judged.append((row, grow, self.judge.row(row, grow)))
+            orders.append(order)
+        if self.first is None and judged:
+            self._attribute(t, judged, orders)
+        label = label_of(t)
+        f_order = self.first[0] if self.first else None
+        for (row, grow, v), order in zip(judged, orders):
+            if v.both_nonfinite and self.both_nonfinite is None:
+                self.both_nonfinite = (order, row, grow, v.both_nonfinite, t, label)
+            if synthetic and order != f_order:
+                continue
+            self.coll.add(order, row, grow, v, t, label, order == f_order, synthetic)
+
+    def _broadcast(self, row, grow):
+        """A tensor the same in every call of a split, taken as batched, that the other run has broadcast."""
+        from dataclasses import replace
+
+        side, other = (row, grow) if self.split_side == "target" else (grow, row)
+        shape = self.alone.get(side.name)
+        if shape is not None and shape == other.shape:
+            side = replace(side, shape=shape)
+        return (side, other) if self.split_side == "target" else (other, side)
+
+    def _precision(self, row, grow) -> None:
+        """The runs differ in precision throughout (the first float tensors already do): judged as with
+        --dtype-aware, and said so."""
+        from verl_pdbg_conf.compare import metrics as M
+
+        if row.dtype in M.FLOAT_DTYPES and grow.dtype in M.FLOAT_DTYPES:
+            self.auto_dtype = "same"
+            if row.dtype != grow.dtype and not (self.judge.dtype_aware or self.judge.ignore_dtype):
+                self.judge.dtype_aware = True
+                self.auto_dtype = (f"the runs compute in different precisions from the first tensor on ({row.dtype} "
+                                   f"against {grow.dtype}): judged as with --dtype-aware")
+
+    def _attribute(self, t, judged, orders) -> None:
+        received = self.attr.level
+        hit = self.attr.first_in(judged)
+        if hit is None:
+            return
+        row, grow, v = judged[hit]
+        note = ""
+        if row.state == "output" and v.reason in ("threshold", "exact", "nan", "inf"):
+            # every input and parameter of this call is equal, its output is not: an integer input whose
+            # statistics cannot show the change (msprobe keeps only max/min of one) differs
+            # (a positional input: token ids; position ids passed by keyword to a module say nothing of it)
+            ints = [i for i, (r, gr, vv) in enumerate(judged[:hit]) if r.state == "input" and gr is not None
+                    and not vv.reason and _exact(r.dtype) and r.name.rsplit(".", 1)[-1].isdigit()]
+            if ints and all(not vv.reason for _r, _g, vv in judged[:hit]):
+                i = ints[0]
+                row, grow = judged[i][0], judged[i][1]
+                v = Verdict("exact", judged[i][2].value)
+                hit = i
+                note = (f"statistics equal (msprobe keeps max/min of an integer tensor), but the output of "
+                        f"{t.name} differs with every other input equal")
+        self.first = (orders[hit], row, grow, v, t, label_of(t), note, received)
+        if t.direction == "forward" and t.after_backward and not t.is_module:
+            self.watch = t
+
+    def follow(self, t) -> None:
+        """A forward-named first divergence followed by backward records of its mini-batch ran inside the
+        backward pass (a hook's operation)."""
+        w = self.watch
+        if w is None or t is w:
+            return
+        if t.direction == "backward" and t.minibatch == w.minibatch:
+            self.in_backward = True
+        if t.direction == "backward" or t.minibatch != w.minibatch:
+            self.watch = None
+
+    def close_gap(self) -> None:
+        gap, self.gap = self.gap, Gap()
+        if not gap:
+            return
+        self.structure.add(gap)
+        ends = gap.boundary()
+        if ends is None:
+            return
+        tb, gb = ends
+        outs = [r for r in tb.rows if r.state == "output"]
+        gouts = [r for r in gb.rows if r.state == "output"]
+        if not outs or len(outs) != len(gouts):
+            return
+        saved, self.order = self.order, tb.extra.get("order", self.order)
+        probe = _Boundary(tb, outs, gouts)
+        self.record(probe, probe.golden, synthetic=True)
+        self.order = saved
+
+
+class _Boundary:
+    """A fused op's outputs against the last decomposed op's, as one record pair (pairing.Gap.boundary)."""
+
+    def __init__(self, tb, outs, gouts):
+        self._t = tb
+        self.rows = outs
+        self.golden = _Golden(tb.name, gb_rows(tb.name, outs, gouts))
+
+    def __getattr__(self, name):
+        return getattr(self._t, name)
+
+
+class _Golden:
+    def __init__(self, name, rows):
+        self.name, self.rows = name, rows
+
+
+def gb_rows(name: str, outs, gouts):
+    """The golden outputs renamed as the target's, so that row_pairs pairs them by position."""
+    from dataclasses import replace
+
+    return [replace(g, name=t.name) for t, g in zip(outs, gouts)]
+
+
+def _exact(dtype) -> bool:
+    from verl_pdbg_conf.compare import metrics as M
+
+    return M.exact_dtype(dtype)
+
+
+def run_pipeline(job, task: str, level: str):
+    """-> (Analysis, notes [(rule, message, hint)], the path of an empty dump or "")."""
+    treader = Reader(job.target, level, _stacks(job.target, level))
+    greader = Reader(job.golden, level, _stacks(job.golden, level))
+    titer, giter = iter(treader), iter(greader)
+    t0, g0 = next(titer, None), next(giter, None)
+    tstream = itertools.chain([t0], titer) if t0 is not None else iter(())
+    gstream = itertools.chain([g0], giter) if g0 is not None else iter(())
+    split = splits.detect(t0, g0) if t0 is not None and g0 is not None else None
+    if split is not None:
+        if split.side == "target":
+            tstream = splits.combine(tstream, split)
+        else:
+            gstream = splits.combine(gstream, split)
+    p = _Pair(job, task)
+    if split is not None:
+        p.alone, p.split_side = split.alone, split.side
+    for t, g, passed in Aligner(gstream).pairs(tstream):
+        if t is None:
+            p.gap.golden.extend(passed)
+            break
+        p.gap.golden.extend(passed)
+        p.follow(t)
+        if g is None:
+            t.extra["order"] = p.order
+            p.gap.target.append(t)
+        else:
+            p.close_gap()
+        p.record(t, g)
+    p.close_gap()
+    if treader.records == 0:
+        return None, [], job.target
+    if greader.records == 0:
+        return None, [], job.golden
+    return _finish(p, treader, greader, split, task)
+
+
+def _finish(p: _Pair, treader, greader, split, task: str):
+    an = p.coll.finish()
+    an.minibatches = treader.minibatch + 1
+    an.ignored = p.ignorer.counts if p.ignorer is not None else {}
+    notes = []
+    if p.first:
+        order, row, grow, v, rec, label, note, received = p.first
+        an.first = node(order, row, grow, v.value, v.reason, rec, label)
+        an.first.golden_nonfinite = v.golden_nonfinite
+        an.first.note = note
+        an.first.received = received
+        if p.in_backward:
+            an.first.direction = "backward"
+            an.first.note = "a forward-named call made during the backward pass (a hook's operation)"
+        if task == "tensor" and grow is not None:
+            try:
+                where = spread(p.judge, row, grow, p.judge.limit)
+            except (ValueError, TypeError, MemoryError):
+                where = None  # tensor files that do not load as two arrays of one shape: nothing to say
+            if where:
+                an.first.in_tensor = where
+                notes.append(("compare-tensor", f"{row.name}: {describe(where)}", ""))
+    if p.both_nonfinite:
+        order, row, grow, kind, rec, label = p.both_nonfinite
+        an.both_nonfinite = node(order, row, grow, None, kind, rec, label)
+    if p.judge.suggest:
+        notes.append(("compare-dtype", p.judge.suggest, "or --ignore-dtype to keep the threshold"))
+    if p.auto_dtype not in ("", "same"):
+        notes.append(("compare-dtype", p.auto_dtype, ""))
+    if p.judge.dtype_aware and p.judge.lowp_eps:
+        notes.append(("compare-dtype", f"--dtype-aware: threshold {p.judge.limit:.3g} (machine epsilon of the "
+                      "lower precision the runs differ in); " + p.attr.note(p.judge.limit), ""))
+    elif p.attr.absorbed:
+        notes.append(("compare-judged", p.attr.note(p.judge.limit), ""))
+    for msg in p.structure.messages():
+        notes.append(("compare-structure", msg, "no counterpart in the other run: not a divergence by itself"))
+    if split is not None:
+        t_calls = _calls(split.parts, split.batch[0]) if split.side == "target" else _calls(1, split.batch[1])
+        g_calls = _calls(split.parts, split.batch[0]) if split.side == "golden" else _calls(1, split.batch[1])
+        notes.append(("compare-split", split.note((t_calls, g_calls)), ""))
+    return an, notes, ""
