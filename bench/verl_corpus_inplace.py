@@ -293,8 +293,10 @@ def _stub_verl(root: str) -> None:
 
 
 def truth_worker(root: str) -> None:
-    """stdin: JSON list of scripts; stdout: JSON {script: [command verdicts]}."""
+    """stdin: JSON list of scripts (their commands read here), or {script: [commands]} (commands read
+    elsewhere: real bash's words, bench/verl_corpus_bash.py); stdout: JSON {script: [command verdicts]}."""
     scripts = json.load(sys.stdin)
+    given = scripts if isinstance(scripts, dict) else None
     _stub_verl(root)
     import logging
     import warnings
@@ -309,7 +311,7 @@ def truth_worker(root: str) -> None:
     for s in scripts:
         verdicts = []
         try:
-            commands = truth_commands(s, root)
+            commands = given[s] if given is not None else truth_commands(s, root)
         except Exception as e:  # the reader on a script the shell itself would reject
             commands = [{"line": 0, "unknown": f"unreadable: {e!r}"}]
         for c in commands:
@@ -333,7 +335,9 @@ def truth_worker(root: str) -> None:
     json.dump(result, sys.stdout)
 
 
-def run_truth(root: str, scripts: list[str]) -> dict:
+def run_truth(root: str, scripts) -> dict:
+    """Real Hydra's verdicts on the scripts' commands: `scripts` a list (commands read by
+    truth_commands) or {script: [commands]}."""
     r = subprocess.run([sys.executable, os.path.abspath(__file__), "--truth-worker", root],
                        input=json.dumps(scripts), capture_output=True, text=True, cwd=root,
                        env=dict(os.environ, PYTHONPATH=REPO, HYDRA_FULL_ERROR="1"))

@@ -77,6 +77,8 @@ class Invocation:
     flags: dict = field(default_factory=dict)  # --config-path/-name/-dir -> (Word, value)
     unjudged: bool = False  # the config cannot be known: the overrides are not judged
     anchor: Word | None = None  # where a finding about the primary config points
+    args: list[Word] = field(default_factory=list)  # the words after the module, as bash passes them
+    cmd_line: int = 0  # where the command holding the python word starts
 
 
 # ----------------------------------------------------------------------------- reading
@@ -348,7 +350,8 @@ def _invocation(script: Script, cmd: Command, where: Where) -> Invocation | None
         if entry is None:
             return None
         inv = Invocation(script.path, w.line, w.column, entry.module, entry.config_name, cwd=where.cwd,
-                         pythonpath=pythonpath, entry=entry)
+                         pythonpath=pythonpath, entry=entry, args=words[j:],
+                         cmd_line=cmd.line)
         _hydra_args(inv, words[j:])
         _resolve_config(inv, script)
         return inv
