@@ -407,7 +407,7 @@ def test_arrays_expand_with_each_elements_position(tmp_path):
     got = [(o.text.split("=")[0], o.line, o.column, o.unknown is None) for o in inv.overrides]
     assert got == [("x.a", 1, 4, True), ("x.b", 1, 10, True), ("x.c", 3, 4, False), ("x.d", 4, 5, True),
                    ("y.a", 5, 15, True),  # array elements at their own positions
-                   ("z.a", 7, 52, True), ("z.b", 7, 52, True),  # an unquoted $C is split, at its use
+                   ("z.a", 6, 4, True), ("z.b", 6, 10, True),  # an unquoted $C is split, each where it is written
                    ("z.a", 7, 55, True), ("y.a", 7, 60, True)]
     assert inv.overrides[7].text == "z.a=1 z.b=2"  # quoted: one word, as bash passes it
     assert any("NOPE" in f.message for f in inv.findings)  # an unknown array: noted, not judged

@@ -189,21 +189,31 @@ def _track(cmd: Command, variables: Variables, place: Where, script: Script) -> 
             return
         m = _ASSIGN.match(w.text)
         name, append, value = m.group(1), m.group(2), m.group(3)
+        origins = w.origins[m.start(3):] if w.origins else None
         if name == "PYTHONPATH":
-            place.pythonpath = None if cmd.depth > 0 else _pythonpath_value(w, place)
-        if cmd.depth > 0:
-            variables.set(name, None, f"${name} is assigned inside an if/for/while block or a function ({where})")
+            place.pythonpath = None if cmd.branch else _pythonpath_value(w, place)
+        if cmd.branch and w.array is not None and append and variables.arrays.get(name) is not None:
+            # `if ...; then A+=(...); fi`: the elements before stay; these are passed only if it runs
+            block = "inside an if/case/loop block" if cmd.depth else "after `&&`/`||`"
+            maybe = f"appended to {name} {block} ({where}): passed only when that branch runs"
+            variables.set_array(name, [replace(e, unknown=e.unknown or maybe, unknown_at=0, maybe=maybe)
+                                       for e in w.array], append=True)
+        elif cmd.branch:
+            block = "inside an if/for/while block or a function" if cmd.depth else "after `&&`/`||`"
+            variables.set(name, None, f"${name} is assigned {block} ({where})")
             variables.arrays.pop(name, None)
         elif w.array is not None:
             variables.set_array(name, w.array, append=bool(append))
         elif not w.known:
             variables.set(name, None, f"${name} is set from a value that cannot be known here ({w.unknown})",
-                          _after(w.parts, m.start(3)))
+                          _after(w.parts, m.start(3)), origins)
         elif append:
             old, _ = variables.get(name)
-            variables.set(name, None if old is None else old + value, f"${name} is appended to ({where})")
+            old_origins = variables.origins.get(name)
+            variables.set(name, None if old is None else old + value, f"${name} is appended to ({where})",
+                          origins=old_origins + origins if old_origins is not None and origins is not None else None)
         else:
-            variables.set(name, value)
+            variables.set(name, value, origins=origins)
 
     if _only_assignments(words):
         for w in words:
@@ -228,7 +238,7 @@ def _track(cmd: Command, variables: Variables, place: Where, script: Script) -> 
         args = [w for w in words[1:] if not (w.known and w.text in ("-P", "-L", "--"))]
         if head == "pushd":
             place.stack.append(place.cwd)
-        place.cwd = None if cmd.depth > 0 or len(args) != 1 else place.resolve(args[0])
+        place.cwd = None if cmd.branch or len(args) != 1 else place.resolve(args[0])
     elif head == "popd":
         place.cwd = place.stack.pop() if place.stack and cmd.depth == 0 else None
 
@@ -331,7 +341,7 @@ def _source(w: Word, variables: Variables, script: Script, cmd: Command, where: 
         variables.taint_all(f"`source {w.raw}` ({where}) may change it")
         return
     inner = Script(found, script.depth + 1)
-    for c in Reader(text, variables).commands():  # the same shell: its `cd`s and PYTHONPATH count
+    for c in Reader(text, variables, file=found).commands():  # the same shell: its `cd`s and PYTHONPATH count
         _track(c, variables, place, inner)
 
 
@@ -415,9 +425,14 @@ def _python_module(words: list[Word], i: int) -> tuple[str | None, int]:
 
 def _hydra_args(inv: Invocation, words: list[Word]) -> None:
     k = 0
+    branches: dict[str, list[Word]] = {}  # words passed only when a branch runs, by the branch
     while k < len(words):
         w = words[k]
         t = w.text
+        if w.maybe:
+            branches.setdefault(w.maybe, []).append(w)
+            k += 1
+            continue
         if not w.known and w.unknown_at == 0 and (t in ("$@", "$*", '"$@"') or t.startswith(("$@", "$*"))
                                                   or re.fullmatch(r"\$\{?[@*]\}?", t)):
             inv.findings.append(_at(inv, w, I, "the script's own arguments (`$@`) are appended here; overrides "
@@ -445,6 +460,8 @@ def _hydra_args(inv: Invocation, words: list[Word]) -> None:
             continue
         _override(inv, w)
         k += 1
+    for why, ws in branches.items():  # one note per branch, not one per word
+        inv.findings.append(_at(inv, ws[0], I, f"{len(ws)} argument(s) {why}; not checked", ""))
 
 
 _FLAGS = {"--config-path": "path", "-cp": "path", "--config-name": "name", "-cn": "name",
