@@ -33,17 +33,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path[:0] = [REPO, HERE, os.path.join(REPO, "tests")]
 
-from bash_oracle import Sandbox, module_args, same_words  # noqa: E402
+from bash_oracle import Sandbox, compare_words, launches  # noqa: E402
 from verl_corpus_inplace import hydra_main_of, obtain, ours, read_repos, run_truth, scripts_in  # noqa: E402
 
 _CP, _CN, _CD = ("--config-path", "-cp"), ("--config-name", "-cn"), ("--config-dir", "-cd")
 _WITH_ARG = ("--cfg", "-c", "--package", "-p")
-
-
-def entry(module: str | None) -> str | None:
-    if module and module.endswith("verl/trainer/main_ppo.py"):
-        return "verl.trainer.main_ppo"
-    return module
 
 
 def _installed(pkg: str) -> bool:
@@ -95,41 +89,6 @@ def hydra_command(args: list[str], root: str, line: int) -> dict:
         return {"line": line, "unknown": f"config path {cp}"}
     cdir = cp if os.path.isabs(cp) else os.path.normpath(os.path.join(trainer, cp))
     return {"line": line, "config_dir": cdir, "config_name": cn, "overrides": overrides}
-
-
-def launches(calls: list[dict]) -> list[dict]:
-    """The main_ppo-like Python calls bash made, each with its file, command line, module, words."""
-    from verl_pdbg_conf.launch_scripts.hydra_config import _MAIN_PPO_LIKE
-
-    out = []
-    for c in calls:
-        module, words = module_args(c["args"])
-        module = entry(module)
-        if module is None or not (module == "verl.trainer.main_ppo" or _MAIN_PPO_LIKE.search(module)):
-            continue
-        src = os.path.normpath(os.path.join(c["cwd"], c["src"])) if c["src"] else ""
-        out.append({"file": src, "line": c["line"], "module": module, "words": words})
-    return out
-
-
-def compare_words(script: str, root: str, runs: list[dict]) -> tuple[list[str], int]:
-    """Each bash launch against the reader's invocation of the same command: mismatches, launches paired."""
-    from verl_pdbg_conf.launch_scripts.launch_script import read_script
-
-    invs, _ = read_script(script, launch_dir=root)
-    by_place = {(os.path.abspath(i.file), i.cmd_line): i for i in invs}
-    problems, paired = [], 0
-    for r in runs:
-        inv = by_place.get((r["file"], r["line"]))
-        if inv is None:
-            problems.append(f"{os.path.relpath(r['file'], root)}:{r['line']}: bash launches {r['module']}, "
-                            "the reader sees no invocation there")
-            continue
-        paired += 1
-        diff = same_words(inv.args, r["words"])
-        if diff:
-            problems.append(f"{os.path.relpath(r['file'], root)}:{r['line']}: {diff}")
-    return list(dict.fromkeys(problems)), paired
 
 
 def judge_repo(root: str, scripts: list[str], totals, rows, verbose: bool) -> None:

@@ -103,16 +103,18 @@ class Sandbox:
     def __exit__(self, *exc):
         self.close()
 
-    def run(self, script: str, timeout: float = 20.0, cwd: str | None = None) -> tuple[list[dict], str]:
+    def run(self, script: str, timeout: float = 60.0, cwd: str | None = None,
+            env: dict | None = None) -> tuple[list[dict], str]:
         """The Python calls bash makes running `script` (a file under root) from `cwd` (default: the
-        repository root), and how the run ended ("" when bash exited by itself)."""
+        repository root) with `env` added to its environment, and how the run ended ("" when bash
+        exited by itself)."""
         rel = os.path.relpath(os.path.abspath(script), self.root)
         log = os.path.join(self.tmp, "calls.jsonl")
         with open(log, "w"):
             pass
         env = {"PATH": self.stubs, "HOME": self.home, "BASH_ENV": self.bash_env, "BASH_ORACLE_LOG": log,
                "BASH_ORACLE_STUBS": self.stubs, "PYTHON": "python3", "LANG": "C.UTF-8", "TMPDIR": self.tmp,
-               "USER": "oracle"}
+               "USER": "oracle", **(env or {})}
         run_dir = os.path.join(self.shadow, os.path.relpath(cwd or self.root, self.root))
         ended = ""
         try:
@@ -162,6 +164,48 @@ def module_args(args: list[str]) -> tuple[str | None, list[str]]:
     return None, []
 
 
+def entry(module: str | None) -> str | None:
+    if module and module.endswith("verl/trainer/main_ppo.py"):
+        return "verl.trainer.main_ppo"
+    return module
+
+
+def launches(calls: list[dict]) -> list[dict]:
+    """The main_ppo-like Python calls bash made, each with its file, command line, module, words."""
+    from verl_pdbg_conf.launch_scripts.hydra_config import _MAIN_PPO_LIKE
+
+    out = []
+    for c in calls:
+        module, words = module_args(c["args"])
+        module = entry(module)
+        if module is None or not (module == "verl.trainer.main_ppo" or _MAIN_PPO_LIKE.search(module)):
+            continue
+        src = os.path.normpath(os.path.join(c["cwd"], c["src"])) if c["src"] else ""
+        out.append({"file": src, "line": c["line"], "module": module, "words": words})
+    return out
+
+
+def compare_words(script: str, root: str, runs: list[dict]) -> tuple[list[str], int]:
+    """Each bash launch against the reader's invocation of the same command: mismatches, launches paired."""
+    from verl_pdbg_conf.launch_scripts.launch_script import read_script
+
+    invs, _ = read_script(script, launch_dir=root)
+    by_place = {(os.path.abspath(i.file), i.cmd_line): i for i in invs}
+    problems, paired = [], 0
+    for r in runs:
+        inv = by_place.get((r["file"], r["line"]))
+        if inv is None:
+            problems.append(f"{os.path.relpath(r['file'], root)}:{r['line']}: bash launches {r['module']}, "
+                            "the reader sees no invocation there")
+            continue
+        paired += 1
+        diff = same_words(inv.args, r["words"])
+        if diff:
+            problems.append(f"{os.path.relpath(r['file'], root)}:{r['line']}: {diff}")
+    return list(dict.fromkeys(problems)), paired
+
+
+
 # ----------------------------------------------------------------------------- comparing words
 
 _MANY = re.compile(r'^"?\$\{?[@*]\}?"?$|^"?\$\{[A-Za-z_]\w*\[[@*]\]\}"?$')
@@ -184,9 +228,23 @@ def pattern(w) -> tuple[re.Pattern, int, int]:
     return rx, lo, hi
 
 
+def braces(text: str) -> list[str]:
+    """bash's brace expansion of a word (`k={a,b}` -> `k=a`, `k=b`), which the reader reports
+    instead of performing."""
+    m = re.search(r"\{([^{}]*,[^{}]*)\}", text)
+    if m is None:
+        return [text]
+    return [x for alt in m.group(1).split(",") for x in braces(text[:m.start()] + alt + text[m.end():])]
+
+
 def same_words(ours: list, bash: list[str]) -> str:
     """Empty when bash's words fit the reader's, else where they first part."""
-    pats = [pattern(w) for w in ours]
+    pats = []
+    for w in ours:
+        if w.brace and w.known:
+            pats += [(re.compile(re.escape(t), re.S), 1, 1) for t in braces(w.text)]
+        else:
+            pats.append(pattern(w))
     memo: dict = {}
 
     def fits(i: int, j: int) -> bool:

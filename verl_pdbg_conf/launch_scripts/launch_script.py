@@ -79,6 +79,7 @@ class Invocation:
     anchor: Word | None = None  # where a finding about the primary config points
     args: list[Word] = field(default_factory=list)  # the words after the module, as bash passes them
     cmd_line: int = 0  # where the command holding the python word starts
+    missing_configs: list = field(default_factory=list)  # (Word, "pkg://x.y") search path packages not here
 
 
 # ----------------------------------------------------------------------------- reading
@@ -493,6 +494,9 @@ def _override(inv: Invocation, w: Word) -> None:
                                 ""))
         return
     bare = key.lstrip("+~")
+    if bare == "hydra.searchpath" and w.known:
+        inv.missing_configs += [(w, f"pkg://{p}") for p in re.findall(r"pkg://([\w.]+)", value)
+                                if not p.startswith("verl.") and not _package_here(p)]
     if key.startswith("hydra.") or bare.startswith("hydra."):
         return  # Hydra's own settings (run dir, job name): nothing this tool checks
     if w.known:
@@ -502,6 +506,35 @@ def _override(inv: Invocation, w: Word) -> None:
     shown = _shown(w.raw.partition("=")[2] or value)
     inv.overrides.append(ScriptOverride(f"{key}={ph}", w.line, w.column, bare, Unknown(shown, w.unknown), ph,
                                         file=w.file))
+
+
+def _package_here(dotted: str) -> bool:
+    """Whether package `dotted` (a `pkg://` search path entry) is installed here: found as Python would
+    find it, without importing it (its top package's location, then the folders under it)."""
+    import importlib.util
+
+    top, *rest = dotted.split(".")
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return False
+    if spec is None:
+        return False
+    return any(os.path.isdir(os.path.join(d, *rest)) for d in spec.submodule_search_locations or [])
+
+
+def _not_installed(inv: Invocation, found: list[Finding]) -> list[Finding]:
+    """A `hydra.searchpath` package that is not installed here: the overrides that do not compose
+    without its configs are one finding (the root cause), not one each."""
+    if not inv.missing_configs:
+        return found
+    w, pkg = inv.missing_configs[0]
+    refused = [f for f in found if f.rule == "override" and f.severity is E]
+    if not refused:
+        return found
+    note = _at(inv, w, W, f"configs from {pkg} are not installed here: {len(refused)} override(s) not judged "
+               f"(the first: line {refused[0].line})", f"lint where {pkg[6:]} is installed")
+    return [note] + [f for f in found if f not in refused]
 
 
 def _shown(raw: str) -> str:
@@ -648,7 +681,7 @@ def validate_script(path: str, options=None) -> Report:
         opts = options.for_source(for_invocation(inv, options))  # the verl this launch imports
         report.verl_sources.append(opts.source)
         composed = compose_invocation(inv, opts.release[0])
-        found = [_relocate(f, inv) for f in composed.findings]
+        found = _not_installed(inv, [_relocate(f, inv) for f in composed.findings])
         if composed.document is not None:
             if inv.cwd and inv.cwd != opts.base_dir:
                 opts = replace(opts, base_dir=os.path.join(options.base_dir, inv.cwd))
