@@ -34,19 +34,11 @@ REPO = os.path.dirname(HERE)
 sys.path[:0] = [REPO, HERE, os.path.join(REPO, "tests")]
 
 from bash_oracle import Sandbox, compare_words, launches  # noqa: E402
-from verl_corpus_inplace import hydra_main_of, obtain, ours, read_repos, run_truth, scripts_in  # noqa: E402
+from verl_corpus_inplace import (hydra_main_of, not_installed, obtain, ours, read_repos, run_truth,  # noqa: E402
+                                 scripts_in)
 
 _CP, _CN, _CD = ("--config-path", "-cp"), ("--config-name", "-cn"), ("--config-dir", "-cd")
 _WITH_ARG = ("--cfg", "-c", "--package", "-p")
-
-
-def _installed(pkg: str) -> bool:
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec(pkg.split(".")[0]) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def hydra_command(args: list[str], root: str, line: int) -> dict:
@@ -74,12 +66,10 @@ def hydra_command(args: list[str], root: str, line: int) -> dict:
         if t.startswith("-"):
             j += 1 if t in _WITH_ARG else 0
             continue
-        key, _, value = t.partition("=")
+        key = t.partition("=")[0]
         if key.lstrip("+~") == "hydra.searchpath":
-            missing = [e for e in re.findall(r"pkg://([\w.]+)", value) if not e.startswith("verl.")
-                       and not _installed(e)]
-            if missing:
-                return {"line": line, "unknown": f"configs from pkg://{missing[0]} are not installed here"}
+            if not_installed(t):
+                return {"line": line, "unknown": f"configs from {not_installed(t)} are not installed here"}
             overrides.append(t)
             continue
         if key.lstrip("+~").startswith("hydra."):

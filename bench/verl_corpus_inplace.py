@@ -170,6 +170,23 @@ def hydra_main_of(path: str) -> tuple[str | None, str | None]:
     return args.get("config_path"), args.get("config_name")
 
 
+def not_installed(searchpath: str) -> str:
+    """The first `pkg://` entry of a `hydra.searchpath=[...]` override whose package is not installed
+    here (its configs cannot be composed: the command is not judged), else ""."""
+    import importlib.util
+
+    for pkg in re.findall(r"pkg://([\w.]+)", searchpath):
+        if pkg.startswith("verl."):
+            continue
+        try:
+            found = importlib.util.find_spec(pkg.split(".")[0]) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            return f"pkg://{pkg}"
+    return ""
+
+
 def truth_commands(path: str, root: str) -> list[dict]:
     """The main_ppo commands of a script: {line, config_dir, config_name, overrides} or
     {line, unknown: why}. Variables: literal top-level assignments only; `source` makes them unknown."""
@@ -258,6 +275,9 @@ def truth_commands(path: str, root: str) -> list[dict]:
                     continue
                 t = key + "=" + PLACEHOLDER
             if t.strip() == "":
+                continue
+            if t.lstrip("+~").startswith("hydra.searchpath=") and not_installed(t):
+                why = f"configs from {not_installed(t)} are not installed here"
                 continue
             if t.lstrip("+~").startswith("hydra."):
                 continue

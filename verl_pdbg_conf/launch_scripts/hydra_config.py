@@ -190,9 +190,14 @@ def choose_config(entry: Entry, flags: dict, script: Script, anchor: Word) -> Co
                 trainer = _verl_trainer_dir(script)
                 d = os.path.normpath(os.path.join(trainer, v)) if trainer else None
                 if d is None or not os.path.isdir(d):
+                    # the repository's own verl is the one that runs: Hydra's failure is certain
+                    own = trainer is not None and any(trainer == os.path.join(b, "verl", "trainer")
+                                                      for b in script.bases())
                     return unjudged(w, f"{flag} {v} is resolved by Hydra against verl/trainer/ (the directory of "
-                                       "the module declaring @hydra.main), where it does not exist here",
-                                    "give an absolute path, or `config` for verl's own configs")
+                                       "the module declaring @hydra.main), where it does not exist"
+                                    + (f" in the repository's own verl: Hydra fails with `Primary config directory "
+                                       f"not found: {d}`" if own else " here"),
+                                    "give an absolute path, or `config` for verl's own configs", E if own else W)
                 where = d
         else:
             where = os.path.normpath(os.path.join(entry.base, v))

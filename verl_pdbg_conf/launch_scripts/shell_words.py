@@ -520,12 +520,14 @@ class _Parts:
 
     def word(self, line: int, col: int, raw: str, file: str) -> Word:
         """The word as written, before splitting (what an assignment stores)."""
-        pieces = [(t, k, q, self.origins[j], self.whys[j]) for j, (t, k, q) in enumerate(self.parts)
-                  if j not in self.arrays]
-        if self.arrays:  # an array inside a word only makes sense split: see fields()
-            pieces = [(t, k and not (j in self.arrays), q, self.origins[j],
-                       self.whys[j] or "an array expansion inside an assignment is not followed")
-                      for j, (t, k, q) in enumerate(self.parts)]
+        pieces = []
+        for j, (t, k, q) in enumerate(self.parts):
+            if j not in self.arrays:
+                pieces.append((t, k, q, self.origins[j], self.whys[j]))
+            elif all(e.known and not e.maybe for e in self.arrays[j]):  # `X="${A[@]}"` joins them
+                pieces.append((" ".join(e.text for e in self.arrays[j]), True, True, None, ""))
+            else:
+                pieces.append((raw, False, True, None, "it joins array elements that cannot be known here"))
         return _make(pieces, line, col, raw, file)
 
     def fields(self, whole: Word) -> list | None:
