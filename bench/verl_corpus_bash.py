@@ -77,6 +77,8 @@ def hydra_command(args: list[str], root: str, line: int) -> dict:
         overrides.append(t)
     if cp.startswith("pkg://"):
         return {"line": line, "unknown": f"config path {cp}"}
+    if not cn or not cp:  # `--config-name=$CONFIG_NAME` with nothing in the environment: set by whoever runs it
+        return {"line": line, "unknown": "the config name or path is empty in an empty environment"}
     cdir = cp if os.path.isabs(cp) else os.path.normpath(os.path.join(trainer, cp))
     return {"line": line, "config_dir": cdir, "config_name": cn, "overrides": overrides}
 

@@ -31,6 +31,8 @@ _BASH_ENV = r"""
 trap 'builtin set +eu; export BASH_ORACLE_LINE=$LINENO BASH_ORACLE_SRC="${BASH_SOURCE[0]}"' DEBUG
 command_not_found_handle() {
   local args=("$@") k
+  # a missing command reading a pipe (`... | tee log`) drains it, so the writer is not cut short
+  if [ -p /dev/stdin ]; then cat > /dev/null; fi
   for ((k = 1; k < $#; k++)); do
     case "${args[k]##*/}" in
       python|python3|python3.[0-9]*|python[0-9])
@@ -208,7 +210,7 @@ def compare_words(script: str, root: str, runs: list[dict]) -> tuple[list[str], 
 
 # ----------------------------------------------------------------------------- comparing words
 
-_MANY = re.compile(r'^"?\$\{?[@*]\}?"?$|^"?\$\{[A-Za-z_]\w*\[[@*]\]\}"?$')
+_MANY = re.compile(r'^"?\$\{?[@*](?::\d+(?::\d+)?)?\}?"?$|^"?\$\{[A-Za-z_]\w*\[[@*]\](?::\d+(?::\d+)?)?\}"?$')
 
 
 def pattern(w) -> tuple[re.Pattern, int, int]:

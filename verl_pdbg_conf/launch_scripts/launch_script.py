@@ -364,7 +364,7 @@ def _invocation(script: Script, cmd: Command, where: Where) -> Invocation | None
                          pythonpath=pythonpath, entry=entry, args=words[j:],
                          cmd_line=cmd.line)
         _hydra_args(inv, words[j:])
-        _resolve_config(inv, script)
+        _resolve_config(inv, script, where)
         return inv
     return None
 
@@ -472,11 +472,16 @@ _FLAGS = {"--config-path": "path", "-cp": "path", "--config-name": "name", "-cn"
 def _hydra_flag(inv: Invocation, flag: str, w: Word, value: str | None = None) -> None:
     """Record --config-path/-name/-dir (the last one wins, as in argparse); resolved once all
     arguments are read (a relative path's meaning depends on the entry point)."""
-    inv.flags[_FLAGS[flag]] = (w, w.text if value is None else value, flag)
+    vw = w
+    if value is not None:  # `--flag=VALUE`: the value as a word of its own (its known and unknown parts)
+        vw = replace(w, text=value, raw=w.raw.partition("=")[2], parts=_after(w.parts, len(flag) + 1),
+                     unknown_at=max(-1, w.unknown_at - len(flag) - 1))
+    inv.flags[_FLAGS[flag]] = (w, vw.text, flag, vw)
 
 
-def _resolve_config(inv: Invocation, script: Script) -> None:
-    choice: ConfigChoice = choose_config(inv.entry, inv.flags, script, Word(inv.module, inv.line, inv.column))
+def _resolve_config(inv: Invocation, script: Script, where: Where) -> None:
+    choice: ConfigChoice = choose_config(inv.entry, inv.flags, script, Word(inv.module, inv.line, inv.column),
+                                         where.resolve)
     inv.config_name, inv.config_dir, inv.anchor = choice.config_name, choice.config_dir, choice.anchor
     inv.unjudged = choice.unjudged
     inv.findings += [_at(inv, n.word, n.severity, n.message, n.hint) for n in choice.notes]

@@ -308,7 +308,8 @@ class Reader:
                 j = _backtick_end(src, i)
                 acc.unk(src[i:j], f"command substitution {src[i:j]} runs at launch time", False)
                 i = j
-            elif c == "~" and i == start and (i + 1 >= n or src[i + 1] in "/ \t\n;&|"):
+            elif c == "~" and (i == start or _ASSIGN_WORD.fullmatch(src, start, i)) and \
+                    (i + 1 >= n or src[i + 1] in "/ \t\n;&|"):  # also `NAME=~/x`, as bash expands it
                 acc.unk("~", "~ is the launching user's home directory", False)
                 i += 1
             elif c == "{" and re.match(r"\{[^{}\s'\"]*,[^{}\s'\"]*\}", src[i:]):
