@@ -138,31 +138,29 @@ class Sandbox:
 
 # ----------------------------------------------------------------------------- main_ppo's words
 
+_PY_OPT = re.compile(r"-([bBdEiIOPqRsSuvx]*)([cmXW]?)(.*)", re.S)  # python's own short options
+
+
 def module_args(args: list[str]) -> tuple[str | None, list[str]]:
-    """After the interpreter: the module of `-m MOD` (or a script path) and the words it is given."""
+    """After the interpreter, as python parses its options: the module of `-m MOD` (or a script
+    path) and the words it is given; (None, []) for `-c`, `--version` and the like."""
     i = 0
     while i < len(args):
-        t = args[i]
-        if t.startswith("--"):
+        if not args[i].startswith("-") or args[i] == "-":
+            return args[i], args[i + 1:]
+        m = _PY_OPT.fullmatch(args[i])
+        if args[i].startswith("--") or m is None:
             return None, []
-        if t.startswith("-") and len(t) > 1:
-            k = 1
-            while k < len(t):
-                c = t[k]
-                if c == "m":
-                    if k + 1 < len(t):
-                        return t[k + 1:], args[i + 1:]
-                    return (args[i + 1], args[i + 2:]) if i + 1 < len(args) else (None, [])
-                if c == "c":
-                    return None, []
-                if c in "XW":
-                    if k + 1 == len(t):
-                        i += 1
-                    break
-                k += 1
+        _, opt, rest = m.groups()
+        if not opt:
             i += 1
             continue
-        return t, args[i + 1:]
+        value = rest or (args[i + 1] if i + 1 < len(args) else None)
+        i += 1 if rest else 2
+        if opt == "m":
+            return value, args[i:]
+        if opt == "c":
+            return None, []
     return None, []
 
 
