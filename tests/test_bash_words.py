@@ -60,6 +60,7 @@ FORMS = {
                             'if [ -z "$NOPE" ]; then\n  X+=(e.f=3)\nfi\npython3 -m verl.trainer.main_ppo "${X[@]}"\n',
     "assignment after && / ||": '[ 1 -gt 2 ] && v=yes || v=no\npython3 -m verl.trainer.main_ppo v.v=$v\n',
     "prefix and suffix around an array": 'A=(1 2 3)\npython3 -m verl.trainer.main_ppo "k.k=[${A[@]}]"\n',
+    "tilde after NAME=": 'M=~/models/q\npython3 -m verl.trainer.main_ppo m.p=$M k=~/x a.b=~/y\n',
     "backslash ending the file": "python3 -m verl.trainer.main_ppo \\\n  a.a=1 \\\n  b.b=2 \\",
     "unknown parts stay in their word": 'P=${P:-/opt/m}\nS="p.p=$P/x q.q=$(nproc)"\n'
                                         "python3 -m verl.trainer.main_ppo $S\n",

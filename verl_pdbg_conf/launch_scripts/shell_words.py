@@ -320,6 +320,9 @@ class Reader:
                 j = i + 1
                 while j < n and src[j] not in " \t\r\n;&|()<>\\'\"$`{":
                     j += 1
+                name = _ASSIGN_WORD.match(src, i) if i == start else None
+                if name and name.end() < j and src[name.end()] == "~":  # `NAME=~/x`: read `~` on its own
+                    j = name.end()
                 acc.lit(src[i:j], False, self._span(i, j - i))
                 i = j
         raw = src[start:i]
