@@ -111,3 +111,34 @@ def fsdp2_runs(tmp_path_factory) -> tuple[Path, Path]:
         assert result["nproc"] == 2 and not result["errors"], result["errors"]
     sys.stderr.write(f"\nfsdp2_runs: two 2-rank runs in {time.perf_counter() - t0:.0f} s\n")
     return out / "a", out / "b"
+
+
+# ---------------------------------------------------------------- cross-implementation pairs (issue 21)
+
+import make_cross_impl_dumps as _xdumps  # noqa: E402
+
+# The CI share of make_cross_impl_dumps.py's matrix: (arch, level, task, targets against golden).
+CROSS_IMPL_CI = (
+    ("qwen2", "mix", "statistics", ("sdpa", "sdpa-weight", "rmsnorm-eps", "split", "bf16-weight")),
+    ("qwen2", "L1", "statistics", ("same-weight", "swiglu", "swap1-weight")),
+    ("llama", "mix", "statistics", ("swiglu-op",)),
+    ("qwen2", "mix", "tensor", ("sdpa-weight",)),
+)
+
+
+@pytest.fixture(scope="session")
+def cross_impl_pairs(tmp_path_factory) -> list[dict]:
+    """Real dumps of small Qwen2/Llama models whose code paths differ from the eager fp32 golden
+    (make_cross_impl_dumps.py), made once per session: a list of pairs, each a dict with target, golden,
+    arch, level, task, impl, plant, expect_layer (None: nothing planted), dtype_aware. The planted layer is
+    seeded from PDBG_TEST_SEED when set, else from today's date, and printed."""
+    out = tmp_path_factory.mktemp("cross_impl")
+    seed = os.environ.get("PDBG_TEST_SEED") or None
+    layer = _xdumps.default_layer(seed)
+    t0 = time.perf_counter()
+    _xdumps.make([_xdumps.job(str(out), arch, level, task, runs, layer)
+                  for arch, level, task, runs in CROSS_IMPL_CI], parallel=2)
+    found = _xdumps.pairs(str(out))
+    sys.stderr.write(f"\ncross_impl_pairs: {len(found)} pairs, planted layer {layer} (seed {seed or 'date'}), "
+                     f"made in {time.perf_counter() - t0:.0f} s\n")
+    return found
