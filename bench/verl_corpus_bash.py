@@ -94,6 +94,7 @@ def judge_repo(root: str, scripts: list[str], totals, rows, verbose: bool) -> No
                        if r["module"] == "verl.trainer.main_ppo"]
         if ended:
             totals["bash timed out"] += 1
+            rows["timed out"].append(os.path.relpath(s, root))
     truth = run_truth(root, commands)
     t = time.perf_counter()
     mine = {s: ours(s, root) for s in scripts}
@@ -138,7 +139,8 @@ def judge_repo(root: str, scripts: list[str], totals, rows, verbose: bool) -> No
 def report(totals, rows, verbose: bool) -> None:
     n, launched, judged = totals["scripts"], totals["launched"], totals["judged"]
     print(f"scripts mentioning main_ppo: {n}; bash made a main_ppo launch in {launched} "
-          f"({totals['bash made no main_ppo launch']} none, {totals['bash timed out']} timed out)")
+          f"({totals['bash made no main_ppo launch']} none, {totals['bash timed out']} timed out"
+          + "".join(f": {r}" for r in rows["timed out"][:3]) + ")")
     print(f"words: {totals['words equal']} of {launched} scripts fit bash's words exactly; launches paired with "
           f"the reader's invocation: {totals['launches paired']} of {totals['launches']}")
     for rel, problems in rows["words"][:40]:
