@@ -17,6 +17,9 @@ Printed, over the scripts where bash reached a main_ppo launch:
   matches anything, `"$@"` any number of words);
 - verdicts as the in-place bench counts them: a false error (we give an error, Hydra composes every
   launch bash made) and real refusals found (Hydra refuses one, we give an error in the script);
+  a script where bash runs an override word as a command of its own (a backslash continuation
+  broken by a comment line, a blank line or a space after the backslash) counts as a refusal: its
+  launch drops them;
 - scripts/s of ours (the CLI on each script, in this process, from the repository root)."""
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path[:0] = [REPO, HERE, os.path.join(REPO, "tests")]
 
-from bash_oracle import Sandbox, compare_words, launches  # noqa: E402
+from bash_oracle import Sandbox, compare_words, launches, overrides_run_as_commands  # noqa: E402
 from verl_corpus_inplace import (hydra_main_of, not_installed, obtain, ours, read_repos, run_truth,  # noqa: E402
                                  scripts_in)
 
@@ -87,9 +90,10 @@ def judge_repo(root: str, scripts: list[str], totals, rows, verbose: bool) -> No
     root = os.path.abspath(root)
     with Sandbox(root) as box:
         bash = {s: box.run(s) for s in scripts}
-    commands, runs = {}, {}
+    commands, runs, dropped = {}, {}, {}
     for s, (calls, ended) in bash.items():
         runs[s] = launches(calls)
+        dropped[s] = overrides_run_as_commands(calls)
         commands[s] = [hydra_command(r["words"], root, r["line"]) for r in runs[s]
                        if r["module"] == "verl.trainer.main_ppo"]
         if ended:
@@ -118,6 +122,9 @@ def judge_repo(root: str, scripts: list[str], totals, rows, verbose: bool) -> No
         else:
             totals["words equal"] += 1
         verdicts = truth.get(s, [])
+        if dropped[s]:  # bash ran an override as a command: the script is wrong whatever Hydra says
+            verdicts = [{"verdict": "refused", "why": f"bash runs `{dropped[s][0]}` as a command (the launch "
+                         "ended before it)"}]
         if not verdicts or any(v["verdict"] == "unknown" for v in verdicts):
             totals["not judged (configs not here)"] += 1
             continue

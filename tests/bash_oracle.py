@@ -28,7 +28,12 @@ PYTHONS = ("python", "python3", "python3.10", "python3.11", "python3.12")
 MAX_COPY = 256 << 10  # files larger than this are not copied into the shadow (scripts only read small ones)
 
 _BASH_ENV = r"""
-trap 'builtin set +eu; export BASH_ORACLE_LINE=$LINENO BASH_ORACLE_SRC="${BASH_SOURCE[0]}"' DEBUG
+__oracle_ran() {  # an override run as a command: a `\` continuation was broken before it
+  if [[ "$BASH_COMMAND" =~ ^[[:space:]]*(\+\+?|~)?[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)+= ]]; then
+    BASH_ORACLE_RAN="${BASH_COMMAND%% *}" "$BASH_ORACLE_STUBS/python3"
+  fi
+}
+trap 'builtin set +eu; export BASH_ORACLE_LINE=$LINENO BASH_ORACLE_SRC="${BASH_SOURCE[0]}"; __oracle_ran' DEBUG
 command_not_found_handle() {
   local args=("$@") k
   # a missing command reading a pipe (`... | tee log`) drains it, so the writer is not cut short
@@ -48,7 +53,8 @@ _RECORDER = """#!{python} -I
 import json, os, sys
 rec = {{"argv0": os.path.basename(sys.argv[0]), "args": sys.argv[1:], "cwd": os.getcwd(),
        "pythonpath": os.environ.get("PYTHONPATH"), "via": os.environ.get("BASH_ORACLE_VIA", ""),
-       "line": int(os.environ.get("BASH_ORACLE_LINE") or 0), "src": os.environ.get("BASH_ORACLE_SRC", "")}}
+       "line": int(os.environ.get("BASH_ORACLE_LINE") or 0), "src": os.environ.get("BASH_ORACLE_SRC", ""),
+       "ran_as_command": os.environ.get("BASH_ORACLE_RAN", "")}}
 with open(os.environ["BASH_ORACLE_LOG"], "a") as fh:
     fh.write(json.dumps(rec) + "\\n")
 """
@@ -176,6 +182,8 @@ def launches(calls: list[dict]) -> list[dict]:
 
     out = []
     for c in calls:
+        if c.get("ran_as_command"):
+            continue
         module, words = module_args(c["args"])
         module = entry(module)
         if module is None or not (module == "verl.trainer.main_ppo" or _MAIN_PPO_LIKE.search(module)):
@@ -183,6 +191,12 @@ def launches(calls: list[dict]) -> list[dict]:
         src = os.path.normpath(os.path.join(c["cwd"], c["src"])) if c["src"] else ""
         out.append({"file": src, "line": c["line"], "module": module, "words": words})
     return out
+
+
+def overrides_run_as_commands(calls: list[dict]) -> list[str]:
+    """The override words bash ran as commands of their own (a comment or blank line, or a space
+    after a backslash, ended the launch before them): evidence that the script drops them."""
+    return [c["ran_as_command"] for c in calls if c.get("ran_as_command")]
 
 
 def compare_words(script: str, root: str, runs: list[dict]) -> tuple[list[str], int]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bash_oracle import Sandbox, compare_words, launches, module_args, same_words
+from bash_oracle import Sandbox, compare_words, launches, module_args, overrides_run_as_commands, same_words
 from verl_pdbg_conf.launch_scripts.launch_script import read_script
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
@@ -100,3 +100,13 @@ def test_the_comparison_can_fail():
     assert same_words(ours, ["a.a=1", "b.b=/root/x", "c"]) != ""
     assert same_words(ours, ["a.a=2", "b.b=/root/x"]) != ""
     assert same_words(ours, ["a.a=1", "c.c=/root/x"]) != ""
+
+
+@pytest.mark.parametrize("name", ["comment_inside_continuation.sh", "trailing_space_after_backslash.sh"])
+def test_a_broken_continuation_is_bash_running_an_override_as_a_command(examples_box, name):
+    """What the reader reports as a broken `\\` continuation, bash really does: the next override
+    line is run as a command of its own (and a clean script has none)."""
+    calls, _ = examples_box.run(str(EX / "negative" / name))
+    assert overrides_run_as_commands(calls)
+    calls, _ = examples_box.run(str(EX / "positive" / "run_qwen2-0.5b_grpo_pdbg.sh"))
+    assert overrides_run_as_commands(calls) == []
