@@ -28,6 +28,7 @@ import argparse
 import collections
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -192,6 +193,17 @@ def main() -> int:
         roots.append((repo, obtain(repo, args.fetched, args.bare, args.keep or tmp)))
     totals, rows = collections.Counter(), collections.defaultdict(list)
     here = os.getcwd()
+    try:
+        judge_all(roots, args, totals, rows)
+    finally:
+        os.chdir(here)
+        shutil.rmtree(tmp, ignore_errors=True)
+    report(totals, rows, args.verbose)
+    return 1 if rows["tracebacks"] else 0
+
+
+def judge_all(roots, args, totals, rows) -> None:
+    here = os.getcwd()
     for name, root in roots:
         if root is None or not os.path.isfile(os.path.join(root, "verl", "trainer", "main_ppo.py")):
             print(f"  {name}: not available or no verl/trainer/main_ppo.py at its root; skipped")
@@ -208,8 +220,6 @@ def main() -> int:
                                                        "found")}
         print(f"  {name}: {d['scripts']} scripts, {d['launched']} launched by bash, words equal {d['words equal']}, "
               f"false errors {d['false']}, refusals {d['refused']} (found {d['found']})", flush=True)
-    report(totals, rows, args.verbose)
-    return 1 if rows["tracebacks"] else 0
 
 
 if __name__ == "__main__":
