@@ -85,3 +85,45 @@ def test_imports_run_one_way():
     for n in sorted(graph):
         if n not in state:
             visit(n, [])
+
+
+FACTS_PROBE = """
+import json, sys
+from verl_pdbg_conf.checks.msprobe_releases import release_files
+from verl_pdbg_conf.verl_facts import releases
+read = set()
+stored, verl_load = release_files._stored, releases.load
+release_files._stored = lambda v: read.add(("msprobe", v)) or stored(v)
+releases.load = lambda v: read.add(("verl", v)) or verl_load(v)
+from verl_pdbg_conf.cli import main
+code = main(sys.argv[1:])
+from verl_pdbg_conf.checks.msprobe_releases import case_index
+mods = sorted(m for m in sys.modules if m.startswith("verl_pdbg_conf"))
+sys.stderr.write('\\nFACTS ' + json.dumps({"code": code, "read": sorted(read), "modules": mods,
+                                           "matched": case_index._annotated.cache_info().currsize,
+                                           "cases": len(stored(sorted(read)[0][1])["cases"])}) + '\\n')
+"""
+
+
+def test_one_conf_reads_only_the_judging_releases_facts():
+    """Per-release facts load on demand: one conf and its config.json read the judging msprobe
+    release's facts and the judging verl release's, no other release's; the case matrix
+    (cases.py), the extractors and the launch-script reader are never imported, and only the
+    cases whose keys the config.json has are matched."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
+    env.pop("GITHUB_ACTIONS", None)
+    proc = subprocess.run([sys.executable, "-c", FACTS_PROBE, "positive/guide_minimal.yaml", "--msprobe-version",
+                           "8.3.3", "--verl-version", "0.9.0"], cwd=EX, env=env, capture_output=True, text=True,
+                          timeout=120)
+    line = [ln for ln in proc.stderr.splitlines() if ln.startswith("FACTS ")]
+    assert line, proc.stdout + proc.stderr
+    got = json.loads(line[-1][len("FACTS "):])
+    assert got["code"] in (0, 1)
+    assert got["read"] == [["msprobe", "8.3.3"], ["verl", "0.9.0"]]
+    pkg = "verl_pdbg_conf."
+    never = {pkg + m for m in ("checks.msprobe_releases.cases", "checks.msprobe_releases.extract",
+                               "verl_facts.releases.extract", "verl_facts.compose", "launch_scripts.launch_script",
+                               "core.schema_errors")}
+    assert never.isdisjoint(got["modules"]), sorted(never & set(got["modules"]))
+    assert {pkg + "checks.msprobe_releases.verdict", pkg + "checks.msprobe_releases.case_index"} <= set(got["modules"])
+    assert 0 < got["matched"] < got["cases"]

@@ -159,7 +159,7 @@ def test_error_of_newer_rules_is_a_warning_where_the_release_dumps(tmp_path):
     assert errors(cfg, "26.2.0") and not errors(cfg, "8.3.3")
     warned = [f for f in check_msprobe(load_json(str(cfg)), MsprobeContext(msprobe="8.3.3"))
               if f.path == "dump_enable"]
-    assert warned and "msprobe 8.3.3 dumps normally" in warned[0].message
+    assert warned and "msprobe 8.3.3 does not read 'dump_enable'" in warned[0].message
 
 
 # ---------------------------------------------------------------- the facts themselves
@@ -169,8 +169,38 @@ def test_shipped_facts_are_the_current_matrix(version):
     facts = mr.load(version)
     assert facts["version"] == version and facts["dist"] == "mindstudio-probe"
     assert [c["id"] for c in facts["cases"]] == [c["id"] for c in matrix()], \
-        "the case matrix changed: regenerate every release (docs/msprobe-releases.md)"
+        "the case matrix changed: measure the new cases on every release (extract.py --missing, docs/msprobe-releases.md)"
+    # the validator reads each case's key from the facts (it never builds the matrix)
+    assert [c.get("key") for c in mr.load_part(version, "cases")] == [c["key"] for c in matrix()], \
+        "the matrix's keys changed: python -m verl_pdbg_conf.checks.msprobe_releases.extract --rekey"
     assert facts["requires_dist"] and facts["api"]["PrecisionDebugger.__init__(config_path)"]
+
+
+@pytest.fixture
+def fresh_release_caches():
+    from verl_pdbg_conf.checks.msprobe_releases import case_index, release_files
+
+    def clear():
+        for f in (release_files.load_part, case_index._index, case_index._annotated):
+            f.cache_clear()
+    clear()
+    yield release_files, case_index
+    clear()
+
+
+def test_facts_without_stored_keys_judge_by_the_matrixs_keys(monkeypatch, fresh_release_caches):
+    """Facts written without the keys (an older extractor) match the same cases at the same keys:
+    the matrix is built for them, and only then."""
+    release_files, case_index = fresh_release_caches
+    stored = release_files._stored("26.2.0")
+    bare = dict(stored, cases=[{k: v for k, v in c.items() if k != "key"} for c in stored["cases"]])
+    monkeypatch.setattr(release_files, "_stored", lambda version: bare)
+    config = {"task": "tensor", "tensor": {"list": ["Functional.linear"]}, "not_a_key": 1}
+    keys = {c["id"]: c["key"] for c in matrix()}
+    got = case_index.cases_for("26.2.0", config)
+    assert got and all(c["key"] == keys[c["id"]] for c in got)
+    assert {"tensor.list", "tensor", "?", "task"} <= {c["key"] for c in got}
+    assert not any(c["key"].startswith("statistics") for c in got)  # keys the config lacks: not matched
 
 
 def _regenerate(python, out_dir):

@@ -14,9 +14,29 @@ EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 FORMATS = ("text", "json", "github", "sarif")
 
 
+def _columns() -> int:
+    """shutil.get_terminal_size().columns ($COLUMNS, else the terminal's, else 80) without
+    importing shutil (and bz2, lzma with it): argparse asks on every run, for each argument."""
+    try:
+        columns = int(os.environ.get("COLUMNS", 0))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns if columns > 0 else 80
+
+
+class _Formatter(argparse.HelpFormatter):
+    def __init__(self, prog, indent_increment=2, max_help_position=24, width=None):
+        super().__init__(prog, indent_increment, max_help_position, _columns() - 2 if width is None else width)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="verl-pdbg-validate",
+        prog="verl-pdbg-validate", formatter_class=_Formatter,
         description="Check a verl precision_debugger (msprobe) setup before launch: verl conf YAML files, "
                     "msprobe config.json files, launch scripts (*.sh: their `python3 -m verl.trainer.main_ppo` "
                     "overrides), or verl's composed config (--verl ... -- OVERRIDES).",

@@ -176,3 +176,22 @@ def _valid(root, schema, x, depth: int) -> bool:
         else:
             raise _Undecided(key)
     return True
+
+
+def resolve(schema: dict, node):
+    """Follow a local `$ref` ('#/$defs/x') in `schema`; other nodes come back as they are."""
+    seen = 0
+    while isinstance(node, dict) and isinstance(node.get("$ref"), str) and node["$ref"].startswith("#") and seen < 20:
+        try:
+            target = resolve_pointer(schema, node["$ref"])
+        except LookupError:
+            return node
+        node, seen = target, seen + 1
+    return node
+
+
+def properties(schema: dict, node) -> dict:
+    """The `properties` a (possibly $ref'd) subschema declares."""
+    node = resolve(schema, node)
+    props = node.get("properties") if isinstance(node, dict) else None
+    return props if isinstance(props, dict) else {}

@@ -4,23 +4,21 @@ Generic over the schemas shipped in `verl_pdbg_conf/schemas/`. Schemas may carry
 these extra keywords, read from the subschema where an error arises (or one that
 encloses it): `errorMessage` (a string, or a mapping from the failing keyword to
 a string, as in ajv-errors; VS Code shows the string form too), `x-hint` (the fix),
-`x-rule` (rule id) and `x-severity` (error, warning or info).
-"""
+`x-rule` (rule id) and `x-severity` (error, warning or info). A valid file is judged by
+fast_schema.py alone; jsonschema and the words for its errors (schema_errors.py) are
+imported for a file with errors."""
 
 from __future__ import annotations
 
 import functools
 import json
-import re
-from importlib.resources import files
+import os
 
-from verl_pdbg_conf.core.fast_schema import is_valid, resolve_pointer
 from verl_pdbg_conf.core.document import Document
-from verl_pdbg_conf.core.findings import Finding, Severity, format_path
-from verl_pdbg_conf.core.suggest import did_you_mean
+from verl_pdbg_conf.core.fast_schema import is_valid, properties, resolve  # noqa: F401 - also this module's names
+from verl_pdbg_conf.core.findings import Finding
 
-_JSON_TYPES = {"object": "an object", "array": "an array", "string": "a string", "integer": "an integer",
-               "number": "a number", "boolean": "true or false", "null": "null"}
+SCHEMAS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "schemas")
 
 
 def _schema_file(name: str) -> str:
@@ -29,9 +27,10 @@ def _schema_file(name: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def load_schema(name: str) -> dict:
-    """The schema `name` ('msprobe-config' or its file name) from the installed package."""
-    text = (files("verl_pdbg_conf") / "schemas" / _schema_file(name)).read_text(encoding="utf-8")
-    return json.loads(text)
+    """The schema `name` ('msprobe-config' or its file name) from the installed package (read
+    as a file: importlib.resources costs a validator start-up some 5 ms of imports)."""
+    with open(os.path.join(SCHEMAS, _schema_file(name)), encoding="utf-8") as f:
+        return json.load(f)
 
 
 @functools.lru_cache(maxsize=None)
@@ -47,220 +46,6 @@ def validator(name: str):
     return cls(load_schema(name))
 
 
-def resolve(schema: dict, node):
-    """Follow a local `$ref` ('#/$defs/x') in `schema`; other nodes come back as they are."""
-    seen = 0
-    while isinstance(node, dict) and isinstance(node.get("$ref"), str) and node["$ref"].startswith("#") and seen < 20:
-        try:
-            target = resolve_pointer(schema, node["$ref"])
-        except LookupError:
-            return node
-        node, seen = target, seen + 1
-    return node
-
-
-def properties(schema: dict, node) -> dict:
-    """The `properties` a (possibly $ref'd) subschema declares."""
-    node = resolve(schema, node)
-    props = node.get("properties") if isinstance(node, dict) else None
-    return props if isinstance(props, dict) else {}
-
-
-def _pick(value, validator: str):
-    """An annotation's text: a string, or a mapping keyed by the failing keyword."""
-    if isinstance(value, dict):
-        value = value.get(validator)
-    return value if isinstance(value, str) else None
-
-
-def _chain(root: dict, err) -> list:
-    """The subschemas from the root to the one where `err` arose. `$ref` is not on
-    jsonschema's schema path, so follow it when the next step is not found."""
-    node = root
-    chain = [node]
-    for part in list(err.absolute_schema_path)[:-1]:
-        if isinstance(node, dict) and part not in node:
-            node = resolve(root, node)
-        try:
-            node = node[part]
-        except (KeyError, IndexError, TypeError):
-            break
-        chain.append(node)
-    chain.append(err.schema)
-    return [resolve(root, n) if isinstance(n, dict) else n for n in chain]
-
-
-def _annotations(root: dict, err) -> dict:
-    """errorMessage, x-hint, x-rule and x-severity for `err`: from the innermost
-    subschema on its path that has them; mapping forms are keyed by the failing keyword."""
-    found: dict = {}
-    for sub in _chain(root, err):
-        if not isinstance(sub, dict):
-            continue
-        for k in ("x-rule", "x-severity"):
-            if isinstance(sub.get(k), str):
-                found[k] = sub[k]
-        for k in ("errorMessage", "x-hint"):
-            text = _pick(sub.get(k), err.validator)
-            if text:
-                found[k] = text
-        if "examples" in sub or "default" in sub:
-            found["example"] = _example(sub)
-        if isinstance(sub.get("description"), str):
-            found["description"] = sub["description"]
-    return found
-
-
-def _type_name(x) -> str:
-    if x is None:
-        return "null"
-    if isinstance(x, bool):
-        return "a boolean"
-    if isinstance(x, int):
-        return "an integer"
-    if isinstance(x, float):
-        return "a number"
-    if isinstance(x, str):
-        return "a string"
-    if isinstance(x, list):
-        return "an array"
-    if isinstance(x, dict):
-        return "an object"
-    return type(x).__name__
-
-
-def _got(x) -> str:
-    return "null" if x is None else f"{_type_name(x)} {_show(x)}"
-
-
-def _show(x) -> str:
-    try:
-        text = json.dumps(x, ensure_ascii=False)
-    except (TypeError, ValueError):
-        text = repr(x)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _types_phrase(t) -> str:
-    ts = t if isinstance(t, list) else [t]
-    words = [_JSON_TYPES.get(x, str(x)) for x in ts]
-    return " or ".join(words)
-
-
-def _example(node) -> str:
-    if isinstance(node, dict):
-        ex = node.get("examples")
-        if isinstance(ex, list) and ex:
-            return _show(ex[0])
-        if "default" in node:
-            return _show(node["default"])
-    return ""
-
-
-def _describe(root: dict, err, name: str) -> tuple[str, str]:
-    """(message, hint) for one jsonschema error, without annotations."""
-    v, inst, arg = err.validator, err.instance, err.validator_value
-    example = _example(resolve(root, err.schema))
-    if v == "type":
-        hint = f"use {_types_phrase(arg)}" + (f", e.g. {example}" if example else "")
-        return f"{name} must be {_types_phrase(arg)}, not {_got(inst)}", hint
-    if v == "enum":
-        choices = [c for c in arg if c is not None]
-        shown = ", ".join(_show(c) for c in choices) + (" or null" if None in arg else "")
-        return (f"{name}: {_show(inst)} is not an allowed value{did_you_mean(inst, choices)}",
-                f"use one of {shown}")
-    if v == "const":
-        return f"{name} must be {_show(arg)}", f"set it to {_show(arg)}"
-    if v == "required":
-        missing = [k for k in arg if isinstance(inst, dict) and k not in inst]
-        keys = " and ".join(f"'{k}'" for k in missing) or "a key"
-        return f"{name} is missing the required key{'s' if len(missing) > 1 else ''} {keys}", f"add {keys}"
-    if v in ("minItems", "maxItems"):
-        n = len(inst) if isinstance(inst, list) else "?"
-        bound = "at least" if v == "minItems" else "at most"
-        return (f"{name} must have {bound} {arg} item{'s' if arg != 1 else ''}, it has {n}",
-                f"give {bound} {arg} item{'s' if arg != 1 else ''}")
-    if v in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
-        op = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}[v]
-        return f"{name} must be {op} {arg}, not {_show(inst)}", f"use a value {op} {arg}"
-    if v == "pattern":
-        return f"{name}: {_show(inst)} does not have the expected form", (f"e.g. {example}" if example else "")
-    if v == "uniqueItems":
-        return f"{name} holds the same item twice", "remove the duplicate"
-    if v == "not":
-        return f"{name}: {_show(inst)} is not allowed here", ""
-    if v in ("minLength", "maxLength"):
-        return f"{name} is too {'short' if v == 'minLength' else 'long'} ({err.message})", ""
-    return f"{name}: {err.message}", ""
-
-
-def _first_sentence(text: str) -> str:
-    return text.split(". ")[0].rstrip(".") if text else "see the schema for this key"
-
-
-def _branch_errors(err) -> list:
-    """The anyOf/oneOf branch errors worth showing: drop type mismatches of branches
-    whose type did not fit when another branch's type did."""
-    subs = list(err.context or [])
-    typed = [e for e in subs if e.validator != "type"]
-    return typed or subs
-
-
-def _unknown_keys(doc: Document, root: dict, err, path: tuple, rule: str, sev: Severity) -> list[Finding]:
-    """One finding per key that `additionalProperties: false` (or unevaluatedProperties)
-    refuses, at the key itself, with a did-you-mean among the declared keys."""
-    inst = err.instance if isinstance(err.instance, dict) else {}
-    node = resolve(root, err.schema)
-    known = list(properties(root, node))
-    pats = node.get("patternProperties", {}) if isinstance(node, dict) else {}
-    extra = [k for k in inst if k not in known and not any(re.search(p, str(k)) for p in pats)]
-    return [doc.finding(rule, sev, f"unknown key '{format_path(path + (k,))}'{did_you_mean(k, known)}",
-                        path + (k,), hint="remove it or fix its spelling", key=True) for k in extra]
-
-
-def _finding(doc: Document, root: dict, err, rule: str) -> list[Finding]:
-    path = tuple(err.absolute_path)
-    name = format_path(path) or "the top level"
-    ann = _annotations(root, err)
-    rule = ann.get("x-rule", rule)
-    try:
-        sev = Severity(ann.get("x-severity", "error"))
-    except ValueError:
-        sev = Severity.ERROR
-    if err.validator in ("additionalProperties", "unevaluatedProperties") and "errorMessage" not in ann:
-        found = _unknown_keys(doc, root, err, path, rule, sev)
-        if found:
-            return found
-    if err.validator in ("anyOf", "oneOf"):
-        branches = _branch_errors(err)
-        if branches and all(e.validator == "type" for e in branches):
-            types: list = []
-            for e in branches:
-                ts = e.validator_value if isinstance(e.validator_value, list) else [e.validator_value]
-                types += [t for t in ts if t not in types]
-            detail = f"must be {_types_phrase(types)}, not {_got(err.instance)}"
-            msg, hint = f"{name} {detail}", ""
-        elif len(branches) == 1:
-            inner = branches[0]
-            msg, hint = _describe(root, inner, format_path(tuple(inner.absolute_path)) or name)
-            detail = _describe(root, inner, "value")[0]
-        else:
-            detail = ""
-            msg, hint = f"{name}: {_show(err.instance)} matches none of the allowed forms", ""
-        if "errorMessage" in ann:
-            msg = f"{name}: {ann['errorMessage']}" + (f" ({detail})" if detail else f" (got {_show(err.instance)})")
-    else:
-        msg, hint = _describe(root, err, name)
-        if "errorMessage" in ann:
-            msg = f"{name}: {ann['errorMessage']}"
-            if err.validator in ("pattern", "type", "enum", "const", "not"):
-                msg += f" (got {_show(err.instance)})"
-    if not hint and ann.get("example"):
-        hint = f"e.g. {ann['example']}"
-    hint = ann.get("x-hint") or hint or _first_sentence(ann.get("description", ""))
-    return [doc.finding(rule, sev, msg, path, hint=hint)]
-
-
 def schema_findings(doc: Document, schema_name: str, rule: str = "msprobe-schema") -> list[Finding]:
     """Every schema violation in `doc` as a Finding at the offending value's line and
     column. Per location, a wrong type hides the other complaints about that value."""
@@ -269,22 +54,6 @@ def schema_findings(doc: Document, schema_name: str, rule: str = "msprobe-schema
     root = load_schema(schema_name)
     if is_valid(root, doc.data) is True:  # the common case, without importing jsonschema
         return []
-    errors = list(validator(schema_name).iter_errors(doc.data))
-    typed: dict = {}  # path -> the one type error reported there, a plain one if any
-    for e in errors:
-        if e.validator == "type":
-            at = tuple(e.absolute_path)
-            if at not in typed or ("x-rule" in _annotations(root, typed[at]) and "x-rule" not in _annotations(root, e)):
-                typed[at] = e
-    out: list[Finding] = []
-    seen = set()
-    for err in sorted(errors, key=lambda e: (len(e.absolute_path), [str(p) for p in e.absolute_path])):
-        at = tuple(err.absolute_path)
-        if at in typed and err is not typed[at]:
-            continue
-        for f in _finding(doc, root, err, rule):
-            k = (f.rule, f.path, f.message)
-            if k not in seen:
-                seen.add(k)
-                out.append(f)
-    return out
+    from verl_pdbg_conf.core.schema_errors import findings  # only for a file with errors
+
+    return findings(doc, root, list(validator(schema_name).iter_errors(doc.data)), rule)

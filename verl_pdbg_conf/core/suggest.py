@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
-
 MAX_WORD = 100  # longer is no misspelling, and difflib would be slow and memory-hungry on it
 
 
@@ -24,6 +22,8 @@ def closest(word, choices, cutoff: float = 0.6) -> str | None:
     for sep in ("-", " ", "."):  # 'nan-check', 'nan check' -> 'nan_check'
         if key.replace(sep, "_") in lowered:
             return lowered[key.replace(sep, "_")]
+    import difflib  # only for a word that is no choice: most runs never get here
+
     hits = difflib.get_close_matches(key, list(lowered), n=1, cutoff=cutoff)
     return lowered[hits[0]] if hits else None
 

@@ -214,7 +214,7 @@ def _from_dist_info(info: str, version: str) -> VerlSource | None:
 
 def _record_digest(record: str) -> str:
     """The digest of the files extraction reads, from pip's RECORD (`path,sha256=...,size`)."""
-    from verl_pdbg_conf.verl_facts.releases.extract import digest
+    from verl_pdbg_conf.verl_facts.releases.digest import digest
 
     hashes = {}
     for line in record.splitlines():

@@ -2,45 +2,29 @@
 as data (`msprobe-<version>.json.gz`, measured by `extract.py` on the real release), and
 which release judges a run.
 
-Reading them needs only gzip and json: no torch, no msprobe."""
+Reading them needs only gzip and json: no torch, no msprobe. The loading API is small on
+purpose: `shipped()`, `newest()`, `judging()`, `load_part(version, part)` (what a check reads:
+only the judging release, only that part), `vocabulary(version)` and `value_specs(version)` and `load(version)` (everything, for tools and
+tests). A validator run reads one release's facts and never builds the case matrix
+(case_index.py; tests/test_imports.py checks it in a fresh process)."""
 
 from __future__ import annotations
 
 import functools
-import gzip
-import json
-import os
-import re
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from verl_pdbg_conf.checks.msprobe_releases.release_files import HERE, _stored, load_part, newest, shipped  # noqa: F401
+from verl_pdbg_conf.checks.msprobe_releases.vocab import value_specs, vocabulary  # noqa: F401
+
 DIST = "mindstudio-probe"
-_NAME = re.compile(r"^msprobe-(.+)\.json\.gz$")
-
-
-@functools.lru_cache(maxsize=None)
-def shipped() -> tuple[str, ...]:
-    """The releases whose facts ship with this package, oldest first."""
-    from verl_pdbg_conf.verl_facts.releases import versions_in
-
-    return versions_in(HERE, _NAME)
-
-
-def newest() -> str:
-    return shipped()[-1]
 
 
 @functools.lru_cache(maxsize=None)
 def load(version: str) -> dict:
-    """One release's facts (format: see extract.py), each case with its pairs (cases.py)."""
-    from verl_pdbg_conf.checks.msprobe_releases.cases import case_pairs, matrix, pairs
+    """One release's stored facts whole, each case with its pairs and key (case_index.py):
+    for tools and tests; the validator reads parts (load_part)."""
+    from verl_pdbg_conf.checks.msprobe_releases.case_index import all_cases
 
-    with gzip.open(os.path.join(HERE, f"msprobe-{version}.json.gz"), "rt", encoding="utf-8") as f:
-        facts = json.load(f)
-    keys = {c["id"]: c["key"] for c in matrix()}  # where a finding points: the matrix's word, not the file's
-    for c in facts["cases"]:
-        c["pairs"], c["strict"] = case_pairs(c["config"]), pairs(c["config"])
-        c["key"] = keys.get(c["id"], "")
-    return facts
+    return dict(_stored(version), cases=all_cases(version))
 
 
 def installed_version(dirs=None) -> str | None:

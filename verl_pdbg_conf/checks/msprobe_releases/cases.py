@@ -1,15 +1,12 @@
-"""The case matrix run on every msprobe release, and the value shapes that match a user's
-config.json against it. No torch, no msprobe: the validator imports `pairs` from here.
+"""The case matrix run on every msprobe release. No torch, no msprobe; built by extract.py
+(which runs each case on a real release and records what it did) and by the tests, not by
+the validator, which reads each case's key from the release's facts and matches a config
+with shapes.py.
 
 A case is one config.json that differs from msprobe's defaults in one key (or in one
 combination the schema ties together), built from the shipped JSON Schema: every enum value,
 wrong types, one-number strings in rank/step lists, booleans as strings, missing paths,
-boundaries. `extract.py` runs each case on a real release and records what it did.
-
-A config is matched by its *pairs*: (path, shape) for every leaf, where the shape is the
-class of value that decides msprobe's behaviour ("=L1", "true", "list[int:0,numstr]",
-"path:missing", ...), not the value itself. A case applies to a config when all the case's
-pairs are among the config's."""
+boundaries."""
 
 from __future__ import annotations
 
@@ -17,160 +14,9 @@ import json
 import os
 import re
 
-MISSING, EXISTING_DIR = "<missing-path>", "<existing-dir>"  # placeholders extract.py fills in
-SECTIONS = ("statistics", "tensor", "structure", "diff_check", "nan_check", "acc_check")
-PATH_KEYS = {"dump_path", "load.path", "tensor.bench_path", "acc_check.error_data_path"}
-ID_KEYS = {"rank", "step", "load.rank", "load.step"}
-UNKNOWN = "?"
-DEFAULTS = {"task": "=statistics", "level": "=L1"}  # what msprobe assumes when the key is absent
-_NUMSTR = re.compile(r"^\s*\+?[0-9]+\s*$")
-_RANGE = re.compile(r"^\s*\+?([0-9]+)\s*-\s*\+?([0-9]+)\s*$")
-API_NAME = re.compile(r"^(Distributed|Functional|Torch|Tensor|Mint|MintFunctional|Primitive|Aten|VF|NPU|Jit)"
-                      r"\..*\.\d+\.(forward|backward)$")
-MODULE_NAME = re.compile(r"^(Cell|Module)\..*\.(forward|backward)\.\d+$")
-ID_MAX = 1_000_000
-
-
-def schema() -> dict:
-    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    with open(os.path.join(here, "schemas", "msprobe-config.schema.json"), encoding="utf-8") as f:
-        return json.load(f)
-
-
-def _resolve(node: dict, sch: dict) -> dict:
-    while isinstance(node, dict) and "$ref" in node:
-        node = sch["$defs"][node["$ref"].split("/")[-1]]
-    return node
-
-
-def _props(sch: dict) -> dict[str, dict]:
-    """Every schema path ("task", "tensor.bench_path", "load.step") -> its resolved schema."""
-    out = {}
-    for k, v in sch["properties"].items():
-        v = _resolve(v, sch)
-        out[k] = v
-        if k in SECTIONS or k == "load":
-            for sk, sv in v.get("properties", {}).items():
-                out[f"{k}.{sk}"] = _resolve(sv, sch)
-    return out
-
-
-_PROPS: dict | None = None
-
-
-def props() -> dict[str, dict]:
-    global _PROPS
-    if _PROPS is None:
-        _PROPS = _props(schema())
-    return _PROPS
-
-
-# ---------------------------------------------------------------- shapes
-
-def _int_shape(v: int, ids: bool) -> str:
-    if v < 0:
-        return "int:neg"
-    if v > ID_MAX:
-        return "int:big"
-    if ids:
-        return "int:0" if v == 0 else "int:pos"
-    return "int:0" if v == 0 else "int:1" if v == 1 else "int:pos"
-
-
-def _str_shape(path: str, v: str, spec: dict) -> str:
-    enum = spec.get("enum") or spec.get("items", {}).get("enum")
-    if enum is not None:
-        return f"={v}" if v in enum else "str:other"
-    if path in PATH_KEYS:
-        if v == "":
-            return "str:empty"
-        return "path:dir" if os.path.isdir(v) else "path:file" if os.path.exists(v) else "path:missing"
-    if path.split(".")[-1] in ID_KEYS or path in ID_KEYS:
-        if _NUMSTR.match(v):
-            return "numstr:0" if int(v) == 0 else "numstr:pos"
-        m = _RANGE.match(v)
-        if m:
-            lo, hi = int(m.group(1)), int(m.group(2))
-            if hi > ID_MAX:
-                return "range:big"
-            return "range:back" if lo > hi else "range:0" if lo == 0 else "range:pos"
-        return "str:other"
-    if path.endswith(".scope"):
-        return "api" if API_NAME.match(v) else "module" if MODULE_NAME.match(v) else "str:name"
-    if path.endswith(".list"):
-        return "regex" if v.startswith("name-regex(") else "str"
-    if path == "load.modules":
-        return "bwd" if ".backward." in v else "fwd" if ".forward." in v else "str"
-    return "str:empty" if v == "" else "str"
-
-
-def shape(path: str, v, spec: dict | None = None) -> str:
-    """The class of value `v` at schema path `path` that decides what msprobe does with it."""
-    if spec is None:
-        spec = props().get(path, {})
-    ids = path in ID_KEYS
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return _int_shape(v, ids)
-    if isinstance(v, float):
-        return "float"
-    if isinstance(v, str):
-        return _str_shape(path, v, spec)
-    if isinstance(v, list):
-        if not v:
-            return "list:empty"
-        item_path = path if (ids or path.endswith((".scope", ".list", ".data_mode", "load.modules"))) else path + "[]"
-        items = sorted({shape(item_path, x, spec) for x in v})
-        n = f"{len(v)}:" if path.endswith(".scope") else ""  # scope is a two-entry window
-        return f"list[{n}{','.join(items)}]"
-    if isinstance(v, dict):
-        return "dict:empty" if not v else "dict"
-    return type(v).__name__
-
-
-def pairs(config) -> frozenset:
-    """(path, shape) of every leaf of a config.json, plus msprobe's defaults for task and level.
-    Keys the schema does not know are one path, "?" (or "<section>.?")."""
-    if not isinstance(config, dict):
-        return frozenset({("", shape("", config))})
-    known = props()
-    out = set()
-    for k, v in config.items():
-        top = k if k in known else UNKNOWN
-        if top in SECTIONS or top == "load":
-            if isinstance(v, dict) and v:
-                for sk, sv in v.items():
-                    p = f"{top}.{sk}"
-                    out.add((p if p in known else f"{top}.{UNKNOWN}", shape(p, sv)))
-                continue
-        out.add((top, shape(top, v)))
-    for k, s in DEFAULTS.items():
-        if k not in config or config[k] is None:
-            out.discard((k, "null"))
-            out.add((k, s))
-    if ("level", "=L2") in out:  # the kernel dump wants exactly one API in list: count them there
-        for p, _ in list(out):
-            if p.endswith(".list") and isinstance(config.get(p.split(".")[0]), dict):
-                items = config[p.split(".")[0]].get("list")
-                if isinstance(items, list):
-                    out.add((p + "#", "1" if len(items) == 1 else "n"))
-    return frozenset(out)
-
-
-def case_pairs(config) -> frozenset:
-    """A case's pairs: what it sets, with task's default only where it sets a statistics key (its
-    context); a case that leaves level alone holds at every level."""
-    out = set(pairs(config))
-    if isinstance(config, dict):
-        if "level" not in config:
-            out.discard(("level", DEFAULTS["level"]))
-        if "task" not in config and not any(p.startswith("statistics.") or p == "statistics" for p, _ in out):
-            out.discard(("task", DEFAULTS["task"]))
-    return frozenset(out)
-
+from verl_pdbg_conf.checks.msprobe_releases.shapes import (  # noqa: F401 - the names extract.py and tests use
+    DEFAULTS, EXISTING_DIR, ID_KEYS, MISSING, PATH_KEYS, SECTIONS, UNKNOWN, _resolve, case_pairs, pairs, props,
+    schema, shape)
 
 # ---------------------------------------------------------------- the matrix
 
@@ -214,6 +60,93 @@ def _section_values(key: str, spec: dict) -> list:
     if t == "array" or t == ["array", "null"]:
         return [[], ["Functional.linear"], "Functional.linear"]
     return [None, 1, "x"]
+
+
+def vocabularies() -> list[dict]:
+    """Every shipped release's vocabulary (extract_vocab.py), for the matrix over their union."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = []
+    for n in sorted(os.listdir(here)):
+        if n.endswith(".vocab.json"):
+            with open(os.path.join(here, n), encoding="utf-8") as f:
+                out.append(json.load(f))
+    return out
+
+
+def union_vocabulary(vocabs: list[dict]) -> tuple[dict[str, set], dict[str, list[str]], set[str]]:
+    """({part: {key}}, {"part.key": [the tests of its checks]}, {task}) over the releases."""
+    keys: dict[str, set] = {}
+    tests: dict[str, list[str]] = {}
+    tasks: set[str] = set()
+    for v in vocabs:
+        tasks |= set(v["tasks"])
+        for part, spec in v["parts"].items():
+            keys.setdefault(part, set()).update(spec["keys"])
+        for c in v["checks"]:
+            for k in c["keys"]:
+                tests.setdefault(f"{c['part']}.{k}" if c["part"] else k, []).append(c["test"])
+    return keys, tests, tasks
+
+
+def _checked_values(key: str, tests: list[str]) -> list:
+    """Values that exercise every kind of check a release runs on `key`: each allowed value and
+    one outside them, the types the checks test and one other, numbers around the bounds."""
+    import ast
+
+    vals: list = []
+    for t in tests:
+        for m in re.finditer(rf"_k_{key} not in (\[[^\]]*\])", t):
+            try:
+                vals += [x for x in ast.literal_eval(m.group(1)) if isinstance(x, (str, int))] + ["bogus", 1]
+            except (ValueError, SyntaxError):
+                pass
+        for m in re.finditer(rf"isinstance\(_k_{key}, (\w+)\)", t):
+            vals += {"bool": [True, False, "true"], "list": [[], ["Functional.linear"], "Functional.linear"],
+                     "str": ["x", 1], "int": [1, "1"], "dict": [{}, "x"]}.get(m.group(1), [])
+        if re.search(rf"is_int\(_k_{key}\)|_k_{key} *[<>]=?|[<>]=? *_k_{key}", t):
+            vals += [-1, 0, 2, "1"]
+    out, seen = [], set()
+    for v in vals:
+        j = json.dumps(v)
+        if j not in seen:
+            seen.add(j)
+            out.append(v)
+    return out or ["bogus"]
+
+
+def set_paths(config, prefix: str = "") -> set[str]:
+    """The key paths a config sets ("task", "tensor.file_format", "load.step")."""
+    out = set()
+    if isinstance(config, dict):
+        for k, v in config.items():
+            out.add(prefix + k)
+            if not prefix and isinstance(v, dict):
+                out |= set_paths(v, k + ".")
+    return out
+
+
+def vocabulary_cases(existing: list[dict]) -> list[dict]:
+    """Cases for every key some release reads that no case of the schema's matrix sets (legacy
+    keys, the 8.x task sections, the sections of tasks that cannot run here): each checked key
+    with the values its checks tell apart, each key no release checks with one value; and every
+    task some release has, alone."""
+    keys, tests, tasks = union_vocabulary(vocabularies())
+    have = set().union(*(set_paths(c["config"]) for c in existing))
+    ids = {c["id"] for c in existing}
+    out = [_case(f"task={json.dumps(t)}", "task", {"task": t}) for t in sorted(tasks)
+           if f"task={json.dumps(t)}" not in ids and t != "statistics"]
+    load = {"path": EXISTING_DIR, "modules": ["Module.0.Linear.forward.0"], "dump_after_load": True}
+    for part in sorted(keys):
+        for k in sorted(keys[part]):
+            path = f"{part}.{k}" if part else k
+            if path in have or (part and part != "load" and part not in tasks):
+                continue
+            base = {} if part in ("", "statistics", "load") else {"task": part}
+            for v in _checked_values(k, tests.get(path, [])):
+                sec = dict(load, **{k: v}) if part == "load" else {k: v}
+                cfg = dict(base, **{k: v}) if not part else dict(base, **{part: sec})
+                out.append(_case(f"{path}={json.dumps(v)}", path, cfg))
+    return out
 
 
 def _case(cid: str, key: str, config: dict) -> dict:
@@ -314,6 +247,7 @@ def matrix() -> list[dict]:
             ("mix tensor", "level", {"level": "mix", "task": "tensor"}),
     ):
         out.append(_case(cid, key, cfg))
+    out += vocabulary_cases(out)
     ids = [c["id"] for c in out]
     assert len(ids) == len(set(ids)), "case ids must be unique"
     return out

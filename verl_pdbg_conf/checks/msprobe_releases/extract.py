@@ -20,6 +20,7 @@ Nothing is typed from reading msprobe: every outcome is what the release did."""
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import re
@@ -442,8 +443,35 @@ def measure(cases: list[dict], progress=None, jobs: int = 1) -> dict:
     facts = {"format": FORMAT, "dist": DIST, "version": version, "requires_python": meta.get("requires_python"),
              "requires_dist": meta.get("requires_dist", []), "api": _live_api(api_facts()), "cases": []}
     for case, res in zip(cases, run_cases(cases, jobs, progress)):
-        facts["cases"].append({"id": case["id"], "config": case["config"], **res})  # its key is the matrix's
+        facts["cases"].append({"id": case["id"], "key": case["key"], "config": case["config"], **res})
     return facts
+
+
+def keyed(cases: list[dict], matrix: list[dict]) -> list[dict]:
+    """The measured cases, each with the matrix's key (stored, so that the validator never
+    builds the matrix: case_index.py), placed after its id as measure() writes it."""
+    keys = {c["id"]: c["key"] for c in matrix}
+    return [with_key(c, keys[c["id"]]) for c in cases]
+
+
+def rekey(out_dir: str) -> int:
+    """Write the matrix's keys into every release's facts in out_dir, measuring nothing: after
+    the keys of the matrix changed, or facts written without them."""
+    from verl_pdbg_conf.checks.msprobe_releases import shipped
+    from verl_pdbg_conf.checks.msprobe_releases.cases import matrix
+
+    cases = matrix()
+    for version in shipped():
+        path = path_for(version, out_dir)
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            facts = json.load(f)
+        if [c["id"] for c in facts["cases"]] != [c["id"] for c in cases]:
+            raise SystemExit(f"{path}: its cases are not the matrix's: measure the release again")
+        data = dumps(dict(facts, cases=keyed(facts["cases"], cases)))
+        with open(path, "wb") as f:
+            f.write(data)
+        print(f"{path}: {len(cases)} cases keyed, {len(data)} bytes")
+    return 0
 
 
 def dumps(facts: dict) -> bytes:
@@ -457,18 +485,36 @@ def path_for(version: str, out_dir: str = HERE) -> str:
     return os.path.join(out_dir, f"msprobe-{version}.json.gz")
 
 
-def write_examples(root: str, jobs: int = 1) -> int:
+def _installed_version() -> str | None:
+    import site
+
+    return dist_info(site.getsitepackages() + [site.getusersitepackages()] + sys.path)[0]
+
+
+def write_examples(root: str, jobs: int = 1, missing: bool = False) -> int:
+    """Measure the examples (with `missing`: only those the release's outcomes file lacks, kept
+    with the rest) and write the release's outcomes file."""
     cases_dir = os.path.join(root, "cases")
+    out_dir = os.path.join(root, "outcomes")
+    old = {}
+    if missing:
+        try:
+            with open(os.path.join(out_dir, f"msprobe-{_installed_version()}.json"), encoding="utf-8") as f:
+                old = json.load(f)["outcomes"]
+        except OSError:
+            pass
     cases = []
     for n in sorted(os.listdir(cases_dir)):
-        if n.endswith(".json"):
+        if n.endswith(".json") and n[:-5] not in old:
             with open(os.path.join(cases_dir, n), encoding="utf-8") as f:
                 cases.append({"id": n[:-5], "key": "", "config": json.load(f)})
     facts = measure(cases, jobs=jobs)
-    out_dir = os.path.join(root, "outcomes")
     os.makedirs(out_dir, exist_ok=True)
     out = os.path.join(out_dir, f"msprobe-{facts['version']}.json")
-    table = {c["id"]: {k: c[k] for k in ("outcome", "where", "message") if k in c} for c in facts["cases"]}
+    names = {n[:-5] for n in os.listdir(cases_dir) if n.endswith(".json")}
+    table = {k: v for k, v in old.items() if k in names}
+    table.update({c["id"]: {k: c[k] for k in ("outcome", "where", "message") if k in c} for c in facts["cases"]})
+    print(f"measured {len(facts['cases'])} examples")
     with open(out, "w", encoding="utf-8") as f:
         json.dump({"version": facts["version"], "outcomes": table}, f, indent=1, ensure_ascii=False, sort_keys=True)
         f.write("\n")
@@ -489,11 +535,39 @@ def merge_parts(version: str, out_dir: str) -> int:
     order = [c["id"] for c in matrix()]
     if not parts or set(by_id) != set(order):
         raise SystemExit(f"the parts of {version} do not cover the matrix ({len(by_id)} of {len(order)} cases)")
-    facts = dict(parts[0], cases=[by_id[i] for i in order])
+    facts = dict(parts[0], cases=keyed([by_id[i] for i in order], matrix()))
     data = dumps(facts)
     with open(path_for(version, out_dir), "wb") as f:
         f.write(data)
     print(f"{path_for(version, out_dir)}: {len(order)} cases, {len(data)} bytes")
+    return 0
+
+
+def with_key(case: dict, key: str) -> dict:
+    """A measured case with the matrix's key, its fields in the order measure() writes them."""
+    return {"id": case["id"], "key": key, **{k: v for k, v in case.items() if k not in ("id", "key")}}
+
+
+def measure_missing(out_dir: str, jobs: int) -> int:
+    """Measure only the matrix cases the installed release's facts file lacks and write the file
+    again: the cases it has kept as measured, those the matrix dropped left out, matrix order."""
+    from verl_pdbg_conf.checks.msprobe_releases.cases import matrix
+
+    version = _installed_version()
+    if not os.path.exists(path_for(version, out_dir)):
+        raise SystemExit(f"no facts of msprobe {version} in {out_dir} yet: measure the whole matrix (no --missing)")
+    with gzip.open(path_for(version, out_dir), "rt", encoding="utf-8") as f:
+        old = json.load(f)
+    have = {c["id"]: c for c in old["cases"]}
+    cases = matrix()
+    todo = [c for c in cases if c["id"] not in have]
+    facts = measure(todo, None, jobs)
+    got = {c["id"]: c for c in facts["cases"]}
+    facts["cases"] = [with_key(have.get(c["id"]) or got[c["id"]], c["key"]) for c in cases]
+    data = dumps(facts)
+    with open(path_for(version, out_dir), "wb") as f:
+        f.write(data)
+    print(f"{path_for(version, out_dir)}: {len(todo)} cases measured, {len(cases)} in all, {len(data)} bytes")
     return 0
 
 
@@ -517,8 +591,15 @@ def main(argv=None) -> int:
     p.add_argument("--part", metavar="K/N", help="measure every N-th case from the K-th (0-based) and write "
                                                  "msprobe-<version>.part-K-of-N.json; --merge joins the parts")
     p.add_argument("--merge", metavar="VERSION", help="join the part files of VERSION in --out-dir into its facts")
+    p.add_argument("--missing", action="store_true",
+                   help="measure only the cases (with --examples: the examples) the release's shipped file lacks, "
+                        "and merge them into it")
+    p.add_argument("--rekey", action="store_true", help="write the matrix's key of each case into every shipped "
+                                                        "release's facts in --out-dir, measuring nothing")
     p.add_argument("-q", "--quiet", action="store_true")
     args = p.parse_args(argv)
+    if args.rekey:
+        return rekey(args.out_dir)
     if args.venv:
         py = os.path.join(args.venv, "bin", "python")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [_repo_root(),
@@ -532,6 +613,7 @@ def main(argv=None) -> int:
         cmd += ["-q"] if args.quiet else []
         cmd += ["--jobs", str(args.jobs)]
         cmd += ["--part", args.part] if args.part else []
+        cmd += ["--missing"] if args.missing else []
         return subprocess.call(cmd, env=env)
     from verl_pdbg_conf.checks.msprobe_releases.cases import matrix
 
@@ -546,7 +628,9 @@ def main(argv=None) -> int:
                               **({"where": c["where"], "message": c["message"]} if "where" in c else {})}))
         return 0
     if args.examples:
-        return write_examples(args.examples, args.jobs)
+        return write_examples(args.examples, args.jobs, args.missing)
+    if args.missing:
+        return measure_missing(args.out_dir, args.jobs)
     if args.merge:
         return merge_parts(args.merge, args.out_dir)
     cases = matrix()

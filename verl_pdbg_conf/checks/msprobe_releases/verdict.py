@@ -9,8 +9,10 @@ on the case matrix (cases.py, measured by extract.py).
   an error at the case's key, saying what that release does; a finding already at that key
   is raised to an error (its rule kept), not doubled. While the file has an error, that one
   root cause is reported alone.
-- Keys the matrix does not cover keep the 26.x rules' verdict; failures that only say the
-  case ran without an NPU (nan_check, L2) do not count."""
+- The release's vocabulary (vocab.py) comes first: a key it does not read is ignored whatever
+  its value (any finding there a warning naming the release); a key it reads and checks, where
+  no measured case applies, is judged by its own construction checks. Failures that only say
+  the case ran without an NPU (nan_check, L2) do not count."""
 
 from __future__ import annotations
 
@@ -18,8 +20,9 @@ import dataclasses
 import json
 import re
 
-from verl_pdbg_conf.checks.msprobe_releases import load
-from verl_pdbg_conf.checks.msprobe_releases.cases import UNKNOWN, pairs
+from verl_pdbg_conf.checks.msprobe_releases.case_index import cases_for
+from verl_pdbg_conf.checks.msprobe_releases.shapes import UNKNOWN, pairs
+from verl_pdbg_conf.checks.msprobe_releases.vocab import failing_check, reads, value_specs, vocabulary
 from verl_pdbg_conf.core.findings import Finding, Severity
 
 FAILED = ("raised", "nothing", "partial")
@@ -65,6 +68,9 @@ def what_it_does(version: str, case: dict, strict: bool) -> str:
     said = f" ({msg})" if msg else ""
     if case["outcome"] == "nothing":
         return f"msprobe {version} dumps nothing with it"
+    if where == "driver":
+        return (f"msprobe {version} raises while the model runs{said}; verl does not catch it and the training "
+                "step fails")
     if where in ("stop", "reset"):
         return (f"msprobe {version} raises in {'stop()' if where == 'stop' else 'reset_status()'}{said}; "
                 "verl does not catch it and the training step fails")
@@ -83,7 +89,7 @@ def applying_cases(facts: dict, config: dict) -> list[dict]:
     config's. Where no case of a key applies so, a case applies that holds at least the pairs it
     sets itself (a case measured at the default level stands for the other levels too). Of
     those, a case whose pairs another applying case holds, and more, gives way to it."""
-    have = pairs(config)
+    have = pairs(config, value_specs(facts["version"]))
     strict = [c for c in facts["cases"] if c["strict"] <= have]
     keys = {c["key"] for c in strict}
     loose = [dict(c, loose=True) for c in facts["cases"] if c["key"] not in keys and c["pairs"] <= have]
@@ -107,17 +113,79 @@ def _measured_off_npu(case: dict) -> bool:
     return case["outcome"] == "nothing" or "npu" in case.get("message", "").lower()
 
 
+def _leaf_paths(config: dict, vocab: dict) -> list[str]:
+    """The paths of `config` this release reads: top-level keys, then the keys of the parts it reads."""
+    out = []
+    for k, v in config.items():
+        if not reads(vocab, config, k):
+            continue
+        out.append(k)
+        if isinstance(v, dict):
+            out += [f"{k}.{sk}" for sk in v if reads(vocab, config, f"{k}.{sk}")]
+    return out
+
+
+def _check_cases(vocab: dict, config: dict, cases: list[dict]) -> list[dict]:
+    """The release's own construction checks that fire on this config, as cases, at the keys no
+    measured case applies to. A check that passes proves nothing: construction checks more than
+    the config classes do (scope windows, L2, async_dump), and those only the measured cases see."""
+    measured = {c["key"] for c in cases}
+    fired = []
+    for path in _leaf_paths(config, vocab):
+        if path in measured:
+            continue
+        check, _ = failing_check(vocab, config, path)
+        if check is not None:
+            fired.append({"key": path, "outcome": "raised", "where": "construct", "message": check["message"],
+                          "pairs": frozenset(), "strict": frozenset(), "check": check["test"]})
+    return fired
+
+
+def _read_key(path: str) -> str:
+    """The key a finding's path is read as: a top-level key, or a section's key ("statistics.slice")."""
+    parts = path.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 else path
+
+
+def _ignored(f: Finding, k: str, version: str) -> Finding:
+    """A finding at a key this release does not read: the release ignores it, whatever its value."""
+    k = _read_key(k)
+    said = f.message if f.rule == "msprobe-unknown-key" else f"an error on releases that read it: {f.message}"
+    return dataclasses.replace(f, severity=Severity.WARNING,
+                               message=f"msprobe {version} does not read '{k}': it is ignored whatever its value "
+                                       f"({said})",
+                               hint=f"delete \"{k.split('.')[-1]}\" unless a release that reads it will run; "
+                                    f"msprobe {version} does not use it")
+
+
+def _read_here(f: Finding, k: str, version: str) -> Finding:
+    """An "unknown key" of the newest rules that this release does read."""
+    return dataclasses.replace(f, message=f"'{k}' is read by msprobe {version} (the newest rules do not know it: "
+                                          f"{f.message})", hint=f"nothing to change for msprobe {version}; releases "
+                                                                f"that do not read it ignore it")
+
+
 def judge(findings: list[Finding], doc, config: dict, version: str, strict: bool = False) -> list[Finding]:
     """`findings` (the 26.x rules' verdict on `config`) as release `version` decides them."""
-    cases = applying_cases(load(version), config)
+    cases = applying_cases({"version": version, "cases": cases_for(version, config)}, config)  # only those that can apply
+    vocab = vocabulary(version)
     failing = [c for c in cases if c["outcome"] in FAILED and not _measured_off_npu(c)]
+    if vocab:
+        failing = [c for c in failing if c["key"] in ("", UNKNOWN) or reads(vocab, config, c["key"])]
+        failing += [c for c in _check_cases(vocab, config, cases) if c["key"] not in {x["key"] for x in failing}]
     by_key: dict[str, list[dict]] = {}
     for c in cases:
         by_key.setdefault(c["key"], []).append(c)
     out = []
     for f in findings:
         k = _key_of(f.path)
-        if f.severity is Severity.ERROR and not failing and f.rule not in VERL_RULES and _dumps_with(by_key.get(k), f):
+        if vocab and f.severity is not Severity.INFO and f.rule not in VERL_RULES and not reads(vocab, config, k):
+            f = _ignored(f, k, version)
+        elif vocab and f.rule == "msprobe-unknown-key" and k and k in {c["key"] for c in failing}:
+            continue  # the release reads it and fails on it: that finding is made below, in its words
+        elif vocab and f.rule == "msprobe-unknown-key" and k:
+            f = _read_here(f, k, version)  # read (the branch above: not read), and no failure at it
+        elif f.severity is Severity.ERROR and not failing and f.rule not in VERL_RULES and _dumps_with(by_key.get(k), f):
             f = dataclasses.replace(
                 f, severity=Severity.WARNING,
                 message=f"msprobe {version} dumps normally with {k} {_show(_value_at(config, k))} (measured on that "
@@ -138,7 +206,7 @@ def judge(findings: list[Finding], doc, config: dict, version: str, strict: bool
 def _fail_at(out: list[Finding], doc, config: dict, key: str, case: dict, version: str, strict: bool):
     does = what_it_does(version, case, strict)
     if key == UNKNOWN:
-        from verl_pdbg_conf.checks.msprobe_releases.cases import props
+        from verl_pdbg_conf.checks.msprobe_releases.shapes import props
 
         paths = [(k,) for k in _unknown_keys(config, props())] or [()]
     elif key == "":

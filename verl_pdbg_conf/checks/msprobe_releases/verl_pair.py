@@ -12,14 +12,11 @@ code by AST). msprobe's side is in its facts (extract.py)."""
 
 from __future__ import annotations
 
-import argparse
-import ast
 import functools
 import json
 import os
 import re
 import sys
-import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "verl-requires.json")
@@ -123,8 +120,12 @@ def verl_releases() -> dict:
         return {}
 
 
+MSPROBE_PARTS = ("version", "requires_dist", "requires_python", "api")  # what pair_problems reads of msprobe's facts
+
+
 def pair_problems(verl_version: str, msprobe_facts: dict) -> list[str]:
-    """What keeps this verl release and this msprobe release from running together, in words."""
+    """What keeps this verl release and this msprobe release from running together, in words.
+    `msprobe_facts`: the release's facts, or just their MSPROBE_PARTS."""
     verl = verl_releases().get(verl_version)
     if verl is None:
         return []
@@ -166,6 +167,8 @@ def _metadata(text: str) -> dict:
 def backend_calls(src: str) -> list[list[str]]:
     """What verl's backend calls on msprobe, as groups of alternatives (a getattr fallback is
     one group), in the names of extract.API."""
+    import ast
+
     tree = ast.parse(src)
     groups: list[list[str]] = []
 
@@ -195,6 +198,8 @@ def backend_calls(src: str) -> list[list[str]]:
 
 
 def from_wheel(path: str) -> dict:
+    import zipfile
+
     with zipfile.ZipFile(path) as z:
         meta = next(n for n in z.namelist() if re.match(r"verl-[^/]+\.dist-info/METADATA$", n))
         facts = _metadata(z.read(meta).decode("utf-8"))
@@ -225,6 +230,8 @@ def dumps(table: dict) -> str:
 
 
 def main(argv=None) -> int:
+    import argparse
+
     p = argparse.ArgumentParser(prog="python -m verl_pdbg_conf.checks.msprobe_releases.verl_pair",
                                 description=__doc__.split("\n\n")[0])
     src = p.add_mutually_exclusive_group(required=True)

@@ -63,6 +63,7 @@ def dist_info_version(dirs, dist: str) -> str | None:
 def dist_info(dist: str = "verl", dirs=None) -> tuple[str, str] | None:
     """(directory, version) of the first `<dist>-X.dist-info` in `dirs` (default: sys.path), its
     version from its METADATA (else its name)."""
+    listing = _listing if dirs is None else _listdir
     if dirs is None:
         import sys
 
@@ -70,12 +71,8 @@ def dist_info(dist: str = "verl", dirs=None) -> tuple[str, str] | None:
     name = "[-_.]".join(re.escape(p) for p in re.split(r"[-_.]+", dist))  # dist-info names normalise - to _
     rx = re.compile(r"^" + name + r"-([^-]+)\.dist-info$", re.I)
     for entry in dirs:
-        try:
-            names = os.listdir(entry or ".")
-        except OSError:
-            continue
-        for name in names:
-            m = rx.match(name)
+        for name in listing(entry):
+            m = rx.match(name) if name[-10:].lower() == ".dist-info" else None
             if m:
                 path = os.path.join(entry or ".", name)
                 try:
@@ -89,6 +86,20 @@ def dist_info(dist: str = "verl", dirs=None) -> tuple[str, str] | None:
                     pass
                 return path, m.group(1)
     return None
+
+
+def _listdir(entry: str) -> list[str]:
+    try:
+        return os.listdir(entry or ".")
+    except OSError:
+        return []
+
+
+@functools.lru_cache(maxsize=None)
+def _listing(entry: str) -> list[str]:
+    """The names in a sys.path entry, listed once per process: a run looks up verl and
+    mindstudio-probe (several times) in the same site-packages and stdlib directories."""
+    return _listdir(entry)
 
 
 _MODULES = {"verl": "verl", "mindstudio-probe": "msprobe"}

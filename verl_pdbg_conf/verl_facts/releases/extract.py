@@ -36,44 +36,11 @@ import sys
 import zipfile
 
 from verl_pdbg_conf.verl_facts.encoding import decode, encode, same_typed
+from verl_pdbg_conf.verl_facts.releases.digest import (  # noqa: F401 - also this module's names
+    CONFIG_ROOT, READS, VERSION_FILE, digest, file_hash, has_content as _has_content, reads)
 
-CONFIG_ROOT = "verl/trainer/config/"
 HERE = os.path.dirname(os.path.abspath(__file__))
 FORMAT = 1
-# What extraction reads of a verl tree: everything else of it cannot change the facts, so the
-# digest of these files (content of .py/.yaml and the version file, names of the rest of the
-# config tree) identifies a tree's facts: a copy with the digest of a shipped release IS it.
-READS = ("verl/trainer/", "verl/workers/", "verl/utils/profiler/", "verl/version/")
-VERSION_FILE = "verl/version/version"
-
-
-def reads(path: str) -> bool:
-    return path.startswith(READS) and "/__pycache__/" not in path and not path.endswith((".pyc", "/"))
-
-
-def _has_content(path: str) -> bool:
-    return path.endswith((".py", ".yaml")) or path == VERSION_FILE
-
-
-def file_hash(data: bytes) -> str:
-    """As a wheel's RECORD writes it: urlsafe base64 of the sha256, without padding."""
-    import base64
-    import hashlib
-
-    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-
-
-def digest(hashes: dict[str, str]) -> str:
-    """The digest of a tree from {path: file_hash} of the files extraction reads."""
-    import hashlib
-
-    h = hashlib.sha256()
-    for path in sorted(p for p in hashes if reads(p)):
-        if _has_content(path):
-            h.update(f"{path}\t{hashes[path]}\n".encode())
-        elif path.startswith(CONFIG_ROOT):
-            h.update(f"{path}\t-\n".encode())
-    return h.hexdigest()
 
 
 def _init_version(root: str) -> str:
