@@ -170,6 +170,23 @@ def hydra_main_of(path: str) -> tuple[str | None, str | None]:
     return args.get("config_path"), args.get("config_name")
 
 
+def not_installed(searchpath: str) -> str:
+    """The first `pkg://` entry of a `hydra.searchpath=[...]` override whose package is not installed
+    here (its configs cannot be composed: the command is not judged), else ""."""
+    import importlib.util
+
+    for pkg in re.findall(r"pkg://([\w.]+)", searchpath):
+        if pkg.startswith("verl."):
+            continue
+        try:
+            found = importlib.util.find_spec(pkg.split(".")[0]) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            return f"pkg://{pkg}"
+    return ""
+
+
 def truth_commands(path: str, root: str) -> list[dict]:
     """The main_ppo commands of a script: {line, config_dir, config_name, overrides} or
     {line, unknown: why}. Variables: literal top-level assignments only; `source` makes them unknown."""
@@ -259,6 +276,9 @@ def truth_commands(path: str, root: str) -> list[dict]:
                 t = key + "=" + PLACEHOLDER
             if t.strip() == "":
                 continue
+            if t.lstrip("+~").startswith("hydra.searchpath=") and not_installed(t):
+                why = f"configs from {not_installed(t)} are not installed here"
+                continue
             if t.lstrip("+~").startswith("hydra."):
                 continue
             overrides.append(t)
@@ -293,8 +313,10 @@ def _stub_verl(root: str) -> None:
 
 
 def truth_worker(root: str) -> None:
-    """stdin: JSON list of scripts; stdout: JSON {script: [command verdicts]}."""
+    """stdin: JSON list of scripts (their commands read here), or {script: [commands]} (commands read
+    elsewhere: real bash's words, bench/verl_corpus_bash.py); stdout: JSON {script: [command verdicts]}."""
     scripts = json.load(sys.stdin)
+    given = scripts if isinstance(scripts, dict) else None
     _stub_verl(root)
     import logging
     import warnings
@@ -309,7 +331,7 @@ def truth_worker(root: str) -> None:
     for s in scripts:
         verdicts = []
         try:
-            commands = truth_commands(s, root)
+            commands = given[s] if given is not None else truth_commands(s, root)
         except Exception as e:  # the reader on a script the shell itself would reject
             commands = [{"line": 0, "unknown": f"unreadable: {e!r}"}]
         for c in commands:
@@ -333,7 +355,9 @@ def truth_worker(root: str) -> None:
     json.dump(result, sys.stdout)
 
 
-def run_truth(root: str, scripts: list[str]) -> dict:
+def run_truth(root: str, scripts) -> dict:
+    """Real Hydra's verdicts on the scripts' commands: `scripts` a list (commands read by
+    truth_commands) or {script: [commands]}."""
     r = subprocess.run([sys.executable, os.path.abspath(__file__), "--truth-worker", root],
                        input=json.dumps(scripts), capture_output=True, text=True, cwd=root,
                        env=dict(os.environ, PYTHONPATH=REPO, HYDRA_FULL_ERROR="1"))

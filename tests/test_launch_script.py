@@ -407,7 +407,7 @@ def test_arrays_expand_with_each_elements_position(tmp_path):
     got = [(o.text.split("=")[0], o.line, o.column, o.unknown is None) for o in inv.overrides]
     assert got == [("x.a", 1, 4, True), ("x.b", 1, 10, True), ("x.c", 3, 4, False), ("x.d", 4, 5, True),
                    ("y.a", 5, 15, True),  # array elements at their own positions
-                   ("z.a", 7, 52, True), ("z.b", 7, 52, True),  # an unquoted $C is split, at its use
+                   ("z.a", 6, 4, True), ("z.b", 6, 10, True),  # an unquoted $C is split, each where it is written
                    ("z.a", 7, 55, True), ("y.a", 7, 60, True)]
     assert inv.overrides[7].text == "z.a=1 z.b=2"  # quoted: one word, as bash passes it
     assert any("NOPE" in f.message for f in inv.findings)  # an unknown array: noted, not judged
@@ -526,3 +526,34 @@ def test_release_only_keys_in_a_script_are_judged_by_the_chosen_release(tmp_path
                  "  actor_rollout_ref.actor.fsdp_config.use_no_sync_for_gradient_accumulation=True\n")
     (e,) = errors(validate_script(str(p), Options(base_dir=str(tmp_path), verl_version=release)).findings)
     assert (e.rule, e.line, e.column) == ("override", bad_line, 3)
+
+
+def test_relative_config_path_missing_from_the_repositorys_own_verl_is_an_error(tmp_path):
+    """With the repository's own verl (the one that runs), a literal relative --config-path that its
+    verl/trainer/ lacks is Hydra's certain start-up failure: one error, nothing else judged."""
+    trainer = tmp_path / "verl" / "trainer"
+    (trainer / "config").mkdir(parents=True)
+    (tmp_path / "verl" / "__init__.py").write_text("")
+    (trainer / "main_ppo.py").write_text('@hydra.main(config_path="config", config_name="ppo_trainer")\n')
+    (trainer / "config" / "ppo_trainer.yaml").write_text("trainer:\n  total_epochs: 1\n")
+    (tmp_path / ".git").mkdir()
+    p = tmp_path / "recipe" / "run.sh"
+    p.parent.mkdir()
+    p.write_text("BASEDIR=base_dir\npython3 -m verl.trainer.main_ppo --config-path=${BASEDIR}/recipe/configs \\\n"
+                 f"  --config-name=mine \\\n{BAD_OVERRIDES}")
+    (e,) = validate_script(str(p), Options(base_dir=str(tmp_path))).findings
+    assert e.severity is Severity.ERROR and "Primary config directory not found" in e.message
+    assert (e.line, e.column) == (2, 34)
+
+
+@pytest.mark.parametrize("cp,why", [('"$(dirname "$0")/nope"', "does not exist"),
+                                    ('"$PROJECT_DIR/cfg"', "holds no mine.yaml")])
+def test_config_path_from_the_script_or_launch_directory_is_judged_there(tmp_path, cp, why):
+    """`$(dirname "$0")/x` and `$(pwd)`-built paths name a directory known here (the launch directory is
+    the repository root): where it is missing or lacks the config, Hydra's failure is one error."""
+    (tmp_path / "cfg").mkdir()
+    p = tmp_path / "run.sh"
+    p.write_text(f'PROJECT_DIR="$(pwd)"\npython3 -m verl.trainer.main_ppo --config-path={cp} --config-name=mine \\\n'
+                 f"{BAD_OVERRIDES}")
+    (e,) = validate_script(str(p), Options(base_dir=str(tmp_path))).findings
+    assert e.severity is Severity.ERROR and why in e.message and e.line == 2

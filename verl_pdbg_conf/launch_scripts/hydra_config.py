@@ -135,13 +135,15 @@ def _has_config(d: str, name: str) -> bool:
     return bool(name) and os.path.isfile(os.path.join(d, name + ".yaml"))
 
 
-def choose_config(entry: Entry, flags: dict, script: Script, anchor: Word) -> ConfigChoice:
+def choose_config(entry: Entry, flags: dict, script: Script, anchor: Word, resolve=None) -> ConfigChoice:
     """Which primary config Hydra loads for this invocation, as Hydra decides it: a relative
     --config-path against the directory of the module declaring @hydra.main (verl/trainer/ for
     verl's main_ppo, so `config` and `./config` are verl's own tree); an absolute one as it is;
-    one built from a variable when its known tail is found next to the script or in its
-    repository and holds the config. When that cannot be known: ONE warning, and the overrides
-    are not judged (composing them against some other config would only make noise)."""
+    one built from the script's directory or the launch directory (`$(dirname "$0")/x`, `$PWD/x`,
+    `resolve`) as that directory (unless only the known end names a config); one built from another variable when its known tail is found
+    next to the script or in its repository and holds the config. When that cannot be known: ONE
+    warning, and the overrides are not judged (composing them against some other config would
+    only make noise)."""
     choice = ConfigChoice(entry.config_name, None, anchor)
 
     def unjudged(w: Word | None, msg: str, hint: str, sev: Severity = W) -> ConfigChoice:
@@ -155,7 +157,7 @@ def choose_config(entry: Entry, flags: dict, script: Script, anchor: Word) -> Co
                         "lint the script inside the project that holds that module")
     name = entry.config_name
     if "name" in flags:
-        w, v, flag = flags["name"]
+        w, v, flag, _ = flags["name"]
         if not w.known:
             return unjudged(w, f"{flag} is {w.raw}, which cannot be known here ({w.unknown})",
                             "write the config name literally to have the overrides checked")
@@ -164,9 +166,18 @@ def choose_config(entry: Entry, flags: dict, script: Script, anchor: Word) -> Co
     where = "verl"  # the primary config directory; "verl": verl's own trainer/config
     flag_word = anchor
     if "path" in flags:
-        w, v, flag = flags["path"]
+        w, v, flag, value_word = flags["path"]
         flag_word = w
-        if not w.known:
+        # `$(dirname "$0")/cfg`, `$PWD/cfg` from the launch directory: known here. Where it holds no
+        # config, the one found by the path's known end (launched from elsewhere) is taken instead;
+        # failing that, Hydra fails on this directory.
+        definite = resolve(value_word) if resolve is not None and not w.known else None
+        found = None
+        if definite is not None and not (os.path.isdir(definite) and _has_config(definite, name)):
+            found, _ = locate(w, script, lambda d: os.path.isdir(d) and _has_config(d, name))
+        if definite is not None:
+            where = found or definite
+        elif not w.known:
             found, _ = locate(w, script, lambda d: os.path.isdir(d) and _has_config(d, name))
             if found is None:
                 near, _ = locate(w, script, os.path.isdir)
@@ -190,9 +201,14 @@ def choose_config(entry: Entry, flags: dict, script: Script, anchor: Word) -> Co
                 trainer = _verl_trainer_dir(script)
                 d = os.path.normpath(os.path.join(trainer, v)) if trainer else None
                 if d is None or not os.path.isdir(d):
+                    # the repository's own verl is the one that runs: Hydra's failure is certain
+                    own = trainer is not None and any(trainer == os.path.join(b, "verl", "trainer")
+                                                      for b in script.bases())
                     return unjudged(w, f"{flag} {v} is resolved by Hydra against verl/trainer/ (the directory of "
-                                       "the module declaring @hydra.main), where it does not exist here",
-                                    "give an absolute path, or `config` for verl's own configs")
+                                       "the module declaring @hydra.main), where it does not exist"
+                                    + (f" in the repository's own verl: Hydra fails with `Primary config directory "
+                                       f"not found: {d}`" if own else " here"),
+                                    "give an absolute path, or `config` for verl's own configs", E if own else W)
                 where = d
         else:
             where = os.path.normpath(os.path.join(entry.base, v))
@@ -208,7 +224,7 @@ def choose_config(entry: Entry, flags: dict, script: Script, anchor: Word) -> Co
         else:
             where = os.path.normpath(os.path.join(entry.base, cp))
     if "dir" in flags:
-        w, v, flag = flags["dir"]
+        w, v, flag, _ = flags["dir"]
         found = None
         if w.known:
             found, _ = locate(w, script, os.path.isdir, text=v)

@@ -77,6 +77,9 @@ class Invocation:
     flags: dict = field(default_factory=dict)  # --config-path/-name/-dir -> (Word, value)
     unjudged: bool = False  # the config cannot be known: the overrides are not judged
     anchor: Word | None = None  # where a finding about the primary config points
+    args: list[Word] = field(default_factory=list)  # the words after the module, as bash passes them
+    cmd_line: int = 0  # where the command holding the python word starts
+    missing_configs: list = field(default_factory=list)  # (Word, "pkg://x.y") search path packages not here
 
 
 # ----------------------------------------------------------------------------- reading
@@ -187,21 +190,31 @@ def _track(cmd: Command, variables: Variables, place: Where, script: Script) -> 
             return
         m = _ASSIGN.match(w.text)
         name, append, value = m.group(1), m.group(2), m.group(3)
+        origins = w.origins[m.start(3):] if w.origins else None
         if name == "PYTHONPATH":
-            place.pythonpath = None if cmd.depth > 0 else _pythonpath_value(w, place)
-        if cmd.depth > 0:
-            variables.set(name, None, f"${name} is assigned inside an if/for/while block or a function ({where})")
+            place.pythonpath = None if cmd.branch else _pythonpath_value(w, place)
+        if cmd.branch and w.array is not None and append and variables.arrays.get(name) is not None:
+            # `if ...; then A+=(...); fi`: the elements before stay; these are passed only if it runs
+            block = "inside an if/case/loop block" if cmd.depth else "after `&&`/`||`"
+            maybe = f"appended to {name} {block} ({where}): passed only when that branch runs"
+            variables.set_array(name, [replace(e, unknown=e.unknown or maybe, unknown_at=0, maybe=maybe)
+                                       for e in w.array], append=True)
+        elif cmd.branch:
+            block = "inside an if/for/while block or a function" if cmd.depth else "after `&&`/`||`"
+            variables.set(name, None, f"${name} is assigned {block} ({where})")
             variables.arrays.pop(name, None)
         elif w.array is not None:
             variables.set_array(name, w.array, append=bool(append))
         elif not w.known:
             variables.set(name, None, f"${name} is set from a value that cannot be known here ({w.unknown})",
-                          _after(w.parts, m.start(3)))
+                          _after(w.parts, m.start(3)), origins)
         elif append:
             old, _ = variables.get(name)
-            variables.set(name, None if old is None else old + value, f"${name} is appended to ({where})")
+            old_origins = variables.origins.get(name)
+            variables.set(name, None if old is None else old + value, f"${name} is appended to ({where})",
+                          origins=old_origins + origins if old_origins is not None and origins is not None else None)
         else:
-            variables.set(name, value)
+            variables.set(name, value, origins=origins)
 
     if _only_assignments(words):
         for w in words:
@@ -226,7 +239,7 @@ def _track(cmd: Command, variables: Variables, place: Where, script: Script) -> 
         args = [w for w in words[1:] if not (w.known and w.text in ("-P", "-L", "--"))]
         if head == "pushd":
             place.stack.append(place.cwd)
-        place.cwd = None if cmd.depth > 0 or len(args) != 1 else place.resolve(args[0])
+        place.cwd = None if cmd.branch or len(args) != 1 else place.resolve(args[0])
     elif head == "popd":
         place.cwd = place.stack.pop() if place.stack and cmd.depth == 0 else None
 
@@ -329,7 +342,7 @@ def _source(w: Word, variables: Variables, script: Script, cmd: Command, where: 
         variables.taint_all(f"`source {w.raw}` ({where}) may change it")
         return
     inner = Script(found, script.depth + 1)
-    for c in Reader(text, variables).commands():  # the same shell: its `cd`s and PYTHONPATH count
+    for c in Reader(text, variables, file=found).commands():  # the same shell: its `cd`s and PYTHONPATH count
         _track(c, variables, place, inner)
 
 
@@ -348,9 +361,10 @@ def _invocation(script: Script, cmd: Command, where: Where) -> Invocation | None
         if entry is None:
             return None
         inv = Invocation(script.path, w.line, w.column, entry.module, entry.config_name, cwd=where.cwd,
-                         pythonpath=pythonpath, entry=entry)
+                         pythonpath=pythonpath, entry=entry, args=words[j:],
+                         cmd_line=cmd.line)
         _hydra_args(inv, words[j:])
-        _resolve_config(inv, script)
+        _resolve_config(inv, script, where)
         return inv
     return None
 
@@ -412,9 +426,14 @@ def _python_module(words: list[Word], i: int) -> tuple[str | None, int]:
 
 def _hydra_args(inv: Invocation, words: list[Word]) -> None:
     k = 0
+    branches: dict[str, list[Word]] = {}  # words passed only when a branch runs, by the branch
     while k < len(words):
         w = words[k]
         t = w.text
+        if w.maybe:
+            branches.setdefault(w.maybe, []).append(w)
+            k += 1
+            continue
         if not w.known and w.unknown_at == 0 and (t in ("$@", "$*", '"$@"') or t.startswith(("$@", "$*"))
                                                   or re.fullmatch(r"\$\{?[@*]\}?", t)):
             inv.findings.append(_at(inv, w, I, "the script's own arguments (`$@`) are appended here; overrides "
@@ -442,6 +461,8 @@ def _hydra_args(inv: Invocation, words: list[Word]) -> None:
             continue
         _override(inv, w)
         k += 1
+    for why, ws in branches.items():  # one note per branch, not one per word
+        inv.findings.append(_at(inv, ws[0], I, f"{len(ws)} argument(s) {why}; not checked", ""))
 
 
 _FLAGS = {"--config-path": "path", "-cp": "path", "--config-name": "name", "-cn": "name",
@@ -451,11 +472,16 @@ _FLAGS = {"--config-path": "path", "-cp": "path", "--config-name": "name", "-cn"
 def _hydra_flag(inv: Invocation, flag: str, w: Word, value: str | None = None) -> None:
     """Record --config-path/-name/-dir (the last one wins, as in argparse); resolved once all
     arguments are read (a relative path's meaning depends on the entry point)."""
-    inv.flags[_FLAGS[flag]] = (w, w.text if value is None else value, flag)
+    vw = w
+    if value is not None:  # `--flag=VALUE`: the value as a word of its own (its known and unknown parts)
+        vw = replace(w, text=value, raw=w.raw.partition("=")[2], parts=_after(w.parts, len(flag) + 1),
+                     unknown_at=max(-1, w.unknown_at - len(flag) - 1))
+    inv.flags[_FLAGS[flag]] = (w, vw.text, flag, vw)
 
 
-def _resolve_config(inv: Invocation, script: Script) -> None:
-    choice: ConfigChoice = choose_config(inv.entry, inv.flags, script, Word(inv.module, inv.line, inv.column))
+def _resolve_config(inv: Invocation, script: Script, where: Where) -> None:
+    choice: ConfigChoice = choose_config(inv.entry, inv.flags, script, Word(inv.module, inv.line, inv.column),
+                                         where.resolve)
     inv.config_name, inv.config_dir, inv.anchor = choice.config_name, choice.config_dir, choice.anchor
     inv.unjudged = choice.unjudged
     inv.findings += [_at(inv, n.word, n.severity, n.message, n.hint) for n in choice.notes]
@@ -473,6 +499,9 @@ def _override(inv: Invocation, w: Word) -> None:
                                 ""))
         return
     bare = key.lstrip("+~")
+    if bare == "hydra.searchpath" and w.known:
+        inv.missing_configs += [(w, f"pkg://{p}") for p in re.findall(r"pkg://([\w.]+)", value)
+                                if not p.startswith("verl.") and not _package_here(p)]
     if key.startswith("hydra.") or bare.startswith("hydra."):
         return  # Hydra's own settings (run dir, job name): nothing this tool checks
     if w.known:
@@ -482,6 +511,35 @@ def _override(inv: Invocation, w: Word) -> None:
     shown = _shown(w.raw.partition("=")[2] or value)
     inv.overrides.append(ScriptOverride(f"{key}={ph}", w.line, w.column, bare, Unknown(shown, w.unknown), ph,
                                         file=w.file))
+
+
+def _package_here(dotted: str) -> bool:
+    """Whether package `dotted` (a `pkg://` search path entry) is installed here: found as Python would
+    find it, without importing it (its top package's location, then the folders under it)."""
+    import importlib.util
+
+    top, *rest = dotted.split(".")
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return False
+    if spec is None:
+        return False
+    return any(os.path.isdir(os.path.join(d, *rest)) for d in spec.submodule_search_locations or [])
+
+
+def _not_installed(inv: Invocation, found: list[Finding]) -> list[Finding]:
+    """A `hydra.searchpath` package that is not installed here: the overrides that do not compose
+    without its configs are one finding (the root cause), not one each."""
+    if not inv.missing_configs:
+        return found
+    w, pkg = inv.missing_configs[0]
+    refused = [f for f in found if f.rule == "override" and f.severity is E]
+    if not refused:
+        return found
+    note = _at(inv, w, W, f"configs from {pkg} are not installed here: {len(refused)} override(s) not judged "
+               f"(the first: line {refused[0].line})", f"lint where {pkg[6:]} is installed")
+    return [note] + [f for f in found if f not in refused]
 
 
 def _shown(raw: str) -> str:
@@ -628,7 +686,7 @@ def validate_script(path: str, options=None) -> Report:
         opts = options.for_source(for_invocation(inv, options))  # the verl this launch imports
         report.verl_sources.append(opts.source)
         composed = compose_invocation(inv, opts.release[0])
-        found = [_relocate(f, inv) for f in composed.findings]
+        found = _not_installed(inv, [_relocate(f, inv) for f in composed.findings])
         if composed.document is not None:
             if inv.cwd and inv.cwd != opts.base_dir:
                 opts = replace(opts, base_dir=os.path.join(options.base_dir, inv.cwd))
