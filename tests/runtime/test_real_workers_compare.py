@@ -6,20 +6,16 @@ first pair and name layer K on the actor's stages of the second (the ref keeps t
 from __future__ import annotations
 
 import datetime
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 
-from runtime_helpers import REPO
+from runtime_helpers import bench_summary, start_bench
 
 from verl_pdbg_conf.compare.runs import EXIT_OK, as_dict, compare_runs
 
 pytestmark = pytest.mark.slow
 
-BENCH = os.path.join(REPO, "bench", "real_workers.py")
 LAYERS = 2  # the bench's tiny Qwen2
 K = datetime.date.today().toordinal() % LAYERS
 ACTOR_STAGES = ("actor_compute_log_prob", "actor_update")
@@ -40,21 +36,11 @@ ENGINE_GAPS = (
 def runs(module_tmp):
     """The three runs at once, one bench process each (each with its own worker child)."""
     print(f"planted layer K={K}")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p),
-               OMP_NUM_THREADS="1")
-    procs = {name: subprocess.Popen([sys.executable, BENCH, "--out", os.path.join(module_tmp, name), "--level", "L1",
-                                     "--steps", "1", *args], env=env, cwd=module_tmp, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True) for name, args in RUNS.items()}
+    procs = {name: start_bench(module_tmp, os.path.join(module_tmp, name), "--level", "L1", "--steps", "1", *args)
+             for name, args in RUNS.items()}
     results = {}
     for name, proc in procs.items():
-        try:
-            stdout, stderr = proc.communicate(timeout=300)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            stdout, stderr = proc.communicate()
-        lines = stdout.strip().splitlines()
-        assert proc.returncode == 0 and len(lines) == 1, f"{name}: exit {proc.returncode}\n{stdout[-3000:]}{stderr[-3000:]}"
-        results[name] = (os.path.join(module_tmp, name), json.loads(lines[0]))
+        results[name] = (os.path.join(module_tmp, name), bench_summary(name, proc))
     return results
 
 
