@@ -2,7 +2,7 @@
 """verl 0.9.1's real PPO workers on CPU, profiled with `tool: precision_debugger`, two steps.
 
     python bench/real_workers.py --out DIR [--level L0|L1] [--runtime pdbg|verl] [--strict] [--nproc N] [--steps 1,2]
-                                 [--attn eager|sdpa] [--plant-layer K]
+                                 [--attn eager|sdpa] [--dtype bf16|fp32] [--plant-layer K]
 
 Builds a tiny random Qwen2 causal LM from a transformers config (no download), then verl's own
 worker classes (verl/workers/engine_workers.py): ActorRolloutRefWorker with role "actor" and with
@@ -16,7 +16,8 @@ actor compute_log_prob, ref compute_ref_log_prob, critic infer_batch (values), c
 train_mini_batch (-> train_batch per mini-batch), update_actor; then stop_profile.
 
 --attn: actor_rollout_ref.model.override_config.attn_implementation, the actor's and the ref's attention
-(eager by default; the critic stays eager, see its shim). --plant-layer K: a planted change, the actor's
+(eager by default; the critic stays eager, see its shim). --dtype: the actor's and the ref's FSDP
+mixed_precision.param_dtype (verl's default bf16; fp32 runs them unmixed). --plant-layer K: a planted change, the actor's
 model.layers.K.mlp.down_proj.weight scaled by 1.01 in place after init_model (the ref keeps the loaded
 weights), for compares that must name layer K.
 
@@ -238,12 +239,14 @@ PLANT_SCALE = 1.01
 
 
 def _overrides(model_dir: str, save_path: str, config_path: str, strict: bool, steps=STEPS,
-               attn: str = "eager") -> list[str]:
+               attn: str = "eager", dtype: str = "bf16") -> list[str]:
     pd = "global_profiler.global_tool_config.precision_debugger"
     out = [
         f"actor_rollout_ref.model.path={model_dir}", f"critic.model.path={model_dir}",
         f"critic.model.tokenizer_path={model_dir}",
         f"actor_rollout_ref.model.override_config.attn_implementation={attn}",
+        f"actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype={dtype}",
+        f"actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype={dtype}",
         "critic.model.override_config.attn_implementation=eager",
         "actor_rollout_ref.model.use_remove_padding=False", "critic.model.use_remove_padding=False",
         "actor_rollout_ref.model.enable_gradient_checkpointing=False",
@@ -342,7 +345,7 @@ def child(args) -> dict:
     trainer_yaml = os.path.join(os.path.dirname(verl.__file__), "trainer", "config", "_generated_ppo_trainer.yaml")
     cfg = OmegaConf.merge(OmegaConf.load(trainer_yaml),
                           OmegaConf.from_dotlist(_overrides(args.model_dir, args.out, config_path, args.strict, steps,
-                                                             args.attn)))
+                                                             args.attn, args.dtype)))
     OmegaConf.resolve(cfg)  # main_ppo.py does this; unresolved, every role profiler is a no-op
 
     ref = ActorRolloutRefWorker(config=cfg.actor_rollout_ref, role="ref")
@@ -518,7 +521,8 @@ def _matches_stages_py(resolver: dict, resolved: dict, runtime: str) -> dict:
 
 
 def run(out: str, level: str = "L1", runtime: str = "pdbg", strict: bool = False, timeout: float = 600,
-        nproc: int = 1, steps: tuple = STEPS, attn: str = "eager", plant_layer: int | None = None) -> dict:
+        nproc: int = 1, steps: tuple = STEPS, attn: str = "eager", plant_layer: int | None = None,
+        dtype: str = "bf16") -> dict:
     """One child per rank (all at once, one gloo world); the summary is rank 0's, errors are every rank's."""
     out = os.path.abspath(out)
     os.makedirs(out, exist_ok=True)
@@ -535,7 +539,7 @@ def run(out: str, level: str = "L1", runtime: str = "pdbg", strict: bool = False
                        PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
             cmd = [sys.executable, os.path.abspath(__file__), "--child", result_path, "--out", out, "--level", level,
                    "--runtime", runtime, "--model-dir", os.path.join(tmp, f"tiny_qwen2_{rank}"),
-                   "--steps", ",".join(map(str, steps)), "--attn", attn]
+                   "--steps", ",".join(map(str, steps)), "--attn", attn, "--dtype", dtype]
             cmd += ["--strict"] if strict else []
             cmd += ["--plant-layer", str(plant_layer)] if plant_layer is not None else []
             procs.append((result_path, subprocess.Popen(cmd, env=env, cwd=tmp, stdout=subprocess.PIPE,
@@ -587,6 +591,8 @@ def main(argv=None) -> int:
                    f"(default {','.join(map(str, STEPS))})")
     p.add_argument("--attn", choices=ATTN, default="eager",
                    help="actor_rollout_ref.model.override_config.attn_implementation (actor and ref; default eager)")
+    p.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16",
+                   help="the actor's and the ref's fsdp_config.mixed_precision.param_dtype (verl's default bf16)")
     p.add_argument("--plant-layer", type=int, metavar="K", help="planted change: the actor's "
                    f"model.layers.K.mlp.down_proj.weight x{PLANT_SCALE} after load (the ref keeps the loaded weights)")
     p.add_argument("--child", metavar="RESULT", help=argparse.SUPPRESS)
@@ -599,7 +605,8 @@ def main(argv=None) -> int:
             json.dump(result, f)
         return 0
     result = run(args.out, args.level, args.runtime, args.strict, nproc=args.nproc,
-                 steps=tuple(int(s) for s in args.steps.split(",")), attn=args.attn, plant_layer=args.plant_layer)
+                 steps=tuple(int(s) for s in args.steps.split(",")), attn=args.attn,
+                 plant_layer=args.plant_layer, dtype=args.dtype)
     print(json.dumps(result, sort_keys=True))
     return 0 if result["exit"] == 0 and not result["errors"] else 1
 
