@@ -84,9 +84,10 @@ class Stacks:
     def _finish(self, opener: str | None) -> None:
         """Per-pass counts once the opening op is known (the first record read)."""
         self._ready = True
-        embeddings = [v for (_eid, op), v in self._calls.items() if op == MODEL_OPENER]
-        if embeddings:  # the line called first (the token embedding, not a position embedding's)
-            passes = len(min(embeddings, key=lambda v: min(v)))
+        embeddings = [(eid, v) for (eid, op), v in self._calls.items() if op == MODEL_OPENER]
+        if embeddings:  # the model's line called first (its token embedding, not a position embedding's),
+            first = self.sites[min(embeddings, key=lambda e: min(e[1]))[0]]  # from whichever line the model is
+            passes = sum(len(v) for eid, v in embeddings if self.sites[eid] == first)
         else:
             passes = sum(len(v) for (_eid, op), v in self._calls.items() if op == opener) or 1
         per = {k: len(v) // passes for k, v in self._calls.items() if len(v) % passes == 0}
