@@ -17,9 +17,9 @@ train_mini_batch (-> train_batch per mini-batch), update_actor; then stop_profil
 
 --attn: actor_rollout_ref.model.override_config.attn_implementation, the actor's and the ref's attention
 (eager by default; the critic stays eager, see its shim). --dtype: the actor's and the ref's FSDP
-mixed_precision.param_dtype (verl's default bf16; fp32 runs them unmixed). --plant-layer K: a planted change, the actor's
-model.layers.K.mlp.down_proj.weight scaled by 1.01 in place after init_model (the ref keeps the loaded
-weights), for compares that must name layer K.
+mixed_precision.param_dtype (verl's default bf16; fp32 runs them unmixed). --plant-layer K: a planted
+change, the actor's model.layers.K.mlp.down_proj.weight scaled by 1.01 in place after init_model (the ref
+keeps the loaded weights), for compares that must name layer K.
 
 --runtime pdbg: this package's runtime, installed as a user does (verl_pdbg_conf.runtime.install()
 before verl is imported). --runtime verl: verl 0.9.1's own precision_debugger backend (baseline).
@@ -431,7 +431,8 @@ def child(args) -> dict:
     dist.destroy_process_group()
     import tensordict
 
-    return {"impl": impls, "attn": _attn_of(actor, ref), "planted": planted, "tensordict": tensordict.__version__, "shims": shims, "errors": errors,
+    return {"impl": impls, "attn": _attn_of(actor, ref), "planted": planted, "tensordict": tensordict.__version__,
+            "shims": shims, "errors": errors,
             "metrics": metrics, "warnings": capture.warnings, "runtime_resolved": capture.resolved, "resolver": found,
             "seconds": {"import": round(t_import - t0, 2), "build": round(t_build - t_import, 2),
                         "steps": round(t_steps - t_build, 2)}}

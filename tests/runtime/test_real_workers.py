@@ -31,7 +31,8 @@ def runs(module_tmp):
     procs = {}
     for name, (level, runtime, strict) in RUNS.items():
         out = os.path.join(module_tmp, name)
-        procs[name] = (out, start_bench(module_tmp, out, "--level", level, "--runtime", runtime, *["--strict"] * strict))
+        args = ["--level", level, "--runtime", runtime] + ["--strict"] * strict
+        procs[name] = (out, start_bench(module_tmp, out, *args))
     results = {}
     for name, (out, proc) in procs.items():
         expected = 1 if name == "verl_strict" else 0  # the bench exits 1 when a step raised

@@ -24,12 +24,14 @@ ACTOR_STAGES = ("actor_compute_log_prob", "actor_update")
 MODEL_STAGES = ACTOR_STAGES + ("ref_compute_log_prob",)
 # fp32 (fsdp_config.mixed_precision.param_dtype): verl's default bf16 makes the two kernels round apart by
 # 0.4-0.8% per layer, where a 1% change cannot be told from rounding
-RUNS = {"eager": ["--attn", "eager"], "sdpa": ["--attn", "sdpa"], "sdpa_planted": ["--attn", "sdpa", "--plant-layer", str(K)]}
+RUNS = {"eager": ["--attn", "eager"], "sdpa": ["--attn", "sdpa"],
+        "sdpa_planted": ["--attn", "sdpa", "--plant-layer", str(K)]}
 CANCELLATION = (
-    "actor_update's first divergence is Tensor.__sub__ at core_algos.py:1336 (compute_policy_loss_vanilla: log_prob - "
-    "old_log_prob) on the second PPO mini-batch, after the first optimizer step ("mini-batch 3 of 4"), NormRelativeErr ~1% while its inputs carried 1e-6: the two log-probs "
-    "agree to 1e-7 (Norm 11.0025) and their difference is 4e-5, so rounding is amplified ~3e5 by cancellation; "
-    "attribution.py compares relative errors of output and inputs and does not scale by their magnitudes")
+    "actor_update's first divergence is Tensor.__sub__ at core_algos.py:1336 (compute_policy_loss_vanilla: "
+    "log_prob - old_log_prob) on the second PPO mini-batch, after the first optimizer step (its mini-batch 3 of 4), "
+    "NormRelativeErr ~1% while its inputs carried 1e-6: the two log-probs agree to 1e-7 (Norm 11.0025) and their "
+    "difference is 4e-5, so rounding is amplified ~3e5 by cancellation; attribution.py compares relative errors "
+    "of output and inputs and does not scale by their magnitudes")
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,9 @@ the calls of one entry fall m = r * L times (L layers, r per layer): its i-th ca
 (i mod m) // r. L is the count most entries inside a pass agree on. A pass is one call of the model,
 counted at its first embedding line (a trainer runs lines of its own around the model once per stage call
 or per micro-batch: verl's `loss_mask.sum()` before its micro-batches), else at the dump's first op.
-A call whose own entry cannot say (a kernel swapped in one layer runs from another line) takes the layer of the call before it, when its
-stack lies under the layer loop (ends with the frames every layered entry shares). A forward-named call
-made during backward (a gradient hook) runs the layers last to first."""
+A call whose own entry cannot say (a kernel swapped in one layer runs from another line) takes the layer
+of the call before it, when its stack lies under the layer loop (ends with the frames every layered entry
+shares). A forward-named call made during backward (a gradient hook) runs the layers last to first."""
 
 from __future__ import annotations
 
