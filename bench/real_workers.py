@@ -2,6 +2,7 @@
 """verl 0.9.1's real PPO workers on CPU, profiled with `tool: precision_debugger`, two steps.
 
     python bench/real_workers.py --out DIR [--level L0|L1] [--runtime pdbg|verl] [--strict] [--nproc N] [--steps 1,2]
+                                 [--attn eager|sdpa] [--dtype bf16|fp32] [--plant-layer K]
 
 Builds a tiny random Qwen2 causal LM from a transformers config (no download), then verl's own
 worker classes (verl/workers/engine_workers.py): ActorRolloutRefWorker with role "actor" and with
@@ -13,6 +14,12 @@ real decorated methods with batches in the trainer's form (DataProto -> TensorDi
 plus the non-tensor keys each method reads):
 actor compute_log_prob, ref compute_ref_log_prob, critic infer_batch (values), critic
 train_mini_batch (-> train_batch per mini-batch), update_actor; then stop_profile.
+
+--attn: actor_rollout_ref.model.override_config.attn_implementation, the actor's and the ref's attention
+(eager by default; the critic stays eager, see its shim). --dtype: the actor's and the ref's FSDP
+mixed_precision.param_dtype (verl's default bf16; fp32 runs them unmixed). --plant-layer K: a planted
+change, the actor's model.layers.K.mlp.down_proj.weight scaled by 1.01 in place after init_model (the ref
+keeps the loaded weights), for compares that must name layer K.
 
 --runtime pdbg: this package's runtime, installed as a user does (verl_pdbg_conf.runtime.install()
 before verl is imported). --runtime verl: verl 0.9.1's own precision_debugger backend (baseline).
@@ -227,12 +234,19 @@ def _tiny_model(path: str) -> None:
     AutoModelForCausalLM.from_config(cfg).save_pretrained(path)
 
 
-def _overrides(model_dir: str, save_path: str, config_path: str, strict: bool, steps=STEPS) -> list[str]:
+ATTN = ("eager", "sdpa")  # attention implementations transformers runs on CPU
+PLANT_SCALE = 1.01
+
+
+def _overrides(model_dir: str, save_path: str, config_path: str, strict: bool, steps=STEPS,
+               attn: str = "eager", dtype: str = "bf16") -> list[str]:
     pd = "global_profiler.global_tool_config.precision_debugger"
     out = [
         f"actor_rollout_ref.model.path={model_dir}", f"critic.model.path={model_dir}",
         f"critic.model.tokenizer_path={model_dir}",
-        "actor_rollout_ref.model.override_config.attn_implementation=eager",
+        f"actor_rollout_ref.model.override_config.attn_implementation={attn}",
+        f"actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype={dtype}",
+        f"actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype={dtype}",
         "critic.model.override_config.attn_implementation=eager",
         "actor_rollout_ref.model.use_remove_padding=False", "critic.model.use_remove_padding=False",
         "actor_rollout_ref.model.enable_gradient_checkpointing=False",
@@ -330,13 +344,15 @@ def child(args) -> dict:
     config_path = os.path.join(MSPROBE_CONFIGS, f"statistics_{args.level.lower()}.json")
     trainer_yaml = os.path.join(os.path.dirname(verl.__file__), "trainer", "config", "_generated_ppo_trainer.yaml")
     cfg = OmegaConf.merge(OmegaConf.load(trainer_yaml),
-                          OmegaConf.from_dotlist(_overrides(args.model_dir, args.out, config_path, args.strict, steps)))
+                          OmegaConf.from_dotlist(_overrides(args.model_dir, args.out, config_path, args.strict, steps,
+                                                             args.attn, args.dtype)))
     OmegaConf.resolve(cfg)  # main_ppo.py does this; unresolved, every role profiler is a no-op
 
     ref = ActorRolloutRefWorker(config=cfg.actor_rollout_ref, role="ref")
     ref.init_model()
     actor = ActorRolloutRefWorker(config=cfg.actor_rollout_ref, role="actor")
     actor.init_model()
+    planted = _plant(actor, args.plant_layer) if args.plant_layer is not None else None
     # the critic, as ray_trainer.py builds it for the engine workers
     critic_cfg = omega_conf_to_dataclass(cfg.critic)
     engine = critic_cfg.engine
@@ -415,10 +431,28 @@ def child(args) -> dict:
     dist.destroy_process_group()
     import tensordict
 
-    return {"impl": impls, "tensordict": tensordict.__version__, "shims": shims, "errors": errors,
+    return {"impl": impls, "attn": _attn_of(actor, ref), "planted": planted, "tensordict": tensordict.__version__,
+            "shims": shims, "errors": errors,
             "metrics": metrics, "warnings": capture.warnings, "runtime_resolved": capture.resolved, "resolver": found,
             "seconds": {"import": round(t_import - t0, 2), "build": round(t_build - t_import, 2),
                         "steps": round(t_steps - t_build, 2)}}
+
+
+def _plant(actor, layer: int) -> str:
+    """Scale one decoder layer's down_proj weight of the actor's own engine module (FSDP2: a DTensor,
+    scaled shard by shard) by PLANT_SCALE; the name of the parameter changed."""
+    import torch
+
+    name = f"model.layers.{layer}.mlp.down_proj.weight"
+    param = dict(actor.actor.engine.module.named_parameters())[name]
+    with torch.no_grad():
+        param.mul_(PLANT_SCALE)
+    return name
+
+
+def _attn_of(actor, ref) -> dict:
+    """The attention implementation each model really runs (transformers' config._attn_implementation)."""
+    return {who: w.engine.module.config._attn_implementation for who, w in (("actor", actor.actor), ("ref", ref.ref))}
 
 
 def _engine(worker, who):
@@ -488,7 +522,8 @@ def _matches_stages_py(resolver: dict, resolved: dict, runtime: str) -> dict:
 
 
 def run(out: str, level: str = "L1", runtime: str = "pdbg", strict: bool = False, timeout: float = 600,
-        nproc: int = 1, steps: tuple = STEPS) -> dict:
+        nproc: int = 1, steps: tuple = STEPS, attn: str = "eager", plant_layer: int | None = None,
+        dtype: str = "bf16") -> dict:
     """One child per rank (all at once, one gloo world); the summary is rank 0's, errors are every rank's."""
     out = os.path.abspath(out)
     os.makedirs(out, exist_ok=True)
@@ -505,8 +540,9 @@ def run(out: str, level: str = "L1", runtime: str = "pdbg", strict: bool = False
                        PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
             cmd = [sys.executable, os.path.abspath(__file__), "--child", result_path, "--out", out, "--level", level,
                    "--runtime", runtime, "--model-dir", os.path.join(tmp, f"tiny_qwen2_{rank}"),
-                   "--steps", ",".join(map(str, steps))]
+                   "--steps", ",".join(map(str, steps)), "--attn", attn, "--dtype", dtype]
             cmd += ["--strict"] if strict else []
+            cmd += ["--plant-layer", str(plant_layer)] if plant_layer is not None else []
             procs.append((result_path, subprocess.Popen(cmd, env=env, cwd=tmp, stdout=subprocess.PIPE,
                                                         stderr=subprocess.STDOUT, text=True)))
         outputs, children, codes = [], [], []
@@ -537,7 +573,8 @@ def run(out: str, level: str = "L1", runtime: str = "pdbg", strict: bool = False
         "profiler_impl": child_result.get("impl"), "shims": child_result.get("shims"),
         "model_found_at": child_result.get("resolver"), "runtime_resolved": resolved,
         "model_at_matches_stages_py": _matches_stages_py(child_result.get("resolver") or {}, resolved, runtime),
-        "tensordict": child_result.get("tensordict"),
+        "tensordict": child_result.get("tensordict"), "attn": child_result.get("attn"),
+        "planted": child_result.get("planted"),
         "metrics": child_result.get("metrics"), "errors": errors,
         "seconds": round(time.perf_counter() - t0, 2), "child_seconds": child_result.get("seconds"),
     }
@@ -553,6 +590,12 @@ def main(argv=None) -> int:
     p.add_argument("--nproc", type=int, default=1, help="ranks (processes) of the gloo world (FSDP2 shards over them)")
     p.add_argument("--steps", default=",".join(map(str, STEPS)), help="global steps to run and profile "
                    f"(default {','.join(map(str, STEPS))})")
+    p.add_argument("--attn", choices=ATTN, default="eager",
+                   help="actor_rollout_ref.model.override_config.attn_implementation (actor and ref; default eager)")
+    p.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16",
+                   help="the actor's and the ref's fsdp_config.mixed_precision.param_dtype (verl's default bf16)")
+    p.add_argument("--plant-layer", type=int, metavar="K", help="planted change: the actor's "
+                   f"model.layers.K.mlp.down_proj.weight x{PLANT_SCALE} after load (the ref keeps the loaded weights)")
     p.add_argument("--child", metavar="RESULT", help=argparse.SUPPRESS)
     p.add_argument("--model-dir", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -563,7 +606,8 @@ def main(argv=None) -> int:
             json.dump(result, f)
         return 0
     result = run(args.out, args.level, args.runtime, args.strict, nproc=args.nproc,
-                 steps=tuple(int(s) for s in args.steps.split(",")))
+                 steps=tuple(int(s) for s in args.steps.split(",")), attn=args.attn,
+                 plant_layer=args.plant_layer, dtype=args.dtype)
     print(json.dumps(result, sort_keys=True))
     return 0 if result["exit"] == 0 and not result["errors"] else 1
 

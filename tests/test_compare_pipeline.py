@@ -255,6 +255,55 @@ def test_layer_of_a_kernel_swapped_in_one_layer(tmp_path):
     assert place(s, "Torch.matmul.4.forward").layer == 3
 
 
+def test_layer_index_under_a_trainers_micro_batches(tmp_path):
+    """verl's engine: one op of its own per stage call first (loss_mask.sum), then per micro-batch a line of its
+    own and the model. Passes are the model's calls (its embedding), not the stage's first op: 2 layers, not 3."""
+    call = ["File /x/torch/nn/modules/module.py, line 1789, in _call_impl, \n return forward_call(*args, **kwargs)"]
+    verl = ["File /x/verl/workers/engine/fsdp/transformer_impl.py, line 1553, in forward_step, \n m"]
+    outer = ["File /x/transformers/models/qwen2/modeling_qwen2.py, line 399, in forward, \n hidden_states = "
+             "decoder_layer(", *call, *verl]
+    doc = {
+        "0": stack_entry(["Tensor.sum.0.forward"], ["File /x/verl/workers/engine/fsdp/transformer_impl.py, line 730"]),
+        "1": stack_entry([f"Tensor.diff.{i}.forward" for i in range(3)],
+                         ["File /x/verl/workers/engine/fsdp/transformer_impl.py, line 1280, in prepare_model_inputs"]),
+        "2": stack_entry([f"Functional.embedding.{i}.forward" for i in range(3)],
+                         ["File /x/torch/nn/modules/sparse.py, line 190, in forward", *call,
+                          "File /x/transformers/models/qwen2/modeling_qwen2.py, line 380, in forward, \n e", *verl]),
+        "3": stack_entry([f"Functional.linear.{i}.forward" for i in range(6)],
+                         ["File /x/torch/nn/modules/linear.py, line 134, in forward", *call,
+                          "File /x/transformers/models/qwen2/modeling_qwen2.py, line 217, in forward, \n x", *outer]),
+        "4": stack_entry([f"Tensor.pow.{i}.forward" for i in range(12)],
+                         ["File /x/transformers/models/qwen2/modeling_qwen2.py, line 261, in forward, \n x", *outer]),
+    }
+    path = tmp_path / "stack.json"
+    path.write_text(json.dumps(doc))
+    s = Stacks(str(path))
+    r = Record("Tensor.sum.0.forward", "Tensor.sum.0.forward", "Tensor.sum", "forward", [])
+    s.place(r, "Tensor.sum")  # the dump's first record: verl's, once per stage call
+    assert s.n_layers == 2 and r.layer is None
+    assert [place(s, f"Functional.linear.{i}.forward").layer for i in range(6)] == [0, 1] * 3
+    assert [place(s, f"Tensor.pow.{i}.forward").layer for i in (0, 1, 2, 3, 4)] == [0, 0, 1, 1, 0]
+
+
+def test_passes_of_a_model_called_from_two_lines(tmp_path):
+    """model(a); model(b): two stack entries of one embedding line are two passes, a position embedding's
+    line (called after the token embedding) is not one."""
+    call = ["File /x/torch/nn/modules/module.py, line 1789, in _call_impl, \n return forward_call(*args, **kwargs)"]
+    model = lambda line: f"File /x/transformers/models/gpt2/modeling_gpt2.py, line {line}, in forward, \n x"  # noqa
+    script = lambda line: f"File /x/train.py, line {line}, in <module>, \n m(ids)"  # noqa
+    outer = [model(399), *call]
+    doc = {"0": stack_entry(["Functional.embedding.0.forward"], [*call, model(380), script(48)]),
+           "1": stack_entry(["Functional.embedding.1.forward", "Functional.embedding.3.forward"],
+                            [*call, model(381), script(48)]),
+           "2": stack_entry(["Functional.embedding.2.forward"], [*call, model(380), script(49)]),
+           "3": stack_entry([f"Functional.linear.{i}.forward" for i in range(6)], [*call, model(217), *outer]),
+           "4": stack_entry([f"Tensor.__mul__.{i}.forward" for i in range(6)], [model(150), *outer])}
+    path = tmp_path / "stack.json"
+    path.write_text(json.dumps(doc))
+    s = Stacks(str(path))
+    assert [place(s, f"Functional.linear.{i}.forward").layer for i in range(6)] == [0, 1, 2] * 2 and s.n_layers == 3
+
+
 def test_layer_count_prefers_what_most_lines_agree_on():
     assert layer_count([6, 6, 12, 6, 1, 1]) == 6
     assert layer_count([1, 1]) is None

@@ -45,6 +45,30 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+BENCH = os.path.join(REPO, "bench", "real_workers.py")
+
+
+def start_bench(cwd: str, out: str, *args: str) -> subprocess.Popen:
+    """bench/real_workers.py as a user runs it, writing its dump tree to `out`."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p),
+               OMP_NUM_THREADS="1")
+    return subprocess.Popen([sys.executable, BENCH, "--out", out, *args], env=env, cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def bench_summary(name: str, proc: subprocess.Popen, expected: int = 0, timeout: float = 300) -> dict:
+    """The bench's one JSON line, once it exited with `expected` (1: a step raised)."""
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate()
+    lines = stdout.strip().splitlines()
+    assert proc.returncode == expected and len(lines) == 1, \
+        f"{name}: exit {proc.returncode}\n{stdout[-3000:]}{stderr[-3000:]}"
+    return json.loads(lines[0])
+
+
 class Scenario:
     """One scenario process; `result()` waits for it and returns what it wrote."""
 

@@ -7,18 +7,15 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 
-from runtime_helpers import REPO
+from runtime_helpers import bench_summary, start_bench
 
 from verl_pdbg_conf.verl_facts.stages import VERL_TARGETS
 
 pytestmark = pytest.mark.slow
 
-BENCH = os.path.join(REPO, "bench", "real_workers.py")
 STAGES = ("actor_compute_log_prob", "actor_update", "critic_update", "ref_compute_log_prob")
 VERL_STAGES = ("actor_compute_log_prob", "actor_update", "ref_compute_log_prob")
 STEPS = (1, 2)
@@ -31,26 +28,15 @@ RUNS = {"l1": ("L1", "pdbg", False), "l0": ("L0", "pdbg", False), "verl": ("L1",
 @pytest.fixture(scope="module")
 def runs(module_tmp):
     """The three runs at once (one bench process each, each with its own worker child)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p),
-               OMP_NUM_THREADS="1")
     procs = {}
     for name, (level, runtime, strict) in RUNS.items():
         out = os.path.join(module_tmp, name)
-        cmd = [sys.executable, BENCH, "--out", out, "--level", level, "--runtime", runtime] + ["--strict"] * strict
-        procs[name] = (out, subprocess.Popen(cmd, env=env, cwd=module_tmp, stdout=subprocess.PIPE,
-                                             stderr=subprocess.PIPE, text=True))
+        args = ["--level", level, "--runtime", runtime] + ["--strict"] * strict
+        procs[name] = (out, start_bench(module_tmp, out, *args))
     results = {}
     for name, (out, proc) in procs.items():
-        try:
-            stdout, stderr = proc.communicate(timeout=300)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            stdout, stderr = proc.communicate()
-        lines = stdout.strip().splitlines()
         expected = 1 if name == "verl_strict" else 0  # the bench exits 1 when a step raised
-        assert proc.returncode == expected and len(lines) == 1, \
-            f"{name}: exit {proc.returncode}\n{stdout[-3000:]}{stderr[-3000:]}"
-        results[name] = (out, json.loads(lines[0]))
+        results[name] = (out, bench_summary(name, proc, expected))
     return results
 
 

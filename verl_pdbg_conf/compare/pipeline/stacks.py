@@ -4,10 +4,12 @@ msprobe) and the layer of the model it ran in, `model.layers.K`'s K (or an nn.Se
 msprobe writes one stack.json entry per distinct call stack, listing the calls made from it in order. A
 line inside a decoder layer runs the same number of times in every layer, so within one forward pass
 the calls of one entry fall m = r * L times (L layers, r per layer): its i-th call there is layer
-(i mod m) // r. L is the count most entries inside a pass agree on. A call whose own entry cannot say
-(a kernel swapped in one layer runs from another line) takes the layer of the call before it, when its
-stack lies under the layer loop (ends with the frames every layered entry shares). A forward-named call
-made during backward (a gradient hook) runs the layers last to first."""
+(i mod m) // r. L is the count most entries inside a pass agree on. A pass is one call of the model,
+counted at its first embedding line (a trainer runs lines of its own around the model once per stage call
+or per micro-batch: verl's `loss_mask.sum()` before its micro-batches), else at the dump's first op.
+A call whose own entry cannot say (a kernel swapped in one layer runs from another line) takes the layer
+of the call before it, when its stack lies under the layer loop (ends with the frames every layered entry
+shares). A forward-named call made during backward (a gradient hook) runs the layers last to first."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ import os
 
 from verl_pdbg_conf.compare.dumpread import DumpError, iter_items, split_record
 from verl_pdbg_conf.compare.nodes import _FRAME, _LIBS
+
+MODEL_OPENER = "Functional.embedding"  # a forward pass of a language model begins at its token embedding
 
 
 def site_of(frames) -> str:
@@ -80,7 +84,12 @@ class Stacks:
     def _finish(self, opener: str | None) -> None:
         """Per-pass counts once the opening op is known (the first record read)."""
         self._ready = True
-        passes = sum(len(v) for (eid, op), v in self._calls.items() if op == opener) or 1
+        embeddings = [(eid, v) for (eid, op), v in self._calls.items() if op == MODEL_OPENER]
+        if embeddings:  # the model's line called first (its token embedding, not a position embedding's),
+            first = self.sites[min(embeddings, key=lambda e: min(e[1]))[0]]  # from whichever line the model is
+            passes = sum(len(v) for eid, v in embeddings if self.sites[eid] == first)
+        else:
+            passes = sum(len(v) for (_eid, op), v in self._calls.items() if op == opener) or 1
         per = {k: len(v) // passes for k, v in self._calls.items() if len(v) % passes == 0}
         self.n_layers = layer_count(list(per.values()))
         if not self.n_layers:
