@@ -172,13 +172,14 @@ def choose_config(entry: Entry, flags: dict, script: Script, anchor: Word, resol
         # config, the one found by the path's known end (launched from elsewhere) is taken instead;
         # failing that, Hydra fails on this directory.
         definite = resolve(value_word) if resolve is not None and not w.known else None
-        found = None
-        if definite is not None and not (os.path.isdir(definite) and _has_config(definite, name)):
-            found, _ = locate(w, script, lambda d: os.path.isdir(d) and _has_config(d, name))
+        if not w.known:
+            def holds(d: str) -> bool:
+                return os.path.isdir(d) and _has_config(d, name)
+
+            found = None if definite is not None and holds(definite) else locate(w, script, holds)[0]
         if definite is not None:
             where = found or definite
         elif not w.known:
-            found, _ = locate(w, script, lambda d: os.path.isdir(d) and _has_config(d, name))
             if found is None:
                 near, _ = locate(w, script, os.path.isdir)
                 seen = f"; {near} is found at its end but holds no {name}.yaml" if near else \
