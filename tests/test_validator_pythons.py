@@ -31,15 +31,15 @@ VALIDATOR_TESTS = (
 )
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("version", [pytest.param(v, marks=pytest.mark.venvs("validator", v)) for v in PYTHONS])
-def test_validator_tests_pass_on(version, tmp_path):
+def _start(version, tmp_path_factory):
+    """The probe, then the validator's tests started in the background: both interpreters' runs go
+    at once, one per core (each is one single-threaded pytest), instead of one after the other."""
     try:
         env_dir = release_venvs.get("validator", version)
     except release_venvs.NoInterpreter as e:
-        pytest.skip(str(e))
+        return "skip", str(e)
     except release_venvs.BuildError as e:
-        pytest.fail(str(e))
+        return "fail", str(e)
     py = str(env_dir / "bin" / "python")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     # the interpreter is the one asked for, and the validator imports nothing heavy there
@@ -47,12 +47,40 @@ def test_validator_tests_pass_on(version, tmp_path):
                                       "print('%d.%d' % sys.version_info[:2], "
                                       "sorted(m for m in ('torch', 'msprobe', 'verl') if m in sys.modules))"],
                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert probe.returncode == 0, probe.stderr[-3000:]
-    assert probe.stdout.split() == [version, "[]"]
-    run = subprocess.run([py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow",
-                          f"--basetemp={tmp_path / 'basetemp'}", *VALIDATOR_TESTS],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
-    tail = run.stdout[-5000:] + run.stderr[-2000:]
-    assert run.returncode == 0, tail
-    summary = run.stdout.strip().splitlines()[-1]
+    if probe.returncode != 0 or probe.stdout.split() != [version, "[]"]:
+        return "fail", f"probe: {probe.stdout} {probe.stderr[-3000:]}"
+    out = tmp_path_factory.mktemp(f"py{version}")
+    with open(out / "stdout", "w") as so, open(out / "stderr", "w") as se:
+        run = subprocess.Popen([py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow",
+                                f"--basetemp={out / 'basetemp'}", *VALIDATOR_TESTS],
+                               cwd=ROOT, env=env, stdout=so, stderr=se)
+    return "run", (run, out)
+
+
+@pytest.fixture(scope="module")
+def runs(request, tmp_path_factory):
+    """version -> ("skip" | "fail", why) or ("run", (Popen, its output directory)), for every
+    interpreter this session selected."""
+    wanted = [v for v in PYTHONS if any(f"[{v}]" in item.nodeid for item in request.session.items)]
+    started = {v: _start(v, tmp_path_factory) for v in wanted}
+    yield started
+    for state, what in started.values():
+        if state == "run" and what[0].poll() is None:
+            what[0].kill()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", [pytest.param(v, marks=pytest.mark.venvs("validator", v)) for v in PYTHONS])
+def test_validator_tests_pass_on(version, runs):
+    state, what = runs[version]
+    if state == "skip":
+        pytest.skip(what)
+    if state == "fail":
+        pytest.fail(what)
+    run, out = what
+    rc = run.wait(timeout=1800)
+    stdout, stderr = (out / "stdout").read_text(), (out / "stderr").read_text()
+    tail = stdout[-5000:] + stderr[-2000:]
+    assert rc == 0, tail
+    summary = stdout.strip().splitlines()[-1]
     assert re.search(r"\b\d{3,} passed\b", summary) and "failed" not in summary and "error" not in summary, tail

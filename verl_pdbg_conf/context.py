@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass, field, replace
 
+from verl_pdbg_conf.core.record import Record, factory
 from verl_pdbg_conf.verl_facts.stages import VERL_TARGETS, VerlTarget
 
 
-@dataclass
-class Options:
+class Options(Record):
     verl_version: str | None = None  # a key of stages.VERL_TARGETS; None: the verl that will run
-    base_dir: str = field(default_factory=os.getcwd)  # where a relative config_path resolves (launch dir)
+    base_dir: str = factory(os.getcwd)  # where a relative config_path resolves (launch dir)
     runtime: str = "auto"  # verl | pdbg | auto: which runtime profiler runs in the workers
     verl_source: str | None = None  # --verl-source: a directory holding the verl package
     verl: object = None  # the source.VerlSource that judges this input (None: found from the current directory)
@@ -29,7 +28,7 @@ class Options:
         return self.verl
 
     def for_source(self, verl) -> "Options":
-        return replace(self, verl=verl)
+        return self.replace(verl=verl)
 
     msprobe_version: str | None = None  # a shipped msprobe release; None: the judging release
 
@@ -60,11 +59,10 @@ class Options:
 def _named(facts: str, label: str) -> VerlTarget:
     """The target of `facts`, naming the verl found (`verl 0.5.0 (repository copy at ./verl)`)."""
     t = VERL_TARGETS[facts]
-    return t if t.label == label else replace(t, label=label)
+    return t if t.label == label else t.replace(label=label)
 
 
-@dataclass
-class MsprobeContext:
+class MsprobeContext(Record):
     """How a config.json will be used: under verl, one msprobe session per stage."""
 
     strict: bool = False

@@ -6,12 +6,12 @@ from __future__ import annotations
 import os
 import re
 import stat
-from dataclasses import dataclass, field
 
 from verl_pdbg_conf.checks import verl_support
 from verl_pdbg_conf.context import Options
 from verl_pdbg_conf.core.document import Document, get, is_unknown
 from verl_pdbg_conf.core.findings import Finding, Severity
+from verl_pdbg_conf.core.record import Record, factory
 from verl_pdbg_conf.verl_facts.stages import IGNORED_STAGES, STAGES, TOOL, TOOLS, gate_for
 from verl_pdbg_conf.core.suggest import did_you_mean
 from verl_pdbg_conf.verl_facts.verl_tree import (DEFAULT_SAVE_PATH, DUMP_PATH_CHARS, GLOBAL_PROFILER_KEYS, GLOBAL_TOOL_CONFIG_KEYS, PD,
@@ -22,8 +22,7 @@ GP = ("global_profiler",)
 RUNTIME_HOOK = "verl_pdbg_conf.runtime.install"
 
 
-@dataclass
-class ToolConfig:
+class ToolConfig(Record):
     """The effective precision_debugger settings and where each came from."""
 
     config_path: object = None
@@ -36,9 +35,9 @@ class ToolConfig:
     # what the run will do, for --plan and --inspect
     runtime: str = "verl"  # verl | pdbg: the runtime profiler in the workers
     hybrid: bool = True
-    roles: dict = field(default_factory=dict)  # role profiler path -> enabled
-    selected: set = field(default_factory=set)  # stages selected that the workers run
-    gates: dict = field(default_factory=dict)  # stage -> role profiler path that gates it
+    roles: dict = factory(dict)  # role profiler path -> enabled
+    selected: set = factory(set)  # stages selected that the workers run
+    gates: dict = factory(dict)  # stage -> role profiler path that gates it
 
     @property
     def collected(self) -> list[str]:

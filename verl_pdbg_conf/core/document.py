@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from verl_pdbg_conf.core.findings import Finding, Severity, format_path
+from verl_pdbg_conf.core.record import Record, factory
 
 Path = tuple  # of str keys and int list indices
 
 
-@dataclass
-class Document:
+class Document(Record):
     file: str
     data: object = None
     kind: str = "yaml"  # yaml | json
-    values: dict = field(default_factory=dict)  # Path -> (line, col) of the value
-    keys: dict = field(default_factory=dict)  # Path -> (line, col) of the mapping key
-    findings: list[Finding] = field(default_factory=list)  # produced while loading
+    values: dict = factory(dict)  # Path -> (line, col) of the value
+    keys: dict = factory(dict)  # Path -> (line, col) of the mapping key
+    findings: list[Finding] = factory(list)  # produced while loading
     ok: bool = True  # False when the file could not be read or parsed
 
     def origin(self, path: Path, key: bool = False) -> tuple[str, int, int]:

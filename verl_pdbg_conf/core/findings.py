@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass, field
+from verl_pdbg_conf.core.record import Record, factory
 
 
 class Severity(str, enum.Enum):
@@ -16,8 +16,7 @@ class Severity(str, enum.Enum):
         return {"error": 0, "warning": 1, "info": 2}[self.value]
 
 
-@dataclass(frozen=True)
-class Finding:
+class Finding(Record, frozen=True):
     rule: str
     severity: Severity
     message: str
@@ -28,7 +27,7 @@ class Finding:
     hint: str = ""
 
     def to_dict(self) -> dict:
-        d = asdict(self)
+        d = self.asdict()
         d["severity"] = self.severity.value
         return d
 
@@ -36,12 +35,11 @@ class Finding:
         return (self.file, self.line, self.column, self.severity.rank, self.rule, self.path)
 
 
-@dataclass
-class Report:
-    findings: list[Finding] = field(default_factory=list)
-    files: list[str] = field(default_factory=list)
+class Report(Record):
+    findings: list[Finding] = factory(list)
+    files: list[str] = factory(list)
     verl_release: tuple[str, str] | None = None  # (release, how it was chosen) that judged, for the output
-    verl_sources: list = field(default_factory=list)  # the source.VerlSource of each input judged, in order
+    verl_sources: list = factory(list)  # the source.VerlSource of each input judged, in order
     msprobe_release: tuple[str, str] | None = None  # the same for msprobe
 
     def extend(self, other: "Report") -> None:

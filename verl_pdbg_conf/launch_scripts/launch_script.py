@@ -630,7 +630,7 @@ def _unplaceholder(f: Finding, shown: dict) -> Finding:
     msg, hint = f.message, f.hint
     for ph, u in shown.items():
         msg, hint = msg.replace(ph, str(u)), hint.replace(ph, str(u))
-    return replace(f, message=msg, hint=hint)
+    return f.replace(message=msg, hint=hint)
 
 
 def _replace(data, unknowns: dict):
@@ -689,7 +689,7 @@ def validate_script(path: str, options=None) -> Report:
         found = _not_installed(inv, [_relocate(f, inv) for f in composed.findings])
         if composed.document is not None:
             if inv.cwd and inv.cwd != opts.base_dir:
-                opts = replace(opts, base_dir=os.path.join(options.base_dir, inv.cwd))
+                opts = opts.replace(base_dir=os.path.join(options.base_dir, inv.cwd))
             sub = validate_document(composed.document, opts)
             found += [_relocate(f, inv) for f in sub.findings]
             report.files += [f for f in sub.files if f not in report.files and not f.startswith("<")]
@@ -702,5 +702,5 @@ def _relocate(f: Finding, inv: Invocation) -> Finding:
     """A finding about a value verl's defaults set (no line of its own) points at the invocation."""
     if not f.file.startswith("<"):
         return f
-    return replace(f, file=inv.file, line=inv.line, column=inv.column,
+    return f.replace(file=inv.file, line=inv.line, column=inv.column,
                    message=f.message + f" (set by verl's {inv.config_name} defaults, not by this script)")

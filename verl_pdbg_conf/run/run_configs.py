@@ -5,7 +5,7 @@ Document plus the Options to judge it with (a launch script that `cd`s moves the
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from verl_pdbg_conf.context import Options
 from verl_pdbg_conf.core.document import Document
@@ -41,7 +41,7 @@ def run_configs(files: list[str], options: Options, *, verl: bool = False, overr
                 composed = compose_invocation(inv, options.release[0])
                 if composed.document is None:
                     continue
-                opts = replace(options, base_dir=inv.cwd) if inv.cwd else options
+                opts = options.replace(base_dir=inv.cwd) if inv.cwd else options
                 out.append(RunConfig(f"{f}:{inv.line}", composed.document, opts))
         elif not f.lower().endswith(".json"):
             doc = load_yaml(f)

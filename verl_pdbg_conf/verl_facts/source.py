@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 
+from verl_pdbg_conf.core.record import Record
 from verl_pdbg_conf.verl_facts import catalog, releases
 
 # kinds
@@ -30,8 +30,7 @@ VERL_SOURCE, REPOSITORY, INSTALLED, EDITABLE, RELEASE, NEWEST, REQUESTED = (
     "newest shipped", "--verl-version")
 
 
-@dataclass(frozen=True)
-class VerlSource:
+class VerlSource(Record, frozen=True):
     version: str  # what the tree calls itself (verl/version/version, or its dist-info)
     kind: str  # one of the kinds above
     path: str | None  # the directory that holds the `verl` package (None: no tree, shipped facts only)

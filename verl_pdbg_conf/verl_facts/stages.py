@@ -5,12 +5,11 @@ validator and the runtime all read it; tests check the schemas against it."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+
+from verl_pdbg_conf.core.record import Record, factory
 
 
-
-@dataclass(frozen=True)
-class Stage:
+class Stage(Record, frozen=True):
     name: str
     role: str  # the role whose model the stage runs: actor, ref, critic, reward
     profiler: str  # config path of the role profiler section that names it
@@ -59,8 +58,7 @@ TOOLS = ("nsys", "npu", "torch", "torch_memory", "precision_debugger")
 TOOL = "precision_debugger"
 
 
-@dataclass(frozen=True)
-class VerlTarget:
+class VerlTarget(Record, frozen=True):
     """What one verl release does with this tool, read off its code (releases/extract.py)."""
 
     version: str
@@ -72,7 +70,7 @@ class VerlTarget:
     binds_first_chunk: bool = True  # its backend binds the first Megatron chunk of a list (0.8.0 does not)
     # stage -> (worker class, attribute path) where the stage's model was found on the release's
     # real workers (MODEL_FOUND_AT)
-    model_at: dict[str, tuple[str, str]] = field(default_factory=dict)
+    model_at: dict[str, tuple[str, str]] = factory(dict)
     # What the copy's code and config have at all (a copy older than 0.8 has no backend; older
     # than 0.6 no global_profiler); None where extraction could not tell.
     tools: tuple[str, ...] = TOOLS  # the tools its DistProfiler dispatches on

@@ -16,7 +16,6 @@ on the case matrix (cases.py, measured by extract.py).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 
@@ -151,7 +150,7 @@ def _ignored(f: Finding, k: str, version: str) -> Finding:
     """A finding at a key this release does not read: the release ignores it, whatever its value."""
     k = _read_key(k)
     said = f.message if f.rule == "msprobe-unknown-key" else f"an error on releases that read it: {f.message}"
-    return dataclasses.replace(f, severity=Severity.WARNING,
+    return f.replace(severity=Severity.WARNING,
                                message=f"msprobe {version} does not read '{k}': it is ignored whatever its value "
                                        f"({said})",
                                hint=f"delete \"{k.split('.')[-1]}\" unless a release that reads it will run; "
@@ -160,7 +159,7 @@ def _ignored(f: Finding, k: str, version: str) -> Finding:
 
 def _read_here(f: Finding, k: str, version: str) -> Finding:
     """An "unknown key" of the newest rules that this release does read."""
-    return dataclasses.replace(f, message=f"'{k}' is read by msprobe {version} (the newest rules do not know it: "
+    return f.replace(message=f"'{k}' is read by msprobe {version} (the newest rules do not know it: "
                                           f"{f.message})", hint=f"nothing to change for msprobe {version}; releases "
                                                                 f"that do not read it ignore it")
 
@@ -186,12 +185,12 @@ def judge(findings: list[Finding], doc, config: dict, version: str, strict: bool
         elif vocab and f.rule == "msprobe-unknown-key" and k:
             f = _read_here(f, k, version)  # read (the branch above: not read), and no failure at it
         elif f.severity is Severity.ERROR and not failing and f.rule not in VERL_RULES and _dumps_with(by_key.get(k), f):
-            f = dataclasses.replace(
-                f, severity=Severity.WARNING,
+            f = f.replace(
+                severity=Severity.WARNING,
                 message=f"msprobe {version} dumps normally with {k} {_show(_value_at(config, k))} (measured on that "
                         f"release); it is an error only on other msprobe releases: {f.message}")
         elif f.severity is Severity.ERROR and failing:
-            f = dataclasses.replace(f, message=f.message.replace("msprobe raises when", f"msprobe {version} raises when"))
+            f = f.replace(message=f.message.replace("msprobe raises when", f"msprobe {version} raises when"))
         out.append(f)
     if any(f.severity is Severity.ERROR for f in out):
         return out  # the file already fails; one root cause, one finding
@@ -219,7 +218,7 @@ def _fail_at(out: list[Finding], doc, config: dict, key: str, case: dict, versio
         if at:
             i = min(at, key=lambda j: out[j].severity.rank)
             f = out[i]
-            out[i] = dataclasses.replace(f, severity=Severity.ERROR, message=f"{does}. {f.message}")
+            out[i] = f.replace(severity=Severity.ERROR, message=f"{does}. {f.message}")
             continue
         value = _value_at(config, dotted) if dotted else None
         what = f"{dotted} {_show(value)}" if dotted else "this config.json"

@@ -151,9 +151,8 @@ class _Eval:
 
 @functools.lru_cache(maxsize=None)
 def _parsed(src: str):
-    import ast
-
-    return ast.parse(src, mode="eval").body
+    # compile's AST flag (ast.PyCF_ONLY_AST) without importing `ast`, 2 ms of start-up
+    return compile(src, "<check>", "eval", 0x400).body
 
 
 def _truth(src: str, names: dict, helpers: dict):
