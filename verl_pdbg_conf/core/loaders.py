@@ -97,6 +97,11 @@ def load_yaml(file: str, text: str | None = None) -> Document:
         if text is None:
             doc.ok, doc.findings = False, errs
             return doc
+    from verl_pdbg_conf.core import fast_yaml
+
+    fast = fast_yaml.load(file, text, MAX_NODES, MAX_DEPTH)  # plain confs, without importing yaml
+    if fast is not None:
+        return fast
     import yaml
 
     loader_cls = _conf_loader(yaml)
