@@ -107,6 +107,7 @@ SCALARS = ORDINARY + [
     "a,b", "x[0]", "{x}", "[x", "a ]", "a: b", "a:", "#x", "&a", "*a", "!!str 1", "!x", "|", ">-", "%x", "@x",
     "`x`", "'a''b'", "''", "' x '", "'a # b'", "'a: b'", '"a\\"b"', '""', '"\\t"', '"\\n\\\\"', '"\\/"',
     '"\\x41"', '"\\u00e9"', '"\\N"', '"\\q"', '"a # b"', '"a: b"', "'unclosed", '"unclosed', "[1, 2]", "[]",
+    "---", "-- x", "a -b", "0.", "-0.0", "1.0E-5", "1e+5", "6e-05", "12:", "a'", "x\\y", "]x", "a b # c: d",
     "{}", "[a, b]", "[ 1 ,2 ]", "[a, [b, c]]", "{a: 1, b: [2, 3]}", "{a: 1}", "[${x}]", "[a, ]", "[a: 1]",
     "[a,,b]", "[-1, .5, 'q', \"d\"]", "[a b, c]", "{'k': v}", "{1: a, true: b}", "{a: 1, a: 2}", "[a] x",
     "[1, 2] # c", "[?x]", "[a#b]", "{a:1}", "{a}", "[\"a, b\"]",
@@ -237,6 +238,21 @@ def test_mutated_texts_agree():
     read = sum(same(t) for t in texts)
     print(f"\nfast_yaml read {read}/{len(texts)} mutated texts")
     assert read > 0
+
+
+TOKENS = ["a", "b", "k", "1", "-", ": ", ":", " ", "  ", "\n", "\n", "\n  ", "\n    ", "\n- ", "\n  - ", "- ", "#",
+          " #", "'", '"', "[", "]", "{", "}", ", ", ",", "?", "x y", "~", "true", "1.5", "\\", "é", "a: ", "b: ",
+          "\n  a: ", "\nb: ", "- a: ", "[1, 2]", "{a: 1}", "'q'", '"d"', "''", "-1", ".5", "null"]
+
+
+def test_token_soup_agrees():
+    """Texts strung from YAML's punctuation and a few words: structures no generator above makes."""
+    rng = random.Random(3)
+    texts = [rng.choice(["a: ", "- ", "a:\n  ", "k: v\nb: ", ""]) + "".join(rng.choice(TOKENS) for _ in range(
+        rng.randint(1, 14))) for _ in range(6000)]
+    read = sum(same(t) for t in texts)
+    print(f"\nfast_yaml read {read}/{len(texts)} token soups")
+    assert read > 300
 
 
 def test_scalars_one_by_one():
