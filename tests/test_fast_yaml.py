@@ -45,7 +45,8 @@ def same(text: str) -> bool:
     assert ref.ok and ref.findings == [], (text, ref.findings)
     assert fast.ok and fast.findings == [] and fast.file == "c.yaml" and fast.kind == "yaml"
     assert tagged(fast.data) == tagged(ref.data), text
-    assert fast.keys == ref.keys, (text, {k: (v, ref.keys.get(k)) for k, v in fast.keys.items() if ref.keys.get(k) != v})
+    assert fast.keys == ref.keys, (text, {k: (v, ref.keys.get(k)) for k, v in fast.keys.items()
+                                          if ref.keys.get(k) != v})
     assert fast.values == ref.values, (text, {k: (v, ref.values.get(k)) for k, v in fast.values.items()
                                               if ref.values.get(k) != v}, set(ref.values) - set(fast.values))
     return True
@@ -147,13 +148,16 @@ def _value(rng, head, indent, step, depth, lines, in_map):
                 lines.append(" " * indent + "- " + _scalar(rng))
         else:
             _block(rng, indent + step, depth + 1, lines)
-    elif depth < 4 and not in_map and r < 0.45:  # `- key: v` and `- - x`, compact
+    elif depth < 4 and not in_map and r < 0.45:  # compact: `- key: v`, `- - x`
         sub: list = []
         _block(rng, indent + 2, depth + 1, sub)
-        if sub:
-            first = sub[0]
-            lines.append(head + " " + first[indent + 2:] if first[:indent + 2].strip() == "" else head)
-            lines.extend(sub[1:] if first[:indent + 2].strip() == "" else sub)
+        first = sub[0]
+        if first.startswith(" " * (indent + 2)) and first.strip()[:1] not in ("", "#"):
+            lines.append(head + " " + first[indent + 2:])  # the block's first line joins the `-`
+            lines.extend(sub[1:])
+        else:
+            lines.append(head)
+            lines.extend(sub)
     elif r < 0.5:
         lines.append(head)  # an empty value
     else:

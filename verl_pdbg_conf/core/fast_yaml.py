@@ -298,7 +298,8 @@ class _Reader:
             esc, n = _ESCAPES.get(c), {"x": 2, "u": 4, "U": 8}.get(c, 0)
             code = raw[b + 2:b + 2 + n]
             if n and len(code) == n and all(h in _HEX for h in code):
-                esc = chr(int(code, 16)) if int(code, 16) <= 0x10FFFF and not 0xD800 <= int(code, 16) <= 0xDFFF else None
+                point = int(code, 16)  # libyaml refuses a surrogate and what is past U+10FFFF
+                esc = chr(point) if point <= 0x10FFFF and not 0xD800 <= point <= 0xDFFF else None
             if esc is None:
                 raise _Refuse
             out += (raw[j:b], esc)
