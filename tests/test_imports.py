@@ -46,6 +46,20 @@ def test_no_heavy_imports(argv):
     assert got["heavy"] == [], f"imported {got['heavy']}"
 
 
+def test_plain_conf_is_read_without_yaml():
+    """A conf in core/fast_yaml.py's subset and its valid config.json are judged without importing
+    PyYAML (issue 22: `import yaml` alone cost about 17 ms of a run from source), as `python -X
+    importtime -m verl_pdbg_conf` shows it."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
+    env.pop("GITHUB_ACTIONS", None)
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "verl_pdbg_conf", "positive/guide_minimal.yaml",
+                           "configs/statistics_l1.json"], cwd=EX, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    mods = {ln.rsplit("|", 1)[-1].strip() for ln in proc.stderr.splitlines() if ln.startswith("import time:")}
+    assert "verl_pdbg_conf.core.fast_yaml" in mods, proc.stderr[-2000:]
+    assert sorted(m for m in mods if m.split(".")[0] in ("yaml", "_yaml")) == []
+
+
 def _import_graph() -> dict:
     """module -> the package's modules it imports, at the top or inside a function."""
     import ast

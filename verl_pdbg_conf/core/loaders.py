@@ -97,12 +97,17 @@ def load_yaml(file: str, text: str | None = None) -> Document:
         if text is None:
             doc.ok, doc.findings = False, errs
             return doc
+    from verl_pdbg_conf.core import fast_yaml
+
+    fast = fast_yaml.load(file, text, MAX_NODES, MAX_DEPTH)  # plain confs, without importing yaml
+    if fast is not None:
+        return fast
     import yaml
 
     loader_cls = _conf_loader(yaml)
     try:
         _precheck_events(yaml, loader_cls, text)
-        if len(text) <= _PYYAML_SCAN_MAX and _PYYAML_REFUSES.search(text):
+        if len(text) <= _PYYAML_SCAN_MAX and re.search(_PYYAML_REFUSES, text):
             for _ in yaml.scan(text, Loader=yaml.SafeLoader):  # Hydra scans with PyYAML: refused there, refused here
                 pass
         loader = loader_cls(text)
@@ -149,19 +154,21 @@ def load_yaml(file: str, text: str | None = None) -> Document:
     return doc
 
 
-# OmegaConf's float pattern: it also reads `1e-5` (no dot) as a float, which YAML 1.1 does not.
-_OMEGACONF_FLOAT = re.compile(r"""^(?:
+# The full path's patterns are compiled on its first use (re caches them), not at import: a conf that
+# fast_yaml reads never needs them. OmegaConf's float pattern: it also reads `1e-5` (no dot) as a
+# float, which YAML 1.1 does not.
+_OMEGACONF_FLOAT = r"""^(?:
      [-+]?[0-9]+(?:_[0-9]+)*\.[0-9_]*(?:[eE][-+]?[0-9]+)?
     |[-+]?[0-9]+(?:_[0-9]+)*(?:[eE][-+]?[0-9]+)
     |\.[0-9]+(?:_[0-9]+)*(?:[eE][-+][0-9]+)?
     |[-+]?[0-9]+(?:_[0-9]+)*(?::[0-5]?[0-9])+\.[0-9_]*
     |[-+]?\.(?:inf|Inf|INF)
-    |\.(?:nan|NaN|NAN))$""", re.X)
+    |\.(?:nan|NaN|NAN))$"""
 _LOADER = None
 # Where libyaml accepts what PyYAML's scanner (Hydra's) refuses: a tab after `key:`, an anchor or a
 # comma, and `|#` / `>#` (a comment right after a block scalar indicator). Such a text is scanned
 # with PyYAML too, up to a size: PyYAML scans long lines at about 0.5 MB/s.
-_PYYAML_REFUSES = re.compile(r"\t|[|>][-+0-9]*#")
+_PYYAML_REFUSES = r"\t|[|>][-+0-9]*#"
 _PYYAML_SCAN_MAX = 256 * 1024
 
 
@@ -172,7 +179,8 @@ def _conf_loader(yaml):
     if _LOADER is None:
         base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
         cls = type("ConfLoader", (base,), {})
-        cls.add_implicit_resolver("tag:yaml.org,2002:float", _OMEGACONF_FLOAT, list("-+0123456789."))
+        cls.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(_OMEGACONF_FLOAT, re.X),
+                                  list("-+0123456789."))
         cls.yaml_implicit_resolvers = {k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:timestamp"]
                                        for k, v in cls.yaml_implicit_resolvers.items()}
         _LOADER = cls
@@ -180,13 +188,13 @@ def _conf_loader(yaml):
 
 
 _STR = "tag:yaml.org,2002:str"
-_YAML_BREAK = re.compile("\r\n|[\r\n\x85\u2028\u2029]")
+_YAML_BREAK = "\r\n|[\r\n\x85\u2028\u2029]"
 
 
 def _in_text(text: str, line: int, col: int) -> tuple[int, int]:
     """libyaml marks the end of a stream that lacks a final line break one line past the end
     (`a: [` fails at 2:1): move such a mark to the end of the last line, as PyYAML reports it."""
-    starts = [0] + [m.end() for m in _YAML_BREAK.finditer(text)]
+    starts = [0] + [m.end() for m in re.finditer(_YAML_BREAK, text)]
     if line <= len(starts):
         return line, col
     return len(starts), len(text) - starts[-1] + 1
