@@ -122,8 +122,10 @@ sys.stderr.write('\\nFACTS ' + json.dumps({"code": code, "read": sorted(read), "
 def test_one_conf_reads_only_the_judging_releases_facts():
     """Per-release facts load on demand: one conf and its config.json read the judging msprobe
     release's facts and the judging verl release's, no other release's; the case matrix
-    (cases.py), the extractors and the launch-script reader are never imported, and only the
-    cases whose keys the config.json has are matched."""
+    (cases.py), the extractors and the launch-script reader are never imported (the verl/msprobe
+    pair, 0.9.0 with 8.3.3 a finding, is a look-up in verl_pair.py's table: none of
+    verl_pair_extract.py's requirement parsing), and only the cases whose keys the config.json has
+    are matched."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
     env.pop("GITHUB_ACTIONS", None)
     proc = subprocess.run([sys.executable, "-c", FACTS_PROBE, "positive/guide_minimal.yaml", "--msprobe-version",
@@ -136,8 +138,10 @@ def test_one_conf_reads_only_the_judging_releases_facts():
     assert got["read"] == [["msprobe", "8.3.3"], ["verl", "0.9.0"]]
     pkg = "verl_pdbg_conf."
     never = {pkg + m for m in ("checks.msprobe_releases.cases", "checks.msprobe_releases.extract",
+                               "checks.msprobe_releases.verl_pair_extract",
                                "verl_facts.releases.extract", "verl_facts.compose", "launch_scripts.launch_script",
                                "core.schema_errors")}
     assert never.isdisjoint(got["modules"]), sorted(never & set(got["modules"]))
-    assert {pkg + "checks.msprobe_releases.verdict", pkg + "checks.msprobe_releases.case_index"} <= set(got["modules"])
+    assert {pkg + "checks.msprobe_releases.verdict", pkg + "checks.msprobe_releases.case_index",
+            pkg + "checks.msprobe_releases.verl_pair"} <= set(got["modules"])
     assert 0 < got["matched"] < got["cases"]

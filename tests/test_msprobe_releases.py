@@ -256,29 +256,59 @@ def test_regenerated_release_in_its_venv_equals_shipped(version, tmp_path):
 # ---------------------------------------------------------------- verl and msprobe as a pair
 
 def test_specifiers_that_share_no_version():
-    assert verl_pair.conflicts(["numpy>=2.0.0"], ["numpy<2"]) == [("numpy", ">=2.0.0", "<2")]
-    assert verl_pair.conflicts(["numpy>=1.23"], ["numpy<2,>=1.20"]) == []
-    assert verl_pair.conflicts(["pandas"], ["pandas<2.1"]) == []
-    assert verl_pair.conflicts(["protobuf<=4.0"], ["protobuf>=4.0"]) == []
-    assert verl_pair.conflicts(["protobuf<4.0"], ["protobuf>=4.0"]) != []
-    assert verl_pair.conflicts(["x==1.4"], ["x~=1.5.0"]) != []
-    assert verl_pair.conflicts(["numpy<2; extra == 'test'"], ["numpy>=2"]) == []  # conditional: not compared
-    assert verl_pair.python_conflict("<3.13,>=3.10", ">=3.8") is False
-    assert verl_pair.python_conflict("<3.10", ">=3.11") is True
+    x = verl_pair_extract
+    assert x.conflicts(["numpy>=2.0.0"], ["numpy<2"]) == [("numpy", ">=2.0.0", "<2")]
+    assert x.conflicts(["numpy>=1.23"], ["numpy<2,>=1.20"]) == []
+    assert x.conflicts(["pandas"], ["pandas<2.1"]) == []
+    assert x.conflicts(["protobuf<=4.0"], ["protobuf>=4.0"]) == []
+    assert x.conflicts(["protobuf<4.0"], ["protobuf>=4.0"]) != []
+    assert x.conflicts(["x==1.4"], ["x~=1.5.0"]) != []
+    assert x.conflicts(["numpy<2; extra == 'test'"], ["numpy>=2"]) == []  # conditional: not compared
+    assert x.python_conflict("<3.13,>=3.10", ">=3.8") is False
+    assert x.python_conflict("<3.10", ">=3.11") is True
+
+
+def test_shipped_pairs_table_is_its_sources_worked_out():
+    """verl-msprobe-pairs.json, what the validator looks pairs up in, is exactly what
+    verl-requires.json and every shipped msprobe release's facts give: it cannot drift from them."""
+    fresh = verl_pair_extract.pairs_table(verl_pair_extract.verl_releases(),
+                                          {v: {p: mr.load_part(v, p) for p in verl_pair_extract.MSPROBE_PARTS}
+                                           for v in mr.shipped()})
+    assert set(fresh) == set(verl_pair_extract.verl_releases())
+    assert all(set(row) == set(mr.shipped()) for row in fresh.values())
+    assert verl_pair.table() == fresh, ("verl-msprobe-pairs.json is stale; regenerate it with "
+                                        "python -m verl_pdbg_conf.checks.msprobe_releases.verl_pair_extract --pairs")
+    assert Path(verl_pair.PAIRS).read_text(encoding="utf-8") == verl_pair_extract.dumps(fresh)
 
 
 def test_pair_findings_from_both_wheels_metadata():
-    assert verl_pair.pair_problems("0.9.1", mr.load("26.2.0")) == []
-    msprobe_8 = mr.load("8.3.3")
-    problems = verl_pair.pair_problems("0.9.1", msprobe_8)
+    assert verl_pair.pair_problems("0.9.1", "26.2.0") == []
+    problems = verl_pair.pair_problems("0.9.1", "8.3.3")
     assert len(problems) == 1 and "cannot be installed together" in problems[0] and "numpy" in problems[0]
+    assert verl_pair.pair_problems("0.8.0", "8.3.3") == []  # verl 0.8.0 pins numpy<2 too
+    assert verl_pair_extract.pair_problems("0.9.1", mr.load("8.3.3")) == problems
+
+
+def test_release_not_in_the_table_has_no_problems():
+    assert verl_pair.pair_problems("0.7.0", "8.3.3") == []
+    assert verl_pair.pair_problems("0.9.1", "1.0.0") == []
+    assert verl_pair_extract.pair_problems("0.7.0", mr.load("8.3.3")) == []
 
 
 def test_msprobe_without_the_backend_call_is_a_finding():
     facts = dict(mr.load("26.2.0"))
     facts["api"] = dict(facts["api"], **{"service.reset_status": False, "service._reset_status": False})
-    problems = verl_pair.pair_problems("0.9.1", facts)
+    problems = verl_pair_extract.pair_problems("0.9.1", facts)
     assert any("service._reset_status or service.reset_status" in p for p in problems)
+
+
+def test_pairs_flag_rewrites_only_the_table(tmp_path):
+    requires = tmp_path / "verl-requires.json"
+    requires.write_text(Path(verl_pair_extract.DATA).read_text(encoding="utf-8"), encoding="utf-8")
+    assert verl_pair_extract.main(["--pairs", "--out", str(requires)]) == 0
+    assert (tmp_path / "verl-msprobe-pairs.json").read_text(encoding="utf-8") == \
+        Path(verl_pair.PAIRS).read_text(encoding="utf-8")
+    assert requires.read_text(encoding="utf-8") == Path(verl_pair_extract.DATA).read_text(encoding="utf-8")
 
 
 def test_pair_finding_in_the_report(tmp_path):
@@ -293,4 +323,4 @@ def test_verl_requirements_regenerated_from_installed_verl():
     pytest.importorskip("verl")
     fresh = verl_pair_extract.from_installed()
     version = fresh.pop("version")
-    assert verl_pair.verl_releases()[version] == fresh
+    assert verl_pair_extract.verl_releases()[version] == fresh

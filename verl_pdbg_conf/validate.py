@@ -114,11 +114,10 @@ def _pair(doc: Document, at, options: Options) -> list[Finding]:
     """The judging verl and msprobe releases as a pair: one finding when they cannot run together.
     An error when both were named the same way (both by option, or both installed here); a
     warning when one side is only a default, which may not be the release the run will have."""
-    from verl_pdbg_conf.checks.msprobe_releases import load_part
-    from verl_pdbg_conf.checks.msprobe_releases.verl_pair import MSPROBE_PARTS, pair_problems
+    from verl_pdbg_conf.checks.msprobe_releases.verl_pair import pair_problems
 
     (verl, verl_how), (ms, ms_how) = options.release, options.msprobe_release
-    problems = pair_problems(verl, {p: load_part(ms, p) for p in MSPROBE_PARTS})
+    problems = pair_problems(verl, ms)
     if not problems:
         return []
     same_way = (verl_how, ms_how) in (("--verl-version", "--msprobe-version"), ("installed", "installed"))

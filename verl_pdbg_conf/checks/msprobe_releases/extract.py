@@ -1,5 +1,6 @@
 """Measure one mindstudio-probe release on the case matrix (`cases.py`) and write
-`msprobe-<version>.json.gz` beside this script.
+`msprobe-<version>.json.gz` beside this script (then the verl pairs table beside it again, from
+every release's facts there: verl_pair_extract.write_pairs).
 
     python -m verl_pdbg_conf.checks.msprobe_releases.extract --venv VENV   # msprobe and torch in VENV
     python -m verl_pdbg_conf.checks.msprobe_releases.extract               # this Python's msprobe
@@ -540,7 +541,7 @@ def merge_parts(version: str, out_dir: str) -> int:
     with open(path_for(version, out_dir), "wb") as f:
         f.write(data)
     print(f"{path_for(version, out_dir)}: {len(order)} cases, {len(data)} bytes")
-    return 0
+    return write_pairs(out_dir)
 
 
 def with_key(case: dict, key: str) -> dict:
@@ -568,6 +569,15 @@ def measure_missing(out_dir: str, jobs: int) -> int:
     with open(path_for(version, out_dir), "wb") as f:
         f.write(data)
     print(f"{path_for(version, out_dir)}: {len(todo)} cases measured, {len(cases)} in all, {len(data)} bytes")
+    return write_pairs(out_dir)
+
+
+def write_pairs(out_dir: str) -> int:
+    """After facts were written: the verl/msprobe pairs table (verl-msprobe-pairs.json) again, from
+    the shipped verl-requires.json and every release's facts in out_dir, written there."""
+    from verl_pdbg_conf.checks.msprobe_releases import verl_pair_extract
+
+    verl_pair_extract.write_pairs(facts_dir=out_dir)
     return 0
 
 
@@ -661,7 +671,7 @@ def main(argv=None) -> int:
     for c in facts["cases"]:
         counts[c["outcome"]] = counts.get(c["outcome"], 0) + 1
     print(f"{out}: msprobe {facts['version']}, {len(facts['cases'])} cases {counts}, {len(data)} bytes")
-    return 0
+    return write_pairs(args.out_dir)
 
 
 if __name__ == "__main__":

@@ -1,20 +1,194 @@
-"""Writes verl-requires.json, verl's side of verl_pair.py, from the real wheels:
+"""verl and msprobe releases as pairs, worked out at extraction time: writes verl-requires.json,
+verl's side, from the real wheels, and verl-msprobe-pairs.json, what keeps each verl release in
+verl-requires.json and each shipped msprobe release from running together (the table the
+validator looks pairs up in, verl_pair.py):
 
     python -m verl_pdbg_conf.checks.msprobe_releases.verl_pair_extract --wheel verl-0.9.1-py3-none-any.whl
     python -m verl_pdbg_conf.checks.msprobe_releases.verl_pair_extract --installed
+    python -m verl_pdbg_conf.checks.msprobe_releases.verl_pair_extract --pairs
 
 Requires-Dist and Requires-Python from the dist-info METADATA; the calls from the backend's
-code by AST. Kept apart from verl_pair.py so the validator does not compile it on every run."""
+code by AST. A pair cannot run together when pip cannot install both wheels (an unconditional
+requirement of both with no version in common, or Requires-Python with none), or when the msprobe
+lacks every alternative of a call verl's backend makes. `--pairs` rewrites only the table, from
+the shipped verl-requires.json and msprobe facts (extract.py runs it after writing facts). Kept
+apart from verl_pair.py so the validator does not compile any of this on every run."""
 
 from __future__ import annotations
 
+import functools
+import gzip
 import json
 import os
 import re
 import sys
 
-from verl_pdbg_conf.checks.msprobe_releases.verl_pair import BACKEND, DATA
+from verl_pdbg_conf.checks.msprobe_releases.verl_pair import HERE, PAIRS
 
+DATA = os.path.join(HERE, "verl-requires.json")
+BACKEND = "verl/utils/profiler/precision_debugger_profile.py"
+MSPROBE_PARTS = ("version", "requires_dist", "requires_python", "api")  # what pair_problems reads of msprobe's facts
+_REQ = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*(\(?)([^;]*?)\)?\s*(;.*)?$")
+_SPEC = re.compile(r"^\s*(~=|==|!=|<=|>=|<|>|===)\s*([^\s,]+)\s*$")
+_FACTS = re.compile(r"^msprobe-(.+)\.json\.gz$")
+
+
+# ---------------------------------------------------------------- reading requirements
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _version(text: str) -> tuple:
+    """A release number as a tuple of ints, enough to order bounds ("2.0.0", "1.23", "2.1")."""
+    parts = []
+    for p in text.split("."):
+        m = re.match(r"\d+", p)
+        if not m:
+            break
+        parts.append(int(m.group()))
+    while len(parts) > 1 and parts[-1] == 0:
+        parts.pop()
+    return tuple(parts)
+
+
+def parse_requirement(line: str):
+    """(name, [(op, version)]) of a Requires-Dist line, or None for one with a marker (an extra,
+    a Python or platform condition): only unconditional requirements are compared."""
+    m = _REQ.match(line)
+    if not m or m.group(5):
+        return None
+    specs = []
+    for part in filter(None, (p.strip() for p in m.group(4).split(","))):
+        sm = _SPEC.match(part)
+        if sm:
+            specs.append((sm.group(1), sm.group(2)))
+    return _norm(m.group(1)), specs
+
+
+def _interval(specs):
+    """(low, low_inclusive, high, high_inclusive) that `specs` allow; None means unbounded."""
+    lo, lo_in, hi, hi_in = None, True, None, True
+    for op, v in specs:
+        if v.endswith(".*"):
+            continue
+        t = _version(v)
+        if op in (">=", ">", "==", "===", "~="):
+            inc = op != ">"
+            if lo is None or t > lo or (t == lo and not inc):
+                lo, lo_in = t, inc
+        if op in ("<=", "<", "==", "==="):
+            inc = op != "<"
+            if hi is None or t < hi or (t == hi and not inc):
+                hi, hi_in = t, inc
+        if op == "~=":  # ~=1.4.2 is >=1.4.2, <1.5
+            up = t[:-1]
+            if len(up) >= 1:
+                up = up[:-1] + (up[-1] + 1,)
+                if hi is None or up < hi:
+                    hi, hi_in = up, False
+    return lo, lo_in, hi, hi_in
+
+
+def disjoint(a, b) -> bool:
+    """True when no version satisfies both specifier lists."""
+    lo, lo_in, hi, hi_in = _interval(list(a) + list(b))
+    if lo is None or hi is None:
+        return False
+    return lo > hi or (lo == hi and not (lo_in and hi_in))
+
+
+def _show(specs) -> str:
+    return ",".join(op + v for op, v in specs) or "any version"
+
+
+def conflicts(requires_a: list[str], requires_b: list[str]) -> list[tuple[str, str, str]]:
+    """(package, spec in a, spec in b) for every package both require with no version in common."""
+    a = dict(filter(None, map(parse_requirement, requires_a)))
+    b = dict(filter(None, map(parse_requirement, requires_b)))
+    return [(n, _show(a[n]), _show(b[n])) for n in sorted(set(a) & set(b)) if disjoint(a[n], b[n])]
+
+
+def python_conflict(a: str | None, b: str | None) -> bool:
+    if not a or not b:
+        return False
+    sa = [(m.group(1), m.group(2)) for m in map(_SPEC.match, a.split(",")) if m]
+    sb = [(m.group(1), m.group(2)) for m in map(_SPEC.match, b.split(",")) if m]
+    return disjoint(sa, sb)
+
+
+# ---------------------------------------------------------------- a pair's problems
+
+@functools.lru_cache(maxsize=None)
+def verl_releases(path: str = DATA) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except OSError:
+        return {}
+
+
+def problems(verl_version: str, verl: dict, msprobe_facts: dict) -> list[str]:
+    """What keeps verl release `verl_version` (its entry in verl-requires.json) and this msprobe
+    release from running together, in words. `msprobe_facts`: the release's facts, or just their
+    MSPROBE_PARTS."""
+    mv = msprobe_facts["version"]
+    out = []
+    clash = conflicts(verl.get("requires_dist", []), msprobe_facts.get("requires_dist", []))
+    if clash:
+        what = "; ".join(f"{n}: verl needs {a}, mindstudio-probe needs {b}" for n, a, b in clash)
+        out.append(f"verl {verl_version} and mindstudio-probe {mv} cannot be installed together ({what})")
+    if python_conflict(verl.get("requires_python"), msprobe_facts.get("requires_python")):
+        out.append(f"no Python runs both verl {verl_version} ({verl['requires_python']}) and mindstudio-probe "
+                   f"{mv} ({msprobe_facts['requires_python']})")
+    api = msprobe_facts.get("api", {})
+    for group in verl.get("calls", []):
+        if all(api.get(c) is False for c in group):
+            out.append(f"verl {verl_version}'s precision_debugger backend calls {' or '.join(group)}, which "
+                       f"mindstudio-probe {mv} does not have")
+    return out
+
+
+def pair_problems(verl_version: str, msprobe_facts: dict) -> list[str]:
+    """problems() for a verl release in the shipped verl-requires.json; [] for any other."""
+    verl = verl_releases().get(verl_version)
+    return [] if verl is None else problems(verl_version, verl, msprobe_facts)
+
+
+def msprobe_facts_in(directory: str = HERE) -> dict[str, dict]:
+    """{version: its MSPROBE_PARTS} of every msprobe-<version>.json.gz in `directory`."""
+    from verl_pdbg_conf.verl_facts.releases import versions_in
+
+    out = {}
+    for version in versions_in(directory, _FACTS):
+        with gzip.open(os.path.join(directory, f"msprobe-{version}.json.gz"), "rt", encoding="utf-8") as f:
+            facts = json.load(f)
+        out[version] = {p: facts[p] for p in MSPROBE_PARTS if p in facts}
+    return out
+
+
+def pairs_table(verl: dict, msprobe: dict[str, dict]) -> dict:
+    """{verl version: {msprobe version: [problem sentences]}} for every verl release in `verl`
+    (verl-requires.json's form) and every msprobe release in `msprobe` ({version: facts})."""
+    return {vv: {mv: problems(vv, vf, mf) for mv, mf in msprobe.items()} for vv, vf in verl.items()}
+
+
+def write_pairs(requires: str = DATA, facts_dir: str = HERE, out: str | None = None) -> str:
+    """Write the pairs table of verl-requires.json at `requires` and the msprobe facts in
+    `facts_dir` to `out` (default: verl-msprobe-pairs.json in facts_dir); its path."""
+    out = out or os.path.join(facts_dir, os.path.basename(PAIRS))
+    with open(requires, encoding="utf-8") as f:
+        verl = json.load(f)
+    table = pairs_table(verl, msprobe_facts_in(facts_dir))
+    with open(out, "w", encoding="utf-8") as f:
+        f.write(dumps(table))
+    bad = sum(1 for row in table.values() for p in row.values() if p)
+    print(f"{out}: {len(table)} verl x {len(next(iter(table.values()), {}))} msprobe releases, "
+          f"{bad} pairs that cannot run together")
+    return out
+
+
+# ---------------------------------------------------------------- verl's side, from its wheel
 
 def _metadata(text: str) -> dict:
     out = {"version": None, "requires_dist": [], "requires_python": None}
@@ -105,8 +279,13 @@ def main(argv=None) -> int:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--wheel", action="append", help="a verl wheel (pip download --no-deps verl==X)")
     src.add_argument("--installed", action="store_true", help="the verl installed here")
-    p.add_argument("--out", default=DATA)
+    src.add_argument("--pairs", action="store_true", help="rewrite only verl-msprobe-pairs.json, from the shipped "
+                                                          "verl-requires.json and msprobe facts (no wheel needed)")
+    p.add_argument("--out", default=DATA, help="the verl-requires.json to write (the pairs table goes beside it)")
     args = p.parse_args(argv)
+    if args.pairs:
+        write_pairs(args.out, HERE, os.path.join(os.path.dirname(os.path.abspath(args.out)), os.path.basename(PAIRS)))
+        return 0
     try:
         with open(args.out, encoding="utf-8") as f:
             table = json.load(f)
@@ -118,6 +297,7 @@ def main(argv=None) -> int:
         print(f"verl {version}: {len(facts['requires_dist'])} requirements, calls {facts['calls']}")
     with open(args.out, "w", encoding="utf-8") as f:
         f.write(dumps(table))
+    write_pairs(args.out, HERE, os.path.join(os.path.dirname(os.path.abspath(args.out)), os.path.basename(PAIRS)))
     return 0
 
 
