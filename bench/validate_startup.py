@@ -9,10 +9,11 @@ check-jsonschema's wall time). A valid config.json is judged without importing j
 
 Both run as `python -m MODULE` with the same interpreter, so neither pays for a launcher shim.
 check-jsonschema runs as pip installed it: from the bytecode pip compiled at install. Ours is
-timed twice: as installed (its bytecode compiled once, by a first run, into a temporary
-PYTHONPYCACHEPREFIX, as pip compiles an installed package's), which the target is about; and
-from this tree as the environment runs it, which with PYTHONDONTWRITEBYTECODE set and no
-__pycache__ beside the sources compiles every module of the package on every run (said so).
+timed three ways: as installed (its bytecode compiled once, by a first run, into a temporary
+PYTHONPYCACHEPREFIX, as pip compiles an installed package's); this tree as the environment runs
+it (an editable install compiles the tree's bytecode, build_hooks.py; without it, and with
+PYTHONDONTWRITEBYTECODE set, every run compiles the package: said so); and from source, a copy
+of the package with no bytecode at all, compiled on every run (what an edited tree pays).
 `--code CHECKOUT` times the verl_pdbg_conf of another checkout (main, a branch) in the same
 harness: a before and after in one run. `--instructions` also counts the instructions of one
 run of each under valgrind (callgrind): the same on a busy machine as on a quiet one."""
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -105,43 +107,57 @@ def main() -> int:
         theirs = [sys.executable, "-m", "check_jsonschema", "--schemafile", SCHEMA, CONFIG]
         installed = dict(env, PYTHONPYCACHEPREFIX=os.path.join(tmp, "pyc"))
         installed.pop("PYTHONDONTWRITEBYTECODE", None)
+        # a copy of the package with no bytecode at all, run with none written: compiled on every run
+        src = os.path.join(tmp, "src")
+        shutil.copytree(os.path.join(code, "verl_pdbg_conf"), os.path.join(src, "verl_pdbg_conf"),
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        source = dict(env, PYTHONPATH=os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p),
+                      PYTHONDONTWRITEBYTECODE="1")
         as_is = from_bytecode(code, env)
-        once(ours, installed, tmp), once(ours, env, tmp), once(theirs, env, tmp)  # bytecode written, files cached
+        variants = (("installed", ours, installed), ("as is", ours, env), ("source", ours, source),
+                    ("theirs", theirs, env))
+        for _, cmd, e in variants:
+            once(cmd, e, tmp)  # bytecode written where it is written, files cached
         counts = {}
         if args.instructions:
-            for name, cmd, e in (("installed", ours, installed), ("as is", ours, env), ("theirs", theirs, env)):
+            for name, cmd, e in variants:
                 counts[name] = instructions(cmd, e, tmp)
-        runs = {"installed": [], "as is": [], "theirs": []}
+        runs = {name: [] for name, _, _ in variants}
         for _ in range(args.repeat):
-            for name, cmd, e in (("installed", ours, installed), ("as is", ours, env), ("theirs", theirs, env)):
+            for name, cmd, e in variants:
                 t, rc = once(cmd, e, tmp)
                 runs[name].append((t, rc))
     med = {k: statistics.median(t for t, _ in v) for k, v in runs.items()}
     low = {k: min(t for t, _ in v) for k, v in runs.items()}
     rc = {k: v[-1][1] for k, v in runs.items()}
     where = "" if code == REPO else f", the package of {code}"
-    line = "    {:<44} {:7.1f} ms ({:.1f}) exit {}"
+    line = "    {:<52} {:7.1f} ms ({:.1f}) exit {}"
+    ours_labels = (("installed", "as installed (bytecode, as pip compiles it)"),
+                   ("as is", "this tree as the environment runs it (*)"),
+                   ("source", "from source, no bytecode (compiled every run)"))
     print(f"{args.repeat} alternating runs, medians (min):")
     print(f"  verl-pdbg-validate conf.yaml (+ its config.json){where}")
-    for name, label in (("installed", "as installed (bytecode, as pip compiles it)"),
-                        ("as is", "this tree as the environment runs it (*)")):
+    for name, label in ours_labels:
         print(line.format(label, med[name] * 1000, low[name] * 1000, rc[name]))
     print("  check-jsonschema --schemafile msprobe-config.schema.json")
     print(line.format("as installed (pip compiled its bytecode)", med["theirs"] * 1000, low["theirs"] * 1000,
                       rc["theirs"]))
-    for name, label in (("installed", "as installed"), ("as is", "as the environment runs it")):
+    for name, label in (("installed", "as installed"), ("as is", "as the environment runs it"),
+                        ("source", "from source")):
         r = med[name] / med["theirs"]
         print(f"  ratio {label}: {r:.2f}x of check-jsonschema's wall time "
               f"(target <= {TARGET:.2f}x: {'met' if r <= TARGET else 'NOT met'})")
     if counts.get("theirs"):
         print("  instructions of one run (valgrind): " + ", ".join(
             f"{label} {counts[k] / 1e6:.0f} M" for k, label in (("installed", "ours as installed"),
-                                                                 ("as is", "ours as the environment runs it"),
+                                                                 ("as is", "as the environment runs it"),
+                                                                 ("source", "from source"),
                                                                  ("theirs", "check-jsonschema")) if counts.get(k))
-            + "; ratios " + ", ".join(f"{counts[k] / counts['theirs']:.2f}x" for k in ("installed", "as is")
+            + "; ratios " + ", ".join(f"{counts[k] / counts['theirs']:.2f}x" for k in ("installed", "as is", "source")
                                       if counts.get(k)))
-    print("  (*) " + ("from bytecode" if as_is else "from source: PYTHONDONTWRITEBYTECODE is set and no __pycache__ "
-                                                    "holds this tree's bytecode, so every run compiles the package"))
+    print("  (*) " + ("from bytecode (an editable install compiles it: build_hooks.py)" if as_is else
+                      "from source: PYTHONDONTWRITEBYTECODE is set and no __pycache__ holds this tree's bytecode, "
+                      "so every run compiles the package"))
     return 0
 
 
