@@ -58,6 +58,11 @@ def test_plain_conf_is_read_without_yaml():
     mods = {ln.rsplit("|", 1)[-1].strip() for ln in proc.stderr.splitlines() if ln.startswith("import time:")}
     assert "verl_pdbg_conf.core.fast_yaml" in mods, proc.stderr[-2000:]
     assert sorted(m for m in mods if m.split(".")[0] in ("yaml", "_yaml")) == []
+    # nor dataclasses (core/record.py: it imports inspect, ast and dis), nor the PyYAML path, nor the
+    # extractors that write the facts the validator reads
+    never = {"dataclasses", "inspect", "ast", "verl_pdbg_conf.core.yaml_full",
+             "verl_pdbg_conf.checks.msprobe_releases.verl_pair_extract"}
+    assert sorted(mods & never) == []
 
 
 def _import_graph() -> dict:
