@@ -188,6 +188,37 @@ def test_attribution_lets_rounding_grow_and_finds_a_jump():
     assert c.first_in(judged({"input": 0.005, "output": 0.05})) == 1
 
 
+
+def _sub(errors_and_norms, op="Tensor.__sub__"):
+    """[(row, golden row, Verdict)] of `a - b`: state -> (relative error, golden Norm) per row."""
+    out = []
+    for i, (state, (v, norm)) in enumerate(errors_and_norms):
+        r = row(f"{op}.7.forward.{state}.{i}", state, stats=(1.0, -1.0, 0.0, norm))
+        out.append((r, r, Verdict("threshold" if v > 1e-4 else "", v)))
+    return out
+
+
+def test_attribution_a_difference_magnifies_its_inputs_rounding():
+    """`log_prob - old_log_prob` of two log-probs that agree to 1e-7 (Norm 11) and differ by 4e-5: the
+    output's relative error is 1%, its absolute error (1% of 4e-5) below what its inputs carried (1e-7 of
+    11 each): cancellation, not an error of the subtraction; the note says how it was judged."""
+    a = Attributor()
+    cancel = [("input", (1e-7, 11.0)), ("input", (1e-7, 11.0)), ("output", (0.01, 4e-5))]
+    assert a.first_in(_sub(cancel)) is None
+    assert a.cancelled == 1 and "cancellation" in a.note(1e-4)
+    # the same difference with agreeing inputs and a wrong output: introduced there
+    b = Attributor()
+    wrong = [("input", (0.0, 11.0)), ("input", (0.0, 11.0)), ("output", (0.01, 4e-5))]
+    assert b.first_in(_sub(wrong)) == 2
+    # far beyond its inputs' absolute error too: introduced
+    c = Attributor()
+    big = [("input", (1e-7, 11.0)), ("input", (1e-7, 11.0)), ("output", (0.01, 5.0))]
+    assert c.first_in(_sub(big)) == 2
+    # only sums and differences: a matmul's output is judged by relative error alone
+    d = Attributor()
+    assert d.first_in(_sub(cancel, op="Functional.linear")) == 2
+
+
 def stack_entry(names, frames):
     return [names, frames]
 

@@ -26,14 +26,6 @@ MODEL_STAGES = ACTOR_STAGES + ("ref_compute_log_prob",)
 # 0.4-0.8% per layer, where a 1% change cannot be told from rounding
 RUNS = {"eager": ["--attn", "eager"], "sdpa": ["--attn", "sdpa"],
         "sdpa_planted": ["--attn", "sdpa", "--plant-layer", str(K)]}
-CANCELLATION = (
-    "actor_update's first divergence is Tensor.__sub__ at core_algos.py:1336 (compute_policy_loss_vanilla: "
-    "log_prob - old_log_prob) on the second PPO mini-batch, after the first optimizer step (its mini-batch 3 of 4), "
-    "NormRelativeErr ~1% while its inputs carried 1e-6: the two log-probs agree to 1e-7 (Norm 11.0025) and their "
-    "difference is 4e-5, so rounding is amplified ~3e5 by cancellation; attribution.py compares relative errors "
-    "of output and inputs and does not scale by their magnitudes")
-
-
 @pytest.fixture(scope="module")
 def runs(module_tmp):
     """The three runs at once, one bench process each (each with its own worker child)."""
@@ -81,8 +73,10 @@ def test_sdpa_same_weights_no_divergence_in_log_probs(runs):
     assert all(lay["layer"] in range(LAYERS) for s in firsts for lay in pairs[s]["layer_errors"])
 
 
-@pytest.mark.xfail(strict=True, reason=CANCELLATION)
 def test_sdpa_same_weights_no_divergence_in_the_update(runs):
+    """actor_update's `log_prob - old_log_prob` (core_algos.py, compute_policy_loss_vanilla) takes two
+    log-probs that agree to 1e-7 (Norm 11.0) and leaves a difference of 4e-5: its relative error is ~1%
+    while its inputs carried 1e-7, rounding magnified by cancellation, not an error introduced there."""
     cmp, pairs = _compared(runs, "sdpa")
     assert pairs["actor_update"]["first_divergence"] is None and cmp.exit_code == EXIT_OK
 

@@ -2,7 +2,10 @@
 threshold is the divergence only if its error jumps well beyond the error it received: an output beyond
 its call's inputs (and the recent level), an input or a gradient beyond the recent level, a parameter
 (weights enter from nowhere) by itself. Rounding accumulated over many ops (bf16 against fp32, a new
-kernel's summation order) grows evenly from call to call and never jumps; a real change does."""
+kernel's summation order) grows evenly from call to call and never jumps; a real change does.
+A sum or difference cannot add error of its own beyond its output's rounding, so its output counts
+only if its absolute error (relative error times its norm) also jumps past what its inputs carried:
+`log_prob - old_log_prob` of two nearly equal tensors magnifies their rounding, it introduces none."""
 
 from __future__ import annotations
 
@@ -11,6 +14,10 @@ from verl_pdbg_conf.compare import metrics as M
 JUMP = 4.0  # an error this many times what the node received is introduced there
 DECAY = 0.99  # per record: how fast the recent level forgets an error once its tensors are used up
 IMMEDIATE = ("nan", "inf", "shape", "dtype", "exact")
+NORM = 3  # Row.stats: Max, Min, Mean, Norm
+# Elementwise sums and differences, by the op in the record's name (Tensor.__sub__.12.forward)
+LINEAR_OPS = frozenset({"__add__", "__radd__", "__iadd__", "__sub__", "__rsub__", "__isub__", "add", "add_", "sub",
+                        "sub_", "subtract", "rsub"})
 
 
 def _finite(v) -> bool:
@@ -23,6 +30,7 @@ class Attributor:
         self.level = 0.0  # the error recently seen: what a node's inputs carry
         self.absorbed = 0  # rows past the threshold that did not jump (accumulated rounding)
         self.absorbed_max = None  # (value, row name)
+        self.cancelled = 0  # outputs of sums and differences past the threshold that magnified their inputs' error
 
     def first_in(self, judged: list) -> int | None:
         """judged: [(row, golden row, Verdict)] of one record pair, in its row order. Returns the index of
@@ -41,8 +49,11 @@ class Attributor:
                 break
             base = self.level if row.state == "input" else received
             if v.value > self.jump * base:
-                hit = i
-                break
+                if not (row.state == "output" and _cancels(row, _g, v, judged, self.jump)):
+                    hit = i
+                    break
+                self.cancelled += 1
+                continue
             self.absorbed += 1
             if self.absorbed_max is None or v.value > self.absorbed_max[0]:
                 self.absorbed_max = (v.value, row.name)
@@ -58,4 +69,31 @@ class Attributor:
             v, name = self.absorbed_max
             said += (f"; {self.absorbed} tensor(s) past {limit:.3g} grew no faster than their inputs (accumulated "
                      f"rounding, largest {v:.3g} at {name})")
+        if self.cancelled:
+            said += (f"; {self.cancelled} output(s) of a sum or difference past {limit:.3g} carried no more absolute "
+                     "error than their inputs (cancellation of nearly equal tensors magnifies their rounding)")
         return said
+
+
+def _op(record: str) -> str:
+    parts = record.split(".")
+    return parts[1] if len(parts) > 2 else ""
+
+
+def _abs_error(row, golden, value) -> float | None:
+    """A row's error in its own units: its relative error times the golden norm."""
+    norm = golden.stats[NORM] if golden is not None and len(golden.stats) > NORM else None
+    if not isinstance(norm, (int, float)) or isinstance(norm, bool) or not _finite(value) or norm != norm:
+        return None
+    return value * abs(norm)
+
+
+def _cancels(row, golden, v, judged, jump: float) -> bool:
+    """The output of an elementwise sum or difference whose absolute error is within JUMP times the
+    sum of its inputs' (estimated, each by its own norm): magnified, not introduced."""
+    if _op(row.record) not in LINEAR_OPS:
+        return False
+    out = _abs_error(row, golden, v.value)
+    ins = [_abs_error(r, g, vv.value) for r, g, vv in judged if r.state == "input" and g is not None]
+    ins = [x for x in ins if x is not None]
+    return out is not None and bool(ins) and out <= jump * sum(ins)
