@@ -6,7 +6,6 @@ that the modules reading parts (case_index.py) are imported by `load` without a 
 from __future__ import annotations
 
 import functools
-import gzip
 import json
 import os
 import re
@@ -29,8 +28,9 @@ def newest() -> str:
 
 @functools.lru_cache(maxsize=None)
 def _stored(version: str) -> dict:
-    with gzip.open(os.path.join(HERE, f"msprobe-{version}.json.gz"), "rt", encoding="utf-8") as f:
-        return json.load(f)
+    from verl_pdbg_conf.verl_facts.releases import read_json_gz
+
+    return read_json_gz(os.path.join(HERE, f"msprobe-{version}.json.gz"))
 
 
 @functools.lru_cache(maxsize=None)

@@ -36,11 +36,16 @@ def newest() -> str:
     return shipped()[-1]
 
 
+def read_json_gz(path: str):
+    """A shipped facts file: gzipped JSON (verl's and msprobe's releases alike)."""
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return json.load(f)
+
+
 @functools.lru_cache(maxsize=None)
 def load(version: str) -> dict:
     """One release's facts (format: see extract.py)."""
-    with gzip.open(os.path.join(HERE, f"verl-{version}.json.gz"), "rt", encoding="utf-8") as f:
-        return json.load(f)
+    return read_json_gz(os.path.join(HERE, f"verl-{version}.json.gz"))
 
 
 def installed_version(dist: str = "verl") -> str | None:
