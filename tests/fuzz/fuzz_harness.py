@@ -23,7 +23,7 @@ from pathlib import Path
 
 from verl_pdbg_conf.context import Options
 from verl_pdbg_conf.core.findings import Finding, Report, Severity
-from verl_pdbg_conf.core.loaders import MAX_BYTES
+from verl_pdbg_conf.core.reading import MAX_BYTES
 from verl_pdbg_conf.core.rules import RULES
 from verl_pdbg_conf.validate import validate_files
 

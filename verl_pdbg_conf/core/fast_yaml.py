@@ -19,6 +19,7 @@ tests/test_fast_yaml.py compares the two paths on every conf at hand and thousan
 from __future__ import annotations
 
 from verl_pdbg_conf.core.document import Document
+from verl_pdbg_conf.core.reading import MAX_DEPTH, MAX_NODES
 
 _MAX_CHARS = 1 << 20  # a conf is kilobytes
 _INF = float("inf")
@@ -40,7 +41,7 @@ class _Refuse(Exception):
     """The text is outside the subset."""
 
 
-def load(file: str, text: str, max_nodes: int, max_depth: int) -> Document | None:
+def load(file: str, text: str) -> Document | None:
     """The Document of `text`, or None when the text is outside the subset."""
     if len(text) > _MAX_CHARS or not text.replace("\n", " ").isprintable():  # also refuses \t, \r, BOM
         return None
@@ -51,10 +52,10 @@ def load(file: str, text: str, max_nodes: int, max_depth: int) -> Document | Non
             if raw[:3] in ("---", "...") or raw[0] == "%":  # document markers, directives
                 return None
             lines.append((ln, len(raw) - len(content), raw.rstrip(" ")))
-    if len(lines) > max_nodes:
+    if len(lines) > MAX_NODES:
         return None
     doc = Document(file, kind="yaml")
-    reader = _Reader(doc, lines, max_nodes, max_depth // 2)
+    reader = _Reader(doc, lines, MAX_NODES, MAX_DEPTH // 2)
     try:
         if lines:
             doc.data = reader.nested(lines[0], (), 0)

@@ -8,7 +8,7 @@ import re
 
 from verl_pdbg_conf.core.document import Document
 from verl_pdbg_conf.core.findings import Finding, Severity
-from verl_pdbg_conf.core.reading import MAX_BYTES, MAX_DEPTH, MAX_NODES, Budget, decode, err, read_text  # noqa: F401
+from verl_pdbg_conf.core.reading import MAX_DEPTH, MAX_NODES, Budget, err, read_text
 
 # ---------------------------------------------------------------- YAML
 
@@ -21,7 +21,7 @@ def load_yaml(file: str, text: str | None = None) -> Document:
             return doc
     from verl_pdbg_conf.core import fast_yaml
 
-    fast = fast_yaml.load(file, text, MAX_NODES, MAX_DEPTH)  # plain confs, without importing yaml
+    fast = fast_yaml.load(file, text)  # plain confs, without importing yaml
     if fast is not None:
         return fast
     from verl_pdbg_conf.core import yaml_full
