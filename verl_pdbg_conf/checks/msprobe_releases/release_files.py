@@ -11,7 +11,7 @@ import os
 import re
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-_NAME = re.compile(r"^msprobe-(.+)\.json\.gz$")
+FACTS_NAME = re.compile(r"^msprobe-(.+)\.json\.gz$")
 
 
 @functools.lru_cache(maxsize=None)
@@ -19,7 +19,7 @@ def shipped() -> tuple[str, ...]:
     """The releases whose facts ship with this package, oldest first."""
     from verl_pdbg_conf.verl_facts.releases import versions_in
 
-    return versions_in(HERE, _NAME)
+    return versions_in(HERE, FACTS_NAME)
 
 
 def newest() -> str:

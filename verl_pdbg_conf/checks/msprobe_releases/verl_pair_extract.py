@@ -17,7 +17,6 @@ apart from verl_pair.py so the validator does not compile any of this on every r
 from __future__ import annotations
 
 import functools
-import gzip
 import json
 import os
 import re
@@ -30,7 +29,6 @@ BACKEND = "verl/utils/profiler/precision_debugger_profile.py"
 MSPROBE_PARTS = ("version", "requires_dist", "requires_python", "api")  # what pair_problems reads of msprobe's facts
 _REQ = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*(\(?)([^;]*?)\)?\s*(;.*)?$")
 _SPEC = re.compile(r"^\s*(~=|==|!=|<=|>=|<|>|===)\s*([^\s,]+)\s*$")
-_FACTS = re.compile(r"^msprobe-(.+)\.json\.gz$")
 
 
 # ---------------------------------------------------------------- reading requirements
@@ -119,13 +117,19 @@ def python_conflict(a: str | None, b: str | None) -> bool:
 
 # ---------------------------------------------------------------- a pair's problems
 
-@functools.lru_cache(maxsize=None)
-def verl_releases(path: str = DATA) -> dict:
+def read_requires(path: str = DATA) -> dict:
+    """A verl-requires.json as stored; {} where there is none yet."""
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
     except OSError:
         return {}
+
+
+@functools.lru_cache(maxsize=None)
+def verl_releases() -> dict:
+    """The shipped verl-requires.json."""
+    return read_requires()
 
 
 def problems(verl_version: str, verl: dict, msprobe_facts: dict) -> list[str]:
@@ -157,12 +161,12 @@ def pair_problems(verl_version: str, msprobe_facts: dict) -> list[str]:
 
 def msprobe_facts_in(directory: str = HERE) -> dict[str, dict]:
     """{version: its MSPROBE_PARTS} of every msprobe-<version>.json.gz in `directory`."""
-    from verl_pdbg_conf.verl_facts.releases import versions_in
+    from verl_pdbg_conf.checks.msprobe_releases.release_files import FACTS_NAME
+    from verl_pdbg_conf.verl_facts.releases import read_json_gz, versions_in
 
     out = {}
-    for version in versions_in(directory, _FACTS):
-        with gzip.open(os.path.join(directory, f"msprobe-{version}.json.gz"), "rt", encoding="utf-8") as f:
-            facts = json.load(f)
+    for version in versions_in(directory, FACTS_NAME):
+        facts = read_json_gz(os.path.join(directory, f"msprobe-{version}.json.gz"))
         out[version] = {p: facts[p] for p in MSPROBE_PARTS if p in facts}
     return out
 
@@ -283,21 +287,18 @@ def main(argv=None) -> int:
                                                           "verl-requires.json and msprobe facts (no wheel needed)")
     p.add_argument("--out", default=DATA, help="the verl-requires.json to write (the pairs table goes beside it)")
     args = p.parse_args(argv)
+    pairs = os.path.join(os.path.dirname(os.path.abspath(args.out)), os.path.basename(PAIRS))
     if args.pairs:
-        write_pairs(args.out, HERE, os.path.join(os.path.dirname(os.path.abspath(args.out)), os.path.basename(PAIRS)))
+        write_pairs(args.out, HERE, pairs)
         return 0
-    try:
-        with open(args.out, encoding="utf-8") as f:
-            table = json.load(f)
-    except OSError:
-        table = {}
+    table = read_requires(args.out)
     for facts in [from_installed()] if args.installed else [from_wheel(w) for w in args.wheel]:
         version = facts.pop("version")
         table[version] = facts
         print(f"verl {version}: {len(facts['requires_dist'])} requirements, calls {facts['calls']}")
     with open(args.out, "w", encoding="utf-8") as f:
         f.write(dumps(table))
-    write_pairs(args.out, HERE, os.path.join(os.path.dirname(os.path.abspath(args.out)), os.path.basename(PAIRS)))
+    write_pairs(args.out, HERE, pairs)
     return 0
 
 
