@@ -16,6 +16,7 @@ import sys
 from verl_pdbg_conf.compare.runs import (DEFAULT_TOP, EXIT_USAGE, UsageError, as_dict, compare_ranks, compare_runs,
                                         refuse_inside, remove_output)
 from verl_pdbg_conf.compare.nodes import DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS
+from verl_pdbg_conf.compare.pipeline.coverage import DEFAULT_MIN_COVERAGE, short
 
 PROG = "verl-pdbg-compare"
 TOP_SHOWN = 3  # pairs whose top list the text output prints
@@ -25,8 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog=PROG, description="Compare two runs' msprobe dumps pair by pair (step, stage, rank) with msprobe "
         "compare, and name the first node in execution order whose difference passes a threshold.",
-        epilog="exit codes: 0 no divergence; 1 divergence found; 2 usage error or nothing compared; "
-        "3 no divergence, but a pair could not be compared or is in one run only")
+        epilog="exit codes: 0 no divergence, every pair compared whole; 1 divergence found; 2 usage error or "
+        "nothing compared; 3 no divergence, but a pair could not be compared, was compared only in part, or is "
+        "in one run only")
     ap.add_argument("target", help="the run under test: a save_path, a step_N/stage directory or a dump.json")
     ap.add_argument("golden", nargs="?", help="the reference run, the same kind of path (not with --ranks)")
     ap.add_argument("--ranks", nargs="?", type=int, const=0, default=None, metavar="REF",
@@ -48,6 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
                     help=f"a node diverges when its metric is above this (a fraction; default {DEFAULT_THRESHOLD:g} "
                     "= 0.01%%)")
+    ap.add_argument("--min-coverage", type=float, default=DEFAULT_MIN_COVERAGE, metavar="SHARE",
+                    help=f"a pair with no divergence is 'same' only where it compared at least this share of each "
+                    f"run's records and every module (default {DEFAULT_MIN_COVERAGE:g}); otherwise 'partial', "
+                    "naming what was not compared (exit 3)")
     ap.add_argument("--ignore-dtype", action="store_true", help="a dtype that differs (bf16 against fp32) is "
                     "not by itself a divergence: for runs that differ in precision on purpose")
     ap.add_argument("--ignore", action="append", default=[], metavar="PATTERN",
@@ -107,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         common = dict(out_dir=args.output, metric=args.metric, threshold=args.threshold, top=args.top,
                       jobs=args.jobs, progress=progress, ignore_dtype=args.ignore_dtype, ignores=args.ignore,
                       default_ignores=not args.no_default_ignores, msprobe_csv=args.msprobe_csv,
-                      dtype_aware=args.dtype_aware, ray=args.ray, ray_resource=args.ray_resource)
+                      dtype_aware=args.dtype_aware, ray=args.ray, ray_resource=args.ray_resource,
+                      min_coverage=args.min_coverage)
         if args.ranks is not None:
             cmp = compare_ranks(args.target, args.ranks, **common)
         else:
@@ -204,7 +211,7 @@ def render_text(cmp, doc: dict) -> str:
         else [f"target {doc['target']}", f"golden {doc['golden']}"]
     L = [*runs, f"metric {doc['metric']} > {_pct(doc['threshold'])}{kept}", ""]
     said = "first divergence" if any(p["first_divergence"] for p in doc["pairs"]) else "finding"
-    head = f"{'step':>4}  {'stage':24} {'rank':8} {'status':9} {said}"
+    head = f"{'step':>4}  {'stage':24} {'rank':8} {'status':9} {'compared':15} {said}"
     L += [head, "-" * len(head)]
     for p in doc["pairs"]:
         rd = p["rank_dir"]
@@ -214,7 +221,8 @@ def render_text(cmp, doc: dict) -> str:
             "-" if p["status"] == "same" else
             "; ".join(f["message"] for f in p["findings"] if f["severity"] != "info") or "-")
         step = "-" if p["step"] is None else p["step"]
-        L.append(f"{step:>4}  {(p['stage'] or '-'):24} {rank or '-':8} {p['status']:9} {text}")
+        L.append(f"{step:>4}  {(p['stage'] or '-'):24} {rank or '-':8} {p['status']:9} "
+                 f"{short(p.get('coverage')):15} {text}")
     shown = 0
     for p in doc["pairs"]:
         if p["top"] and p["first_divergence"]:
@@ -250,12 +258,15 @@ def render_text(cmp, doc: dict) -> str:
             L.append(f"step {p['step']} {p['stage']}: target and golden are both {'NaN' if b['reason'] == 'nan' else 'Inf'}"
                      f" from {b['name']} on: the golden run is non-finite there too")
     n = len(doc["pairs"])
-    count = {s: sum(p["status"] == s for p in doc["pairs"]) for s in ("diverged", "mismatch", "error")}
+    count = {s: sum(p["status"] == s for p in doc["pairs"]) for s in ("diverged", "partial", "mismatch", "error")}
     L.append("")
     parts = [f"{count['diverged']} diverged" if count["diverged"] else "",
              f"{n - sum(count.values())} same",
+             f"{count['partial']} partly compared" if count["partial"] else "",
              f"{count['mismatch']} collected differently (not compared)" if count["mismatch"] else "",
              f"{count['error']} not compared" if count["error"] else ""]
+    L.append("compared: the share of target/golden records compared; \"same\" needs "
+             f"{100 * doc['min_coverage']:.3g}% of each and every module")
     L.append(f"{n} pair(s): {', '.join(x for x in parts if x)}; "
              f"{len(doc['only_in_target'])} only in target, {len(doc['only_in_golden'])} only in golden")
     return "\n".join(L) + "\n"

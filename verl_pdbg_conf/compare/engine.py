@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from verl_pdbg_conf.compare.dumpread import DumpError, read_header
 from verl_pdbg_conf.compare.nodes import DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS, Analysis
+from verl_pdbg_conf.compare.pipeline.coverage import DEFAULT_MIN_COVERAGE
 from verl_pdbg_conf.compare.pipeline.run import run_pipeline
 
 
@@ -28,6 +29,7 @@ class PairJob:
     dtype_aware: bool = False
     ignores: tuple = ()
     keep_nodes: int = 0  # keep up to this many nodes (for a per-node plot); 0 keeps none
+    min_coverage: float = DEFAULT_MIN_COVERAGE  # "same" needs this share of each side compared
 
 
 @dataclass

@@ -16,6 +16,7 @@ from verl_pdbg_conf.compare.msprobe_run import _diagnose, _msprobe_compare, _pre
 from verl_pdbg_conf.compare.nodes import METRICS
 from verl_pdbg_conf.compare.output import write_summaries
 from verl_pdbg_conf.compare.pairs import E, I, W, Comparison, Pair, UsageError, _finding, _pair_dir, refuse_inside
+from verl_pdbg_conf.compare.pipeline.coverage import coverage_text
 
 # Each worker holds torch and msprobe (a few hundred MB) and msprobe's tensor compare starts its own pool.
 MAX_DEFAULT_JOBS = 4
@@ -92,7 +93,7 @@ def _run_engine(cmp: Comparison, todo: list[Pair], jobs: int | None, progress, s
                 job_fn=compare_pair) -> None:
     def job(p: Pair) -> PairJob:
         return PairJob(p.target.path, p.golden.path, cmp.metric, cmp.threshold, cmp.top, cmp.ignore_dtype,
-                       cmp.dtype_aware, cmp.ignores, cmp.keep_nodes)
+                       cmp.dtype_aware, cmp.ignores, cmp.keep_nodes, cmp.min_coverage)
 
     done = len(cmp.pairs) - len(todo)
     if progress:
@@ -207,7 +208,12 @@ def _finish_engine(cmp: Comparison, p: Pair, out: PairOutcome) -> None:
         p.findings.append(_finding(out.rule, sev, what, out.path or p.target.path, out.hint))
         return
     p.analysis = out.analysis
-    p.status = "diverged" if p.analysis.first else "same"
+    cov = p.analysis.coverage
+    p.status = "diverged" if p.analysis.first else "same" if cov is None or cov["full"] else "partial"
+    if p.status == "partial":
+        p.findings.append(_finding("compare-coverage", W, f"{p.label}: partly compared: {coverage_text(cov)}",
+                                   p.target.path, "the regions named have no counterpart in the other run: "
+                                   "nothing there was compared (--min-coverage sets the share \"same\" needs)"))
 
 
 def _finish_csv(p: Pair, outcome: dict) -> None:

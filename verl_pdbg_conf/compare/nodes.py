@@ -112,6 +112,7 @@ class Analysis:
     ignored: dict = field(default_factory=dict)  # --ignore pattern -> nodes it left out
     both_nonfinite: Node | None = None  # first node NaN/Inf in both runs alike (not a divergence)
     by_layer: list = field(default_factory=list)  # per model layer K: {"layer", "worst" (forward), "worst_backward", "nodes", "introduced"}
+    coverage: dict | None = None  # pipeline/coverage.py: how much of each side was compared
 
 
 # A pair's plot and summary hold at most this many layers, whatever the dump's size (500k nodes included):

@@ -40,6 +40,7 @@ def pair_dict(p: Pair, metric: str, layers: bool = False) -> dict:
         "minibatches": an.minibatches if an else None,
         "ignored": {k: v for k, v in an.ignored.items() if v} if an else {},
         "both_nonfinite": an.both_nonfinite.as_dict(metric) if an and an.both_nonfinite else None,
+        "coverage": an.coverage if an else None,
         "layer_errors": [dict(lay, worst=_json_number(lay["worst"]), worst_backward=_json_number(lay["worst_backward"]))
                          for lay in an.by_layer[:MAX_LAYERS]] if an else [],
         "target": p.target.path, "golden": p.golden.path,
@@ -84,7 +85,7 @@ def as_dict(cmp: Comparison) -> dict:
     return {
         "target": cmp.target, "golden": cmp.golden,
         "output_dir": None if not cmp.out_dir or (cmp.temporary and not os.path.isdir(cmp.out_dir)) else cmp.out_dir,
-        "metric": cmp.metric, "threshold": cmp.threshold,
+        "metric": cmp.metric, "threshold": cmp.threshold, "min_coverage": cmp.min_coverage,
         "ignore_patterns": list(cmp.ignores),
         "msprobe_csv": cmp.msprobe_csv,
         "reference_rank": cmp.reference_rank,

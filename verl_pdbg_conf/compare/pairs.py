@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from verl_pdbg_conf.core.findings import Finding, Severity
 from verl_pdbg_conf.compare.nodes import Analysis
+from verl_pdbg_conf.compare.pipeline.coverage import DEFAULT_MIN_COVERAGE
 from verl_pdbg_conf.run.inspect_run import _INNER, _RANK, _STAGE, _STEP, scan
 
 E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
@@ -44,7 +45,8 @@ class Pair:
     rank: int | None
     out_dir: str = ""
     note: str = ""
-    status: str = "pending"  # same | diverged | mismatch (collected differently) | error
+    status: str = "pending"  # same | diverged | partial (no divergence in what was compared, not all was) |
+    # mismatch (collected differently) | error
     analysis: Analysis | None = None
     result_file: str | None = None
     log_file: str | None = None
@@ -78,6 +80,7 @@ class Comparison:
     temporary: bool = False  # out_dir was made here (no -o): remove_output() deletes it
     reference_rank: int | None = None  # rank against rank in one run (compare_ranks): the golden side's rank
     keep_nodes: int = 0  # nodes each pair's analysis keeps (for a per-node plot)
+    min_coverage: float = DEFAULT_MIN_COVERAGE  # share of each side a pair must compare to be "same"
     pairs: list[Pair] = field(default_factory=list)
     only_in_target: list[Side] = field(default_factory=list)
     only_in_golden: list[Side] = field(default_factory=list)
@@ -89,13 +92,15 @@ class Comparison:
 
     @property
     def exit_code(self) -> int:
-        """1 a divergence was found; 3 none was, but a pair could not be compared or a (step, stage,
-        rank) is in one run only; 2 nothing could be compared; 0 every pair compared, none diverged."""
+        """1 a divergence was found; 3 none was, but a pair could not be compared, was compared only in part,
+        or a (step, stage, rank) is in one run only; 2 nothing could be compared; 0 every pair compared
+        whole, none diverged."""
         if any(p.status == "diverged" for p in self.pairs):
             return EXIT_DIVERGED
         if not self.pairs or all(p.status in ("error", "mismatch") for p in self.pairs):
             return EXIT_USAGE
-        if any(p.status in ("error", "mismatch") for p in self.pairs) or self.only_in_target or self.only_in_golden:
+        if any(p.status in ("error", "mismatch", "partial") for p in self.pairs) or self.only_in_target or \
+                self.only_in_golden:
             return EXIT_INCOMPLETE
         return EXIT_OK
 
@@ -196,6 +201,15 @@ def pair_up(target: list[Side], golden: list[Side]) -> tuple[list[Pair], list[Si
                        "check the pairing")
                 notes.append(_finding("compare-pairing", W, msg, t[rest_t[0]].path,
                                       "initialize a torch.distributed process group so msprobe writes rank<N>"))
+            rest_t, rest_g = [], []
+        elif len(rest_t) == 1 and len(rest_g) == 1 and sorted(map(_is_proc, (rest_t[0], rest_g[0]))) == [False, True] \
+                and "rank0" in (rest_t[0], rest_g[0]) and not named:
+            # one run without a process group (proc<pid>), the other on a one-rank group (rank0)
+            matched.append((t[rest_t[0]], g[rest_g[0]]))
+            where = "/".join(key) or "the given directories"
+            notes.append(_finding("compare-pairing", I, f"{where}: {rest_t[0]} paired with {rest_g[0]} (a run "
+                                  "without a process group writes proc<pid>, a one-rank run rank0)",
+                                  t[rest_t[0]].path))
             rest_t, rest_g = [], []
         elif single and len(rest_t) == 1 and len(rest_g) == 1 and not named:
             matched.append((t[rest_t[0]], g[rest_g[0]]))  # two rank dirs or two dump.json files given

@@ -13,11 +13,12 @@ import io
 import math
 
 from verl_pdbg_conf.compare.nodes import MAX_LAYERS, fold_layers, layer_label, layers_of
+from verl_pdbg_conf.compare.pipeline.coverage import coverage_text, short
 from verl_pdbg_conf.compare.runs import _layout_of, _rank_number, ignored_summary
 
 MAX_PLOTS = 50  # diverged pairs plotted; the others are in the overview and get one line
 COMPACT_RANKS = 16  # above this many ranks, overview cells are colour only (details on hover)
-COLOURS = {"same": "#cfe8d5", "diverged": "#f1b0a8", "error": "#f6d7a7", "mismatch": "#d9cdee", "pending": "#eeeeee",
+COLOURS = {"same": "#cfe8d5", "diverged": "#f1b0a8", "partial": "#fbeeb5", "error": "#f6d7a7", "mismatch": "#d9cdee", "pending": "#eeeeee",
            "only": "#dddddd"}  # by Pair.status; "only": in one run only
 
 
@@ -178,6 +179,9 @@ def _cell_text(p) -> tuple[str, str]:
         return where_first(p), f"{p.label}: first divergence {f.name} ({f.direction} {f.kind}, node {f.order})"
     if p.status in ("error", "mismatch"):
         return p.status, f"{p.label}: " + "; ".join(f.message for f in p.findings)
+    cov = p.analysis.coverage if p.analysis else None
+    if cov:
+        return f"{p.status} {short(cov)}", f"{p.label}: {p.status}; {coverage_text(cov)}"
     return p.status, f"{p.label}: {p.status}"
 
 
@@ -219,8 +223,9 @@ def overview(cmp) -> str:
         out.append(f"<tr><td>{'-' if step is None else step}</td><td>{html.escape(stage)}</td>{''.join(tds)}</tr>")
     out.append("</table>")
     legend = " ".join(f"<span class='cell' style='background:{COLOURS[s]}'>{s if s != 'only' else 'in one run only'}"
-                      "</span>" for s in ("same", "diverged", "error", "mismatch", "only"))
-    note = "diverged cells: the layer of the first divergence @ its place in execution order" + \
+                      "</span>" for s in ("same", "diverged", "partial", "error", "mismatch", "only"))
+    note = "diverged cells: the layer of the first divergence @ its place in execution order; others: the " \
+        "share of target/golden records compared (partial: no divergence in what was compared, not all was)" + \
         ("; hover a cell for details" if compact else "")
     return f"<p>{legend}<br><small>{note}</small></p>" + "\n".join(out)
 
@@ -268,6 +273,7 @@ p.line{{margin:2px 0;font-size:13px}}</style></head><body>
 <h1>verl-pdbg-compare</h1>
 <p>{_runs_said(cmp)}<br>
 {len(cmp.pairs)} pair(s): {n_div} diverged, {sum(p.status == 'same' for p in cmp.pairs)} same,
+{sum(p.status == 'partial' for p in cmp.pairs)} partly compared,
 {sum(p.status == 'mismatch' for p in cmp.pairs)} collected differently,
 {sum(p.status == 'error' for p in cmp.pairs)} not compared</p>
 <h2>Overview: steps x stages x ranks</h2>""", overview(cmp), _left_out(cmp), "<h2>Pairs</h2>"]
@@ -281,6 +287,8 @@ p.line{{margin:2px 0;font-size:13px}}</style></head><body>
                 said = f"{_first_said(p)} (plotted: the first {MAX_PLOTS} diverged pairs)"
             elif p.analysis:
                 said = f"{p.analysis.n_nodes or len(p.analysis.nodes):,} nodes, none diverges"
+                if p.analysis.coverage:
+                    said += f"; {html.escape(coverage_text(p.analysis.coverage))}"
                 b = p.analysis.both_nonfinite
                 if b is not None:
                     said += (f"; target and golden both {'NaN' if b.reason == 'nan' else 'Inf'} from "
@@ -289,7 +297,8 @@ p.line{{margin:2px 0;font-size:13px}}</style></head><body>
             continue
         plotted += 1
         an = p.analysis
-        out.append(f"<section id='pair{i}'><h3>{head}</h3><p>{_first_said(p)}</p>")
+        cov = f"<br><small>{html.escape(coverage_text(an.coverage))}</small>" if an.coverage else ""
+        out.append(f"<section id='pair{i}'><h3>{head}</h3><p>{_first_said(p)}{cov}</p>")
         out.append(_img(plot_layers(an, cmp.metric, cmp.threshold), f"worst {cmp.metric} per layer along execution order"))
         rows = [an.first] + [n for n in an.top if n is not an.first]
         out.append("<table><tr><th>#</th><th>node</th><th>module / where</th><th>direction</th>"

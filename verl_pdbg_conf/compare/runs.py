@@ -19,6 +19,7 @@ from verl_pdbg_conf.compare.execute import (MAX_DEFAULT_JOBS, _execute, default_
                                             worker_pool)
 from verl_pdbg_conf.compare.ignores import DEFAULT_IGNORES
 from verl_pdbg_conf.compare.nodes import DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS
+from verl_pdbg_conf.compare.pipeline.coverage import DEFAULT_MIN_COVERAGE
 from verl_pdbg_conf.compare.output import (SUMMARY, as_dict, ignored_summary, layer_dict, pair_dict,  # noqa: F401
                                            side_dict, write_summaries)
 from verl_pdbg_conf.compare.pairs import (EXIT_DIVERGED, EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, W,  # noqa: F401
@@ -33,15 +34,17 @@ def compare_runs(target: str, golden: str, out_dir: str | None = None, metric: s
                  progress=None, ignore_dtype: bool = False, pool: cf.Executor | None = None,
                  msprobe_csv: str | None = None, ignores: tuple = (), default_ignores: bool = True,
                  dtype_aware: bool = False, keep_nodes: int = 0, ray: str | None = None,
-                 ray_resource: str | None = None, job_fn=compare_pair) -> Comparison:
+                 ray_resource: str | None = None, job_fn=compare_pair,
+                 min_coverage: float = DEFAULT_MIN_COVERAGE) -> Comparison:
     """Pair, compare (the engine, per pair) and analyze. progress(done, total) is called as pairs
     finish. msprobe_csv: None, "diverged" or "all": also run msprobe's own compare on those pairs for
     its result file. `ignores`: record patterns left out (ignores.py), after DEFAULT_IGNORES unless
     default_ignores is False. `pool` (from worker_pool()) lets several comparisons share workers; `ray`
     (an address, or "auto") runs the pairs on a Ray cluster instead (ray_runner). job_fn(PairJob) ->
     PairOutcome is the per-pair job. With an output directory, a summary.json per pair and one for the
-    whole are written there."""
-    patterns = _check_args(metric, ignores, default_ignores, out_dir, (target, golden), msprobe_csv)
+    whole are written there. A pair with no divergence is "same" only where it compared at least
+    `min_coverage` of each side's records and every module (pipeline/coverage.py), else "partial"."""
+    patterns = _check_args(metric, ignores, default_ignores, out_dir, (target, golden), msprobe_csv, min_coverage)
     t_sides, g_sides = _sides(target), _sides(golden)
     pairs, only_t, only_g, notes = pair_up(t_sides, g_sides)
     if not pairs and {s.key for s in t_sides}.isdisjoint({s.key for s in g_sides}):
@@ -49,7 +52,7 @@ def compare_runs(target: str, golden: str, out_dir: str | None = None, metric: s
                          "same kind (two save_paths, two step_N/stage directories, two dump.json files)")
     cmp = Comparison(os.path.abspath(target), os.path.abspath(golden), "", metric, threshold, top,
                      ignore_dtype=ignore_dtype, ignores=patterns, msprobe_csv=msprobe_csv, dtype_aware=dtype_aware,
-                     keep_nodes=keep_nodes, ray=ray, ray_resource=ray_resource)
+                     keep_nodes=keep_nodes, ray=ray, ray_resource=ray_resource, min_coverage=min_coverage)
     cmp.pairs, cmp.only_in_target, cmp.only_in_golden, cmp.findings = pairs, only_t, only_g, notes
     return _execute(cmp, out_dir, jobs, progress, pool, job_fn)
 
@@ -59,11 +62,12 @@ def compare_ranks(run: str, reference: int = 0, out_dir: str | None = None, metr
                   progress=None, ignore_dtype: bool = False, pool: cf.Executor | None = None,
                   msprobe_csv: str | None = None, ignores: tuple = (), default_ignores: bool = True,
                   dtype_aware: bool = False, keep_nodes: int = 0, ray: str | None = None,
-                  ray_resource: str | None = None, job_fn=compare_pair) -> Comparison:
+                  ray_resource: str | None = None, job_fn=compare_pair,
+                  min_coverage: float = DEFAULT_MIN_COVERAGE) -> Comparison:
     """Rank against rank in one run: every rank's dump against the reference rank's dump of the same
     (step, stage), for every step and stage under `run`. Each pair's target is the other rank; the
     options are compare_runs'."""
-    patterns = _check_args(metric, ignores, default_ignores, out_dir, (run,), msprobe_csv)
+    patterns = _check_args(metric, ignores, default_ignores, out_dir, (run,), msprobe_csv, min_coverage)
     ref_dir = f"rank{reference}"
     by_key: dict[tuple, dict[str, Side]] = {}
     for s in _sides(run):
@@ -73,7 +77,8 @@ def compare_ranks(run: str, reference: int = 0, out_dir: str | None = None, metr
                          "pids say nothing of ranks): --ranks needs a run with a torch.distributed process group")
     cmp = Comparison(os.path.abspath(run), os.path.abspath(run), "", metric, threshold, top,
                      ignore_dtype=ignore_dtype, ignores=patterns, msprobe_csv=msprobe_csv, dtype_aware=dtype_aware,
-                     keep_nodes=keep_nodes, ray=ray, ray_resource=ray_resource, reference_rank=reference)
+                     keep_nodes=keep_nodes, ray=ray, ray_resource=ray_resource, reference_rank=reference,
+                     min_coverage=min_coverage)
     for key in sorted(by_key):
         ranks = by_key[key]
         others = sorted((r for r in ranks if r != ref_dir), key=lambda r: (_rank_number(r) is None,
@@ -97,8 +102,10 @@ def compare_ranks(run: str, reference: int = 0, out_dir: str | None = None, metr
 
 
 def _check_args(metric: str, ignores, default_ignores: bool, out_dir: str | None, inputs: tuple,
-                msprobe_csv: str | None) -> tuple:
+                msprobe_csv: str | None, min_coverage: float = DEFAULT_MIN_COVERAGE) -> tuple:
     """What can be refused before anything runs; returns the ignore patterns in force."""
+    if not 0.0 <= min_coverage <= 1.0:
+        raise UsageError(f"--min-coverage {min_coverage!r}: a share from 0 to 1")
     if metric not in METRICS:
         raise UsageError(f"unknown metric {metric!r}; one of {', '.join(METRICS)}")
     if msprobe_csv not in (None, "diverged", "all"):

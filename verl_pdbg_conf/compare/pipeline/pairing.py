@@ -23,7 +23,9 @@ from verl_pdbg_conf.compare.nodes import module_path
 from verl_pdbg_conf.compare.pipeline.equivalents import equivalent
 
 WINDOW = 1 << 13  # golden records held while looking ahead for a target record's counterpart
+FORWARDS = 1 << 17  # forward API calls remembered for their backward calls (per mini-batch, oldest dropped)
 SKIP_MAX = 512  # a counterpart further ahead than this is taken for another call of the same code
+LATE = 1 << 14  # module records passed over, kept by name for a counterpart that comes later (reordered grads)
 MAX_KINDS = 64  # structure differences kept per pair
 
 
@@ -78,6 +80,16 @@ class Aligner:
         self.indexed = 0  # absolute position from which buf's records are not indexed yet
         self.index: dict[tuple, deque] = {}
         self.done = False
+        # an API call's backward pairs with its forward call's counterpart's backward: target call -> golden
+        # call, or None where the forward had none (a LoRA branch's linear has the base linear's shapes);
+        # kept only where the forward did not pair by its own name (which its backward then does too)
+        self.forwards: dict[str, str | None] = {}
+        self.minibatch = 0
+        # a module record pairs by its path whatever the order (FSDP reduces gradients when a unit's backward
+        # ends): golden module records passed over wait here for a target record of their name
+        self.late: dict[str, object] = {}
+        self.late_paired: list = []  # golden records paired after they were passed over (for coverage)
+        self.lockstep = False  # the last record paired with the golden record of its name, at the same line
 
     def _read(self) -> bool:
         if self.done:
@@ -94,6 +106,7 @@ class Aligner:
             entry = self.buf[pos - self.base]
             entry[0] = signature(entry[1])
             self.index.setdefault(entry[0], deque()).append(pos)
+            self.index.setdefault(("N", entry[1].name), deque()).append(pos)
         self.indexed = self.base + len(self.buf)
 
     def _find(self, sig: tuple):
@@ -111,21 +124,55 @@ class Aligner:
     def _pop(self):
         sig, g = self.buf.popleft()
         if sig is not None:
-            at = self.index.get(sig)
-            while at and at[0] <= self.base:
-                at.popleft()
-            if not at:
-                self.index.pop(sig, None)
+            for key in (sig, ("N", g.name)):
+                at = self.index.get(key)
+                while at and at[0] <= self.base:
+                    at.popleft()
+                if not at:
+                    self.index.pop(key, None)
         self.base += 1
         return g
 
     def _take(self, pos: int) -> tuple:
         passed = []
         while self.base < pos:
-            passed.append(self._pop())
-        return self._pop(), passed
+            g = self._pop()
+            passed.append(g)
+            if g.is_module:
+                self.late[g.key] = g
+                if len(self.late) > LATE:
+                    del self.late[next(iter(self.late))]
+        g = self._pop()
+        if g.is_module:
+            self.late.pop(g.key, None)
+        return g, passed
 
     def match(self, t):
+        call = _api_call(t)
+        if call is not None and t.direction == "backward" and call in self.forwards:
+            return self._backward(t, self.forwards[call])
+        g, passed = self._match(t)
+        if call is not None and t.direction == "forward":
+            if t.minibatch != self.minibatch or len(self.forwards) >= FORWARDS:
+                self.forwards.clear()
+                self.minibatch = t.minibatch
+            if g is None or g.name != t.name:
+                self.forwards[call] = _api_call(g) if g is not None else None
+        return g, passed
+
+    def _backward(self, t, counterpart: str | None):
+        """The backward of a forward call paired (or not) before: its counterpart's backward, by name."""
+        if counterpart is None:
+            return None, []
+        name = counterpart + t.name[len(_api_call(t)):]
+        if self.buf and self.buf[0][1].name == name:
+            return self._take(self.base)
+        pos = self._find(("N", name))
+        if pos is None or pos - self.base > self.skip_max:
+            return None, []
+        return self._take(pos)
+
+    def _match(self, t):
         if not self.buf:
             self._read()
         if self.buf:
@@ -135,9 +182,20 @@ class Aligner:
             # a calling line known on one side only (its stack.json missing or broken) says nothing
             if g.key == t.key and (head(g) == head(t) or _same_but_site(g, t)) and \
                     (t.site or t.is_module or _same_shapes(g, t)):
+                self.lockstep = True
                 return self._take(self.base)
+            # names and order agreeing so far are not overruled by a call stack (an identity hook changes
+            # the stack, not the computation): the same name, op and shapes pair while the runs keep step
+            if self.lockstep and g.key == t.key and g.op == t.op and g.direction == t.direction and \
+                    g.scope == t.scope and _same_shapes(g, t):
+                return self._take(self.base)
+            self.lockstep = False
         pos = self._find(signature(t))
         if pos is None or pos - self.base > self.skip_max:
+            if t.is_module and t.key in self.late:
+                g = self.late.pop(t.key)
+                self.late_paired.append(g)
+                return g, []
             return None, []
         return self._take(pos)
 
@@ -154,6 +212,14 @@ class Aligner:
                 rest = rest[-self.window:]
         if rest:
             yield None, None, rest
+
+
+def _api_call(r) -> str | None:
+    """Functional.linear.3.backward -> Functional.linear.3: an API call's name without its direction (its
+    forward and backward records share it); None for a module record."""
+    if r.is_module or r.direction not in ("forward", "backward"):
+        return None
+    return r.name.rsplit(".", 1)[0] if r.name.endswith((".forward", ".backward")) else None
 
 
 def row_pairs(t, g):
@@ -203,6 +269,10 @@ class Gap:
     def __bool__(self):
         return bool(self.target or self.golden)
 
+    def equivalent(self) -> bool:
+        t_ops, g_ops = _ops(self.target), _ops(self.golden)
+        return bool(t_ops and g_ops) and equivalent(t_ops, g_ops) is not None
+
     def boundary(self):
         """(target record, golden record) to compare when the gap is a fused op against its decomposition,
         forward: the last call of each side (the fused op's output against the last decomposed op's), else
@@ -231,7 +301,7 @@ class Structure:
         t_ops, g_ops = _ops(gap.target), _ops(gap.golden)
         if not t_ops and not g_ops:
             return  # module records only: they pair by path, a gap of them is a call made once more
-        first = (gap.target or gap.golden)[0]
+        first = next((r for r in (*gap.target, *gap.golden) if not r.is_module), None) or (gap.target or gap.golden)[0]
         key = (_module_kind(first), first.direction)
         k = self.kinds.get(key)
         if k is None:

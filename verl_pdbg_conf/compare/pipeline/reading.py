@@ -121,7 +121,8 @@ class Reader:
                     r.layer = layer_of_path(r.module)
                 elif self.construct is not None:
                     parent = self.construct.get(name)
-                    if isinstance(parent, str):
+                    # a module call; msprobe also writes "optimizer", which one run may mark and the other not
+                    if isinstance(parent, str) and parent.startswith(("Module.", "Cell.")):
                         r.scope = parent
                         r.layer = layer_of_path(module_path(parent))
                 if self.stacks is not None and r.module is None:

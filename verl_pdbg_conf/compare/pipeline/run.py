@@ -11,11 +11,16 @@ from verl_pdbg_conf.compare.ignores import Ignorer
 from verl_pdbg_conf.compare.pipeline import splits
 from verl_pdbg_conf.compare.pipeline.attribution import Attributor
 from verl_pdbg_conf.compare.pipeline.collecting import Collector, label_of, node
+from verl_pdbg_conf.compare.pipeline.coverage import Coverage
 from verl_pdbg_conf.compare.pipeline.judging import Judge, Verdict
 from verl_pdbg_conf.compare.pipeline.locating import describe, spread
 from verl_pdbg_conf.compare.pipeline.pairing import Aligner, Gap, Structure, row_pairs
 from verl_pdbg_conf.compare.pipeline.reading import Reader
-from verl_pdbg_conf.compare.pipeline.stacks import Stacks
+from verl_pdbg_conf.compare.pipeline.stacks import Stacks, skip_foreign
+from verl_pdbg_conf.compare.pipeline.trees import Alignment, Tree
+
+
+GAP_COMPARED = 64  # records of one side with no counterpart between two pairs, taken as compared at them
 
 
 def _stacks(path: str, level: str):
@@ -38,6 +43,7 @@ class _Pair:
         self.coll = Collector(task, job.top, job.keep_nodes)
         self.attr = Attributor()
         self.structure = Structure()
+        self.coverage = Coverage()
         self.gap = Gap()
         self.first = None  # (row order, row, golden row, Verdict, record, label, note, received)
         self.watch = None  # the first divergence was a forward-named call after a backward: watch what follows
@@ -130,11 +136,16 @@ class _Pair:
         if t.direction == "backward" or t.minibatch != w.minibatch:
             self.watch = None
 
-    def close_gap(self) -> None:
+    def close_gap(self, bracketed: bool = True) -> None:
         gap, self.gap = self.gap, Gap()
         if not gap:
             return
         self.structure.add(gap)
+        # a fused op against its decomposition, or a few ops of one side's own between two pairs (a mask built
+        # another way, a LoRA branch): judged at the pairs around them; a long run of records, or one at the
+        # end with no pair after it, was not compared at all
+        if gap.equivalent() or (bracketed and max(len(gap.target), len(gap.golden)) <= GAP_COMPARED):
+            self.coverage.boundary(gap)
         ends = gap.boundary()
         if ends is None:
             return
@@ -179,11 +190,34 @@ def _exact(dtype) -> bool:
     return M.exact_dtype(dtype)
 
 
+def _aligned(records, alignment):
+    for r in records:
+        alignment.rename(r)
+        yield r
+
+
+def _alignment(job, level: str):
+    """The two module trees aligned (mix, L0), or None where they are the same or cannot be read."""
+    if level not in ("mix", "L0"):
+        return None
+    t, g = Tree.read(job.target), Tree.read(job.golden)
+    if t is None or g is None:
+        return None
+    a = Alignment(t, g)
+    return None if a.identity else a
+
+
 def run_pipeline(job, task: str, level: str):
     """-> (Analysis, notes [(rule, message, hint)], the path of an empty dump or "")."""
-    treader = Reader(job.target, level, _stacks(job.target, level))
-    greader = Reader(job.golden, level, _stacks(job.golden, level))
+    tstacks, gstacks = _stacks(job.target, level), _stacks(job.golden, level)
+    if tstacks is not None and gstacks is not None:
+        skip_foreign(tstacks, gstacks)
+    treader = Reader(job.target, level, tstacks)
+    greader = Reader(job.golden, level, gstacks)
     titer, giter = iter(treader), iter(greader)
+    alignment = _alignment(job, level)
+    if alignment is not None:
+        titer = _aligned(titer, alignment)
     t0, g0 = next(titer, None), next(giter, None)
     tstream = itertools.chain([t0], titer) if t0 is not None else iter(())
     gstream = itertools.chain([g0], giter) if g0 is not None else iter(())
@@ -196,11 +230,15 @@ def run_pipeline(job, task: str, level: str):
     p = _Pair(job, task)
     if split is not None:
         p.alone, p.split_side = split.alone, split.side
-    for t, g, passed in Aligner(gstream).pairs(tstream):
+    aligner = Aligner(gstream)
+    for t, g, passed in aligner.pairs(tstream):
+        p.coverage.golden_only(passed)
+        p.coverage.late(aligner.late_paired)
         if t is None:
             p.gap.golden.extend(passed)
             break
         p.gap.golden.extend(passed)
+        p.coverage.pair(t, g)
         p.follow(t)
         if g is None:
             t.extra["order"] = p.order
@@ -208,16 +246,17 @@ def run_pipeline(job, task: str, level: str):
         else:
             p.close_gap()
         p.record(t, g)
-    p.close_gap()
+    p.close_gap(bracketed=False)
     if treader.records == 0:
         return None, [], job.target
     if greader.records == 0:
         return None, [], job.golden
-    return _finish(p, treader, greader, split, task)
+    return _finish(p, treader, greader, split, task, alignment)
 
 
-def _finish(p: _Pair, treader, greader, split, task: str):
+def _finish(p: _Pair, treader, greader, split, task: str, alignment=None):
     an = p.coll.finish()
+    an.coverage = p.coverage.finish(p.job.min_coverage)
     an.minibatches = treader.minibatch + 1
     an.ignored = p.ignorer.counts if p.ignorer is not None else {}
     notes = []
@@ -252,6 +291,9 @@ def _finish(p: _Pair, treader, greader, split, task: str):
         notes.append(("compare-judged", p.attr.note(p.judge.limit), ""))
     for msg in p.structure.messages():
         notes.append(("compare-structure", msg, "no counterpart in the other run: not a divergence by itself"))
+    if alignment is not None and alignment.renamed:
+        notes.append(("compare-modules", f"module trees aligned: {alignment.renamed} target module(s) pair with "
+                      "golden ones under other paths (wrappers)", ""))
     if split is not None:
         t_calls = _calls(split.parts, split.batch[0]) if split.side == "target" else _calls(1, split.batch[1])
         g_calls = _calls(split.parts, split.batch[0]) if split.side == "golden" else _calls(1, split.batch[1])

@@ -21,13 +21,36 @@ from verl_pdbg_conf.compare.nodes import _FRAME, _LIBS
 MODEL_OPENER = "Functional.embedding"  # a forward pass of a language model begins at its token embedding
 
 
-def site_of(frames) -> str:
-    """The innermost frame outside torch, msprobe and this package's runtime, as file:line in func."""
+def site_of(frames, skip=frozenset()) -> str:
+    """The innermost frame outside torch, msprobe, this package's runtime and the files in `skip`, as
+    file:line in func."""
     for fr in frames:
         m = _FRAME.search(str(fr))
-        if m and not any(lib in m.group("file") for lib in _LIBS):
+        if m and not any(lib in m.group("file") for lib in _LIBS) and os.path.basename(m.group("file")) not in skip:
             return f"{os.path.basename(m.group('file'))}:{m.group('line')} in {m.group('func')}"
     return ""
+
+
+def _in_libs(frame) -> bool:
+    m = _FRAME.search(str(frame))
+    return bool(m) and any(lib in m.group("file") for lib in _LIBS)
+
+
+def source_files(frames) -> set:
+    out = set()
+    for fr in frames:
+        m = _FRAME.search(str(fr))
+        if m:
+            out.add(os.path.basename(m.group("file")))
+    return out
+
+
+def skip_foreign(a: "Stacks", b: "Stacks") -> None:
+    """Calling lines read past the files one run's stacks hold and the other's never do (a wrapper's own
+    code: PEFT's LoRA layer calling the base linear), so the same model line is each call's site."""
+    fa, fb = a.files(), b.files()
+    a.skip(fa - fb)
+    b.skip(fb - fa)
 
 
 def call_number(name: str) -> int | None:
@@ -63,6 +86,7 @@ class Stacks:
         self._calls: dict[tuple, list] = {}
         self._last: tuple | None = None  # (pass, layer) of the last layered call
         self._placed: dict[str, int] = {}  # forward calls given a layer from the call before them
+        own: dict[tuple, int] = {}  # frames outside torch -> the first entry that has them
         try:
             for _key, value in iter_items(path):
                 if not (isinstance(value, list) and len(value) == 2 and isinstance(value[0], list)):
@@ -71,15 +95,28 @@ class Stacks:
                 eid = len(self.sites)
                 self.sites.append(site_of(frames))
                 self.frames.append(frames)
+                # stacks that differ only inside torch (a hooked module call takes another path through
+                # _call_impl) are one line of the model: counted together for its layers
+                same = own.setdefault(tuple(f for f in frames if not _in_libs(f)), eid)
                 for n in value[0]:
                     if isinstance(n, str):
                         self.entry[n] = eid
                         op, _, direction = split_record(n)
                         c = call_number(n)
                         if direction == "forward" and c is not None:
-                            self._calls.setdefault((eid, op), []).append((c, n))
+                            self._calls.setdefault((same, op), []).append((c, n))
         except (OSError, DumpError, UnicodeDecodeError):
             pass
+
+    def files(self) -> set:
+        out = set()
+        for frames in self.frames:
+            out |= source_files(frames)
+        return out
+
+    def skip(self, files) -> None:
+        if files:
+            self.sites = [site_of(frames, frozenset(files)) for frames in self.frames]
 
     def _finish(self, opener: str | None) -> None:
         """Per-pass counts once the opening op is known (the first record read)."""

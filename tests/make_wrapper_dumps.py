@@ -1,0 +1,200 @@
+"""Write real msprobe dumps on CPU of one small model under the wrappers verl and its users put around it
+(FSDP1, FSDP2, DDP, PEFT LoRA, torch.compile, activation checkpointing, identity hooks), through this
+package's runtime profiler, for the compare's wrapper tests and bench/cross_impl.py --wrappers.
+
+    python make_wrapper_dumps.py OUT --arch qwen2 --level mix --runs plain,fsdp1,fsdp1-weight [--layer K]
+        [--no-group]
+
+One process writes the runs it is given, each into OUT/<run> (stages actor_compute_log_prob, a no-grad
+forward, and actor_update: forward, backward, one SGD step), on a one-rank gloo group (msprobe writes
+rank0) unless --no-group (it writes proc<pid>). A run is WRAP[-weight]:
+
+  plain    the model itself          fsdp1   FullyShardedDataParallel, each decoder layer auto-wrapped
+  fsdp2    fully_shard per layer     ddp     DistributedDataParallel
+  lora     peft get_peft_model (B = 0: the forward is unchanged) on every projection
+  compile  torch.compile             ckpt    checkpoint_wrapper around each layer's MLP
+  hook     an identity forward hook on one block (--hook-layer)
+  hookall  an identity forward hook on every block
+
+  -weight  layer K's MLP down projection weight x1.01 (seq: block K's linear)
+
+Arch qwen2 is make_cross_impl_dumps' transformers Qwen2 (6 layers); seq is an nn.Sequential of an
+embedding, eight Linear+Tanh blocks and a head. OUT/manifest.json says each run's right answer."""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import make_cross_impl_dumps as X  # noqa: E402
+
+WRAPS = ("plain", "fsdp1", "fsdp2", "ddp", "lora", "compile", "ckpt", "hook", "hookall")
+SEQ_BLOCKS = 8
+STAGES = X.STAGES
+
+
+def parse_run(run: str) -> tuple[str, bool]:
+    wrap, _, plant = run.partition("-")
+    if wrap not in WRAPS or plant not in ("", "weight"):
+        raise SystemExit(f"unknown run {run!r}: WRAP[-weight], WRAP in {WRAPS}")
+    return wrap, plant == "weight"
+
+
+def build_seq(plant: bool, layer: int):
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    blocks = [nn.Sequential(nn.Linear(X.HIDDEN, X.HIDDEN), nn.Tanh()) for _ in range(SEQ_BLOCKS)]
+    model = nn.Sequential(nn.Embedding(X.VOCAB, X.HIDDEN), *blocks, nn.Linear(X.HIDDEN, X.VOCAB))
+    if plant:
+        with torch.no_grad():
+            model[1 + layer][0].weight.mul_(1.01)
+    return model
+
+
+def blocks_of(arch: str, model) -> list:
+    return list(model.model.layers) if arch == "qwen2" else list(model)[1:1 + SEQ_BLOCKS]
+
+
+def _identity(_module, _inputs, output):
+    return output
+
+
+def wrap(arch: str, name: str, model, hook_layer: int):
+    """The model as WRAP puts it around the plain one."""
+    import torch
+
+    blocks = blocks_of(arch, model)
+    if name == "hook":
+        blocks[hook_layer].register_forward_hook(_identity)
+    elif name == "hookall":
+        for b in blocks:
+            b.register_forward_hook(_identity)
+    elif name == "fsdp1":
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+        return FSDP(model, device_id=torch.device("cpu"), use_orig_params=True,
+                    auto_wrap_policy=ModuleWrapPolicy({type(blocks[0])}))
+    elif name == "fsdp2":
+        from torch.distributed.fsdp import fully_shard
+
+        for b in blocks:
+            fully_shard(b)
+        fully_shard(model)
+    elif name == "ddp":
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        return DDP(model)
+    elif name == "lora":
+        from peft import LoraConfig, get_peft_model
+
+        targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"] if arch == "qwen2" \
+            else r"[1-8]\.0"
+        return get_peft_model(model, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=targets))
+    elif name == "compile":
+        return torch.compile(model, backend="eager")
+    elif name == "ckpt":
+        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing
+
+        inner = type(blocks[0].mlp) if arch == "qwen2" else torch.nn.Linear
+        apply_activation_checkpointing(model, check_fn=lambda m: isinstance(m, inner))
+    return model
+
+
+def log_probs(arch: str, model, ids, mask):
+    if arch == "qwen2":
+        return X.log_probs(model, ids, mask)
+    logits = model(ids)
+    return logits[:, :-1].float().log_softmax(-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+
+
+def run_one(prof, arch: str, model, steps: list[int]) -> None:
+    import torch
+
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.05, foreach=False)
+    for step in steps:
+        torch.manual_seed(1000 * step)
+        ids = torch.randint(0, X.VOCAB, (X.BATCH, X.SEQ))
+        mask = torch.ones_like(ids)
+        prof.start(profile_step=step)
+        with prof.stage("actor_compute_log_prob", model=model), torch.no_grad():
+            log_probs(arch, model, ids, mask)
+        with prof.stage("actor_update", model=model):
+            model.zero_grad(set_to_none=True)
+            (-log_probs(arch, model, ids, mask).mean()).backward()
+            opt.step()
+        prof.stop()
+
+
+def _gloo() -> None:
+    """A one-rank gloo group on a free loopback port."""
+    import socket
+
+    import torch.distributed as dist
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out")
+    ap.add_argument("--arch", choices=("qwen2", "seq"), default="qwen2")
+    ap.add_argument("--level", choices=("mix", "L0", "L1"), default="mix")
+    ap.add_argument("--runs", default="plain,fsdp1-weight")
+    ap.add_argument("--layer", type=int, default=None, help="the planted layer (default: seeded by today's date)")
+    ap.add_argument("--hook-layer", type=int, default=None, help="hook's block (default: (K+3) mod layers)")
+    ap.add_argument("--no-group", action="store_true", help="no process group: msprobe writes proc<pid>")
+    ap.add_argument("--steps", default="1")
+    a = ap.parse_args(argv)
+    layers = X.LAYERS if a.arch == "qwen2" else SEQ_BLOCKS
+    layer = (X.default_layer() % layers) if a.layer is None else a.layer
+    hook_layer = (layer + 3) % layers if a.hook_layer is None else a.hook_layer
+    runs = [r for r in a.runs.split(",") if r]
+    parsed = [parse_run(r) for r in runs]
+    print(f"planted layer K = {layer}, hook layer = {hook_layer}", flush=True)
+
+    import torch
+
+    torch.set_num_threads(1)
+    if not a.no_group:
+        _gloo()
+    from verl_pdbg_conf.runtime import PrecisionDebuggerProfiler
+
+    os.makedirs(a.out, exist_ok=True)
+    cfg = os.path.join(a.out, f"config-{a.level}.json")
+    with open(cfg, "w") as f:
+        json.dump(X.config_doc(a.level, "statistics"), f)
+    steps = [int(s) for s in a.steps.split(",")]
+    path = os.path.join(a.out, "manifest.json")
+    manifest = json.load(open(path)) if os.path.exists(path) else {"runs": {}}
+    manifest.update({"arch": a.arch, "level": a.level, "layer": layer, "hook_layer": hook_layer, "layers": layers})
+    for run, (wname, plant) in zip(runs, parsed):
+        model = X.build("qwen2", "golden", "weight" if plant else None, layer, 0) if a.arch == "qwen2" else \
+            build_seq(plant, layer)
+        model = wrap(a.arch, wname, model, hook_layer)
+        prof = PrecisionDebuggerProfiler({"config_path": cfg, "stages": list(STAGES)}, rank=0,
+                                         save_path=os.path.join(a.out, run))
+        run_one(prof, a.arch, model, steps)
+        for stage in STAGES:
+            if not glob.glob(os.path.join(a.out, run, f"step_{steps[0]}", stage, "*", "*", "dump.json")):
+                raise SystemExit(f"{run}: msprobe wrote no dump.json for {stage}")
+        manifest["runs"][run] = {"wrap": wname, "expect_layer": layer if plant else None,
+                                 "group": not a.no_group}
+        print(f"{run}: written", flush=True)
+    with open(path, "w") as f:
+        json.dump(manifest, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

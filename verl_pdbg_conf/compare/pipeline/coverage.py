@@ -1,0 +1,169 @@
+"""Coverage: how much of each run a pair actually compared. "same" means compared and equal, so a verdict
+carries, per side, the share of records and of modules compared, and the regions left uncompared, one per
+module kind.
+
+A record is compared when it has a counterpart, when it lies in a gap compared at its boundary (a fused
+op against its decomposition), or when it runs in the body of a paired module (eager attention's ops
+inside self_attn against sdpa's one op; LoRA's branch inside q_proj: compared at the module's input and
+output). A module is compared when paired, and accounted for when it only wraps paired modules (FSDP1's
+wrapper levels) or when the module that encloses it is paired (LoRA's lora_A, an MLP's act_fn a fused
+kernel replaces). The rest is uncompared: records outside any paired module (a collective of FSDP's,
+an optimizer step the other run does not take) and modules under unpaired ones."""
+
+from __future__ import annotations
+
+import re
+
+from verl_pdbg_conf.compare.nodes import module_path
+
+# "same" needs at least this share of each side's records compared, and no uncompared module
+DEFAULT_MIN_COVERAGE = 0.99
+MAX_REGIONS = 32
+_INDEX = re.compile(r"(?<=\.)\d+(?=\.|$)|^\d+(?=\.|$)")
+
+
+def kind(path: str) -> str:
+    """model.layers.3.mlp -> model.layers.*.mlp; the root "" -> (outside any module)."""
+    return _INDEX.sub("*", path) if path else "(outside any module)"
+
+
+class Side:
+    def __init__(self):
+        self.records = 0
+        self.paired = 0
+        self.boundary = 0  # in gaps compared at their boundary
+        self.modules: dict[str, list] = {}  # module path -> [paired, records, records without a counterpart]
+        self.loose: dict[str, int] = {}  # scope path -> unpaired records there (not in a compared gap)
+
+    def record(self, r, paired: bool) -> None:
+        self.records += 1
+        if r.module is not None:
+            m = self.modules.setdefault(r.extra.get("own_module", r.module), [False, 0, 0])
+            m[0] |= paired
+            m[1] += 1
+            m[2] += not paired
+        if paired:
+            self.paired += 1
+        elif r.module is None:
+            scope = r.extra.get("own_scope", r.scope)
+            where = module_path(scope) if scope else ""
+            self.loose[where or ""] = self.loose.get(where or "", 0) + 1
+
+    def settle(self) -> dict:
+        """The side's coverage as data."""
+        paired = {p for p, (ok, _n, _u) in self.modules.items() if ok}
+        with_paired_inside = set()
+        for p in paired:
+            parts = p.split(".")
+            for i in range(len(parts)):
+                with_paired_inside.add(".".join(parts[:i]))
+
+        def parent_paired(p: str) -> bool:
+            """The nearest recorded module enclosing p is paired: p ran inside its compared boundary."""
+            parts = p.split(".") if p else []
+            for i in range(len(parts) - 1, -1, -1):
+                a = ".".join(parts[:i])
+                if a in self.modules:
+                    return a in paired
+            return False
+
+        status = {}
+        for p, (ok, _n, _u) in self.modules.items():
+            status[p] = "paired" if ok else "wrapper" if p in with_paired_inside else \
+                "inside" if parent_paired(p) else "uncompared"
+        enclosed = sum(n for p, (ok, n, _u) in self.modules.items() if status[p] in ("wrapper", "inside"))
+        regions = {}
+        for p, (ok, _n, unpaired) in self.modules.items():
+            if ok and unpaired:  # calls of a paired module with none in the other run (a recomputed forward)
+                k = f"{kind(p)} (its calls)"
+                regions[k] = regions.get(k, 0) + unpaired
+        for where, n in self.loose.items():
+            if n <= 0:
+                continue
+            if where and (status.get(where) in ("paired", "inside") or (where not in self.modules and
+                                                                         parent_paired(where))):
+                enclosed += n
+            else:
+                regions[kind(where)] = regions.get(kind(where), 0) + n
+        modules_off = {}
+        for p, s in status.items():
+            if s == "uncompared":
+                modules_off[kind(p)] = modules_off.get(kind(p), 0) + 1
+        compared = self.paired + self.boundary + enclosed
+        return {
+            "records": self.records, "compared_records": min(compared, self.records),
+            "paired_records": self.paired,
+            "share": (min(compared, self.records) / self.records) if self.records else 1.0,
+            "modules": len(self.modules), "paired_modules": len(paired),
+            "accounted_modules": sum(1 for s in status.values() if s in ("wrapper", "inside")),
+            "uncompared_modules": dict(sorted(modules_off.items())[:MAX_REGIONS]),
+            "uncompared_records": dict(sorted(regions.items(), key=lambda kv: -kv[1])[:MAX_REGIONS]),
+        }
+
+
+class Coverage:
+    """Both sides' counts, kept as the pipeline pairs records."""
+
+    def __init__(self):
+        self.target, self.golden = Side(), Side()
+
+    def pair(self, t, g) -> None:
+        self.target.record(t, g is not None)
+        if g is not None:
+            self.golden.record(g, True)
+
+    def golden_only(self, records) -> None:
+        for g in records:
+            self.golden.record(g, False)
+
+    def late(self, records) -> None:
+        """Golden module records counted as golden-only, then paired after all (pair() counts them again)."""
+        for g in records:
+            self.golden.records -= 1
+            m = self.golden.modules[g.module]
+            m[1] -= 1
+            m[2] -= 1
+        records.clear()
+
+    def boundary(self, gap) -> None:
+        """A gap compared at its boundary: its records count as compared."""
+        for side, records in ((self.target, gap.target), (self.golden, gap.golden)):
+            n = sum(1 for r in records if r.module is None)
+            side.boundary += n
+            for r in records:
+                if r.module is None:
+                    scope = r.extra.get("own_scope", r.scope)
+                    where = (module_path(scope) if scope else "") or ""
+                    if side.loose.get(where):
+                        side.loose[where] -= 1
+
+    def finish(self, minimum: float = DEFAULT_MIN_COVERAGE) -> dict:
+        t, g = self.target.settle(), self.golden.settle()
+        full = all(s["share"] >= minimum and not s["uncompared_modules"] for s in (t, g))
+        return {"target": t, "golden": g, "minimum": minimum, "full": full}
+
+
+def _side_text(name: str, s: dict) -> str:
+    mods = f", {s['paired_modules']}/{s['modules']} modules paired" if s["modules"] else ""
+    return f"{name} {100 * s['share']:.3g}% of {s['records']} records compared{mods}"
+
+
+def coverage_text(cov: dict) -> str:
+    """One line: each side's share and the regions left uncompared, once per module kind."""
+    said = [_side_text("target", cov["target"]), _side_text("golden", cov["golden"])]
+    for name in ("target", "golden"):
+        s = cov[name]
+        regions = [f"{k} ({n} module{'s' * (n != 1)})" for k, n in s["uncompared_modules"].items()]
+        if not regions:
+            regions = [f"{k} ({n} record{'s' * (n != 1)})" for k, n in list(s["uncompared_records"].items())[:6]]
+        if regions:
+            said.append(f"not compared in {name}: {', '.join(regions[:8])}"
+                        + (f" and {len(regions) - 8} more" if len(regions) > 8 else ""))
+    return "; ".join(said)
+
+
+def short(cov: dict | None) -> str:
+    """target/golden record shares, for a table cell: 100%/97.2%."""
+    if not cov:
+        return "-"
+    return "/".join(f"{100 * cov[k]['share']:.3g}%" for k in ("target", "golden"))

@@ -1,0 +1,195 @@
+"""Module trees: each dump's module calls (construct.json, at mix and L0) and their alignment across
+wrappers. FSDP1 (`_fsdp_wrapped_module`), DDP (`module.`), torch.compile (`_orig_mod.`), activation
+checkpointing (`_checkpoint_wrapped_module`) and PEFT (`base_model.model.`, `base_layer`) put the same
+modules under other paths; no list of prefixes is kept here. Two modules correspond when, in the same
+call order and with the same layer indices, one path is the other with components inserted, leaving out
+the components one side never uses, preferring the same class and the fewest inserted components (a
+weighted longest common subsequence per index signature). Target records are then renamed as the golden
+ones they correspond to, and an API record whose module has no counterpart is scoped to its nearest
+ancestor that has one (a LoRA layer's base linear runs inside q_proj as the plain q_proj's linear does)."""
+
+from __future__ import annotations
+
+import os
+
+from verl_pdbg_conf.compare.dumpread import DumpError, iter_items
+
+DIRECTIONS = ("forward", "backward", "parameters_grad")
+MAX_CALLS = 1 << 18  # module calls read from one construct.json; a larger one is not aligned
+
+
+def parse_call(name: str):
+    """Module.model.layers.0.mlp.Qwen2MLP.forward.0 -> ("model.layers.0.mlp", "Qwen2MLP", "forward.0")."""
+    parts = name.split(".")
+    if parts[0] not in ("Module", "Cell"):
+        return None
+    for i in range(2, len(parts)):
+        if parts[i] in DIRECTIONS:
+            return ".".join(parts[1:i - 1]), parts[i - 1], ".".join(parts[i:])
+    return None
+
+
+def call_name(prefix: str, path: str, cls: str, rest: str) -> str:
+    return ".".join(p for p in (prefix, path, cls, rest) if p)
+
+
+class Tree:
+    """One dump's modules in first-call order (path -> class) and each module call's enclosing call."""
+
+    def __init__(self):
+        self.modules: dict[str, str] = {}
+        self.parent: dict[str, str | None] = {}  # module call -> its enclosing module call
+
+    def add(self, call: str, parent) -> None:
+        parsed = parse_call(call)
+        if parsed is None:
+            return
+        self.modules.setdefault(parsed[0], parsed[1])
+        self.parent[call] = parent if isinstance(parent, str) else None
+
+    @classmethod
+    def read(cls, dump_path: str):
+        """The tree of the dump's construct.json, or None where there is none to read."""
+        path = os.path.join(os.path.dirname(dump_path), "construct.json")
+        if not os.path.isfile(path):
+            return None
+        tree, parents = cls(), []
+        try:
+            for n, (key, parent) in enumerate(iter_items(path)):
+                if n >= MAX_CALLS:
+                    return None
+                if isinstance(key, str) and key.startswith(("Module.", "Cell.")):
+                    tree.add(key, parent)
+                if isinstance(parent, str):
+                    parents.append(parent)
+        except (OSError, DumpError, UnicodeDecodeError):
+            return None
+        for parent in parents:  # a call known only as a parent, after those listed (listed in call order)
+            if parent not in tree.parent:
+                tree.add(parent, None)
+        return tree
+
+
+def _words(path: str) -> list[str]:
+    return [p for p in path.split(".") if p and not p.isdigit()]
+
+
+def _indices(path: str) -> tuple:
+    return tuple(p for p in path.split(".") if p.isdigit())
+
+
+def _subsequence(short: list, long: list) -> bool:
+    it = iter(long)
+    return all(any(x == y for y in it) for x in short)
+
+
+def _score(t: tuple, g: tuple, t_foreign: set, g_foreign: set):
+    """How well target module t = (path, class) corresponds to golden g, or None where it cannot."""
+    tw, gw = _words(t[0]), _words(g[0])
+    tr = [w for w in tw if w not in t_foreign]
+    gr = [w for w in gw if w not in g_foreign]
+    short, long = (tr, gr) if len(tr) <= len(gr) else (gr, tr)
+    if not _subsequence(short, long):
+        return None
+    same_class = t[1] == g[1]
+    if not same_class and tr != gr:
+        return None
+    inserted = len(tw) + len(gw) - 2 * len(short)
+    return 1000 * same_class + 10 * len(short) - inserted + 1
+
+
+def _lcs(ts: list, gs: list, t_foreign: set, g_foreign: set) -> list[tuple[int, int]]:
+    """The index pairs of the best order-preserving one-to-one correspondence (weighted LCS)."""
+    n, m = len(ts), len(gs)
+    best = [[0] * (m + 1) for _ in range(n + 1)]
+    for i in range(n - 1, -1, -1):
+        row, below = best[i], best[i + 1]
+        for j in range(m - 1, -1, -1):
+            s = _score(ts[i], gs[j], t_foreign, g_foreign)
+            take = below[j + 1] + s if s is not None else -1
+            row[j] = max(take, below[j], row[j + 1])
+    out, i, j = [], 0, 0
+    while i < n and j < m:
+        s = _score(ts[i], gs[j], t_foreign, g_foreign)
+        if s is not None and best[i][j] == best[i + 1][j + 1] + s:
+            out.append((i, j))
+            i, j = i + 1, j + 1
+        elif best[i][j] == best[i + 1][j]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+MAX_GROUP = 2048  # modules of one index signature aligned by LCS; past this, only equal paths pair
+
+
+class Alignment:
+    """Which golden module each target module corresponds to (path -> (golden path, golden class))."""
+
+    def __init__(self, target: Tree, golden: Tree):
+        self.target, self.golden = target, golden
+        self.to_golden: dict[str, tuple[str, str]] = {}
+        for path, cls in target.modules.items():
+            if golden.modules.get(path) == cls:
+                self.to_golden[path] = (path, cls)
+        self.identity = len(self.to_golden) == len(target.modules) == len(golden.modules)
+        if self.identity:
+            return
+        matched_g = {g for g, _c in self.to_golden.values()}
+        t_rest = [(p, c) for p, c in target.modules.items() if p not in self.to_golden]
+        g_rest = [(p, c) for p, c in golden.modules.items() if p not in matched_g]
+        t_vocab = {w for p in target.modules for w in _words(p)}
+        g_vocab = {w for p in golden.modules for w in _words(p)}
+        t_foreign, g_foreign = t_vocab - g_vocab, g_vocab - t_vocab
+        groups: dict[tuple, tuple[list, list]] = {}
+        for side, rest in ((0, t_rest), (1, g_rest)):
+            for item in rest:
+                groups.setdefault(_indices(item[0]), ([], []))[side].append(item)
+        for ts, gs in groups.values():
+            if not ts or not gs or len(ts) > MAX_GROUP or len(gs) > MAX_GROUP:
+                continue
+            for i, j in _lcs(ts, gs, t_foreign, g_foreign):
+                self.to_golden[ts[i][0]] = gs[j]
+
+    @property
+    def renamed(self) -> int:
+        return sum(1 for t, (g, _c) in self.to_golden.items() if t != g)
+
+    def call(self, name: str) -> str:
+        """A target module call's name as the golden module's; its nearest ancestor call that has a
+        counterpart where it has none; "" (outside any module golden knows) where no ancestor has one."""
+        seen = 0
+        while name is not None and seen < 256:
+            parsed = parse_call(name)
+            if parsed is None:
+                return ""
+            hit = self.to_golden.get(parsed[0])
+            if hit is not None:
+                return call_name(name.split(".", 1)[0], hit[0], hit[1], parsed[2])
+            name = self.target.parent.get(name)
+            seen += 1
+        return ""
+
+    def rename(self, r) -> None:
+        """Rename a target Record (reading.Record) as the golden run names it."""
+        from verl_pdbg_conf.compare.pipeline.reading import layer_of_path
+
+        if r.module is not None:
+            parsed = parse_call(r.name)
+            hit = self.to_golden.get(r.module) if parsed else None
+            if hit is None:
+                return
+            prefix = r.name.split(".", 1)[0]
+            old, new = call_name(prefix, r.module, parsed[1], ""), call_name(prefix, hit[0], hit[1], "")
+            r.extra["own_module"] = r.module
+            r.key = new + r.key[len(old):] if r.key.startswith(old) else r.key
+            r.op = new + r.op[len(old):] if r.op.startswith(old) else r.op
+            r.module = hit[0]
+            r.layer = layer_of_path(hit[0])
+        elif r.scope:
+            scope = self.call(r.scope)
+            if scope != r.scope:
+                r.extra["own_scope"] = r.scope
+                r.scope = scope
+                r.layer = layer_of_path(parse_call(scope)[0]) if scope else None
