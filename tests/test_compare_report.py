@@ -128,7 +128,7 @@ def test_html_overview_one_line_per_same_pair_and_bounded_plots(monkeypatch):
     # one overview row per (step, stage), a coloured cell per pair (and one for the rank in one run only)
     overview = page.split("<h2>Pairs</h2>")[0]
     assert overview.count("<tr><td>") == 6
-    assert overview.count("class='cell'") == len(cmp.pairs) + 1 + 5  # + the legend's five
+    assert overview.count("class='cell'") == len(cmp.pairs) + 1 + 6  # + the legend's six (partial too)
     assert overview.count(report_html.COLOURS["diverged"]) == n_div + 1
     assert overview.count(report_html.COLOURS["mismatch"]) == 1 + 1
     assert "step_3/actor_update/step0/rank64: only in the golden run" in overview
