@@ -166,7 +166,9 @@ def log_probs(model, ids, mask):
     return logits[:, :-1].float().log_softmax(-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
 
 
-def run_one(prof, model, impl: str, steps: list[int]) -> None:
+def run_one(prof, model, impl: str, steps: list[int], log_probs=log_probs) -> None:
+    """Each step: the log-prob stage (a no-grad forward) and the update stage; `log_probs(model, ids, mask)`.
+    Frozen parameters (a LoRA model's base weights) get no gradient and SGD leaves them."""
     import torch
     opt = torch.optim.SGD(model.parameters(), lr=0.05, foreach=False)
     for step in steps:

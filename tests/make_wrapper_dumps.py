@@ -30,8 +30,10 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "runtime"))
 
 import make_cross_impl_dumps as X  # noqa: E402
+from scenarios import gloo  # noqa: E402
 
 WRAPS = ("plain", "fsdp1", "fsdp2", "ddp", "lora", "compile", "ckpt", "hook", "hookall")
 SEQ_BLOCKS = 8
@@ -108,41 +110,9 @@ def wrap(arch: str, name: str, model, hook_layer: int):
     return model
 
 
-def log_probs(arch: str, model, ids, mask):
-    if arch == "qwen2":
-        return X.log_probs(model, ids, mask)
+def seq_log_probs(model, ids, _mask):
     logits = model(ids)
     return logits[:, :-1].float().log_softmax(-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
-
-
-def run_one(prof, arch: str, model, steps: list[int]) -> None:
-    import torch
-
-    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.05, foreach=False)
-    for step in steps:
-        torch.manual_seed(1000 * step)
-        ids = torch.randint(0, X.VOCAB, (X.BATCH, X.SEQ))
-        mask = torch.ones_like(ids)
-        prof.start(profile_step=step)
-        with prof.stage("actor_compute_log_prob", model=model), torch.no_grad():
-            log_probs(arch, model, ids, mask)
-        with prof.stage("actor_update", model=model):
-            model.zero_grad(set_to_none=True)
-            (-log_probs(arch, model, ids, mask).mean()).backward()
-            opt.step()
-        prof.stop()
-
-
-def _gloo() -> None:
-    """A one-rank gloo group on a free loopback port."""
-    import socket
-
-    import torch.distributed as dist
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)
     if not a.no_group:
-        _gloo()
+        gloo()
     from verl_pdbg_conf.runtime import PrecisionDebuggerProfiler
 
     os.makedirs(a.out, exist_ok=True)
@@ -184,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         model = wrap(a.arch, wname, model, hook_layer)
         prof = PrecisionDebuggerProfiler({"config_path": cfg, "stages": list(STAGES)}, rank=0,
                                          save_path=os.path.join(a.out, run))
-        run_one(prof, a.arch, model, steps)
+        X.run_one(prof, model, "golden", steps, X.log_probs if a.arch == "qwen2" else seq_log_probs)
         for stage in STAGES:
             if not glob.glob(os.path.join(a.out, run, f"step_{steps[0]}", stage, "*", "*", "dump.json")):
                 raise SystemExit(f"{run}: msprobe wrote no dump.json for {stage}")

@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+import make_cross_impl_dumps as X  # tests/ is on the path (conftest imports it the same way)
 from verl_pdbg_conf.compare.cli import main
 
 pytestmark = pytest.mark.slow
@@ -73,13 +74,7 @@ def planted(dumps, which: str) -> int:
 
 
 def named_layer(pair: dict, level: str):
-    f = pair["first_divergence"] or {}
-    if level == "L1":
-        return f.get("layer")
-    import re
-
-    m = re.search(r"(?:^|\.)(?:layers\.)?(\d+)(?:\.|$)", f.get("module") or "")
-    return int(m.group(1)) if m else None
+    return X.named_layer(pair["first_divergence"] or {}, level)
 
 
 MIX_PLANTED = ["plain-weight", "fsdp1-weight", "ddp-weight", "lora-weight", "ckpt-weight"]

@@ -224,6 +224,14 @@ def split_name(name: str) -> tuple[str, str, str, str]:
     return direction, kind, ".".join(owner), ".".join(rest[1:])
 
 
+_INDEX = re.compile(r"\.\d+(?=\.|$)")
+
+
+def module_kind(path: str) -> str:
+    """model.layers.3.self_attn -> model.layers.*.self_attn: one name for a module repeated per layer."""
+    return _INDEX.sub(".*", path)
+
+
 def module_path(owner: str) -> str | None:
     """Module.blocks.3.fc.Linear.forward.0 -> blocks.3.fc (the root module -> "")."""
     parts = owner.split(".")

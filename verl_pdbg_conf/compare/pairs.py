@@ -202,8 +202,8 @@ def pair_up(target: list[Side], golden: list[Side]) -> tuple[list[Pair], list[Si
                 notes.append(_finding("compare-pairing", W, msg, t[rest_t[0]].path,
                                       "initialize a torch.distributed process group so msprobe writes rank<N>"))
             rest_t, rest_g = [], []
-        elif len(rest_t) == 1 and len(rest_g) == 1 and sorted(map(_is_proc, (rest_t[0], rest_g[0]))) == [False, True] \
-                and "rank0" in (rest_t[0], rest_g[0]) and not named:
+        elif len(rest_t) == 1 and len(rest_g) == 1 and not named and "rank0" in (rest_t[0], rest_g[0]) and \
+                (_is_proc(rest_t[0]) or _is_proc(rest_g[0])):
             # one run without a process group (proc<pid>), the other on a one-rank group (rank0)
             matched.append((t[rest_t[0]], g[rest_g[0]]))
             where = "/".join(key) or "the given directories"

@@ -18,8 +18,8 @@ from verl_pdbg_conf.compare.runs import _layout_of, _rank_number, ignored_summar
 
 MAX_PLOTS = 50  # diverged pairs plotted; the others are in the overview and get one line
 COMPACT_RANKS = 16  # above this many ranks, overview cells are colour only (details on hover)
-COLOURS = {"same": "#cfe8d5", "diverged": "#f1b0a8", "partial": "#fbeeb5", "error": "#f6d7a7", "mismatch": "#d9cdee", "pending": "#eeeeee",
-           "only": "#dddddd"}  # by Pair.status; "only": in one run only
+COLOURS = {"same": "#cfe8d5", "diverged": "#f1b0a8", "partial": "#fbeeb5", "error": "#f6d7a7", "mismatch": "#d9cdee",
+           "pending": "#eeeeee", "only": "#dddddd"}  # by Pair.status; "only": in one run only
 
 
 def matplotlib_missing() -> str:

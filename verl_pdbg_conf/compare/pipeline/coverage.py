@@ -12,19 +12,22 @@ an optimizer step the other run does not take) and modules under unpaired ones."
 
 from __future__ import annotations
 
-import re
-
-from verl_pdbg_conf.compare.nodes import module_path
+from verl_pdbg_conf.compare.nodes import module_kind, module_path
 
 # "same" needs at least this share of each side's records compared, and no uncompared module
 DEFAULT_MIN_COVERAGE = 0.99
 MAX_REGIONS = 32
-_INDEX = re.compile(r"(?<=\.)\d+(?=\.|$)|^\d+(?=\.|$)")
 
 
 def kind(path: str) -> str:
     """model.layers.3.mlp -> model.layers.*.mlp; the root "" -> (outside any module)."""
-    return _INDEX.sub("*", path) if path else "(outside any module)"
+    return module_kind(path) if path else "(outside any module)"
+
+
+def _where(r) -> str:
+    """The module path a record ran in, by its own run's names ("" outside any module)."""
+    scope = r.extra.get("own_scope", r.scope)
+    return (module_path(scope) if scope else "") or ""
 
 
 class Side:
@@ -45,9 +48,8 @@ class Side:
         if paired:
             self.paired += 1
         elif r.module is None:
-            scope = r.extra.get("own_scope", r.scope)
-            where = module_path(scope) if scope else ""
-            self.loose[where or ""] = self.loose.get(where or "", 0) + 1
+            where = _where(r)
+            self.loose[where] = self.loose.get(where, 0) + 1
 
     def settle(self) -> dict:
         """The side's coverage as data."""
@@ -128,12 +130,10 @@ class Coverage:
     def boundary(self, gap) -> None:
         """A gap compared at its boundary: its records count as compared."""
         for side, records in ((self.target, gap.target), (self.golden, gap.golden)):
-            n = sum(1 for r in records if r.module is None)
-            side.boundary += n
             for r in records:
                 if r.module is None:
-                    scope = r.extra.get("own_scope", r.scope)
-                    where = (module_path(scope) if scope else "") or ""
+                    side.boundary += 1
+                    where = _where(r)
                     if side.loose.get(where):
                         side.loose[where] -= 1
 

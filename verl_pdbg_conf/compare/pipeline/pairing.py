@@ -15,11 +15,10 @@ said once per module kind (Structure), never a divergence by itself. Memory: the
 
 from __future__ import annotations
 
-import re
 from collections import deque
 
 from verl_pdbg_conf.compare import metrics as M
-from verl_pdbg_conf.compare.nodes import module_path
+from verl_pdbg_conf.compare.nodes import module_kind, module_path
 from verl_pdbg_conf.compare.pipeline.equivalents import equivalent
 
 WINDOW = 1 << 13  # golden records held while looking ahead for a target record's counterpart
@@ -167,7 +166,10 @@ class Aligner:
         name = counterpart + t.name[len(_api_call(t)):]
         if self.buf and self.buf[0][1].name == name:
             return self._take(self.base)
-        pos = self._find(("N", name))
+        return self._take_near(self._find(("N", name)))
+
+    def _take_near(self, pos):
+        """The record found at pos and those passed over, or none where it is too far ahead."""
         if pos is None or pos - self.base > self.skip_max:
             return None, []
         return self._take(pos)
@@ -190,14 +192,11 @@ class Aligner:
                     g.scope == t.scope and _same_shapes(g, t):
                 return self._take(self.base)
             self.lockstep = False
-        pos = self._find(signature(t))
-        if pos is None or pos - self.base > self.skip_max:
-            if t.is_module and t.key in self.late:
-                g = self.late.pop(t.key)
-                self.late_paired.append(g)
-                return g, []
-            return None, []
-        return self._take(pos)
+        g, passed = self._take_near(self._find(signature(t)))
+        if g is None and t.is_module and t.key in self.late:
+            g = self.late.pop(t.key)
+            self.late_paired.append(g)
+        return g, passed
 
     def pairs(self, target):
         for t in target:
@@ -238,14 +237,11 @@ def row_pairs(t, g):
     return [(row, by.get(row.name[n:] if row.name.startswith(t.name) else row.name)) for row in t.rows]
 
 
-_INDEX = re.compile(r"\.\d+(?=\.|$)")
-
-
 def _module_kind(r) -> str:
     """model.layers.3.self_attn -> model.layers.*.self_attn; at L1 the calling line."""
     path = module_path(r.scope) if r.scope else None
     if path:
-        return _INDEX.sub(".*", path)
+        return module_kind(path)
     return r.site or "(outside any known module)"
 
 

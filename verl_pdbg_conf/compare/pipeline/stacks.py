@@ -21,28 +21,24 @@ from verl_pdbg_conf.compare.nodes import _FRAME, _LIBS
 MODEL_OPENER = "Functional.embedding"  # a forward pass of a language model begins at its token embedding
 
 
-def site_of(frames, skip=frozenset()) -> str:
-    """The innermost frame outside torch, msprobe, this package's runtime and the files in `skip`, as
-    file:line in func."""
-    for fr in frames:
-        m = _FRAME.search(str(fr))
-        if m and not any(lib in m.group("file") for lib in _LIBS) and os.path.basename(m.group("file")) not in skip:
-            return f"{os.path.basename(m.group('file'))}:{m.group('line')} in {m.group('func')}"
-    return ""
-
-
-def _in_libs(frame) -> bool:
-    m = _FRAME.search(str(frame))
-    return bool(m) and any(lib in m.group("file") for lib in _LIBS)
-
-
-def source_files(frames) -> set:
-    out = set()
+def parse_frames(frames) -> tuple:
+    """(file name, line, func, inside torch/msprobe/the runtime) of each frame that reads as one."""
+    out = []
     for fr in frames:
         m = _FRAME.search(str(fr))
         if m:
-            out.add(os.path.basename(m.group("file")))
-    return out
+            out.append((os.path.basename(m.group("file")), m.group("line"), m.group("func"),
+                        any(lib in m.group("file") for lib in _LIBS)))
+    return tuple(out)
+
+
+def site_of(parsed: tuple, skip=frozenset()) -> str:
+    """The innermost frame (parse_frames) outside torch, msprobe, this package's runtime and the files in
+    `skip`, as file:line in func."""
+    for name, line, func, lib in parsed:
+        if not lib and name not in skip:
+            return f"{name}:{line} in {func}"
+    return ""
 
 
 def skip_foreign(a: "Stacks", b: "Stacks") -> None:
@@ -78,6 +74,7 @@ class Stacks:
     def __init__(self, path: str):
         self.entry: dict[str, int] = {}  # call name -> entry id
         self.sites: list[str] = []
+        self.parsed: list[tuple] = []  # parse_frames of each entry
         self.frames: list[tuple] = []
         self.layers: dict[str, int] = {}  # forward call name -> layer (entries that can say)
         self.under: tuple = ()  # the outermost frames every layered entry shares: the layer loop and above
@@ -93,11 +90,13 @@ class Stacks:
                     continue
                 frames = tuple(str(f) for f in value[1]) if isinstance(value[1], list) else ()
                 eid = len(self.sites)
-                self.sites.append(site_of(frames))
+                parsed = parse_frames(frames)
+                self.parsed.append(parsed)
+                self.sites.append(site_of(parsed))
                 self.frames.append(frames)
                 # stacks that differ only inside torch (a hooked module call takes another path through
                 # _call_impl) are one line of the model: counted together for its layers
-                same = own.setdefault(tuple(f for f in frames if not _in_libs(f)), eid)
+                same = own.setdefault(tuple(f for f in parsed if not f[3]), eid)
                 for n in value[0]:
                     if isinstance(n, str):
                         self.entry[n] = eid
@@ -109,14 +108,11 @@ class Stacks:
             pass
 
     def files(self) -> set:
-        out = set()
-        for frames in self.frames:
-            out |= source_files(frames)
-        return out
+        return {f[0] for parsed in self.parsed for f in parsed}
 
     def skip(self, files) -> None:
         if files:
-            self.sites = [site_of(frames, frozenset(files)) for frames in self.frames]
+            self.sites = [site_of(parsed, frozenset(files)) for parsed in self.parsed]
 
     def _finish(self, opener: str | None) -> None:
         """Per-pass counts once the opening op is known (the first record read)."""
