@@ -177,15 +177,36 @@ def test_every_rule_and_option_is_documented():
 
 
 @pytest.mark.slow
+def _same_but_rounding(a: Path, b: Path) -> bool:
+    """Two JSON files equal in every key, string, integer and shape, their floats within rounding: CPU
+    torch's kernels sum in another order on another processor (a gradient's Mean of 0.0 against -9e-11)."""
+    import json
+    import math
+
+    def same(x, y) -> bool:
+        if isinstance(x, float) or isinstance(y, float):
+            return isinstance(x, (int, float)) and isinstance(y, (int, float)) and \
+                math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-8)
+        if isinstance(x, dict):
+            return isinstance(y, dict) and list(x) == list(y) and all(same(x[k], y[k]) for k in x)
+        if isinstance(x, list):
+            return isinstance(y, list) and len(x) == len(y) and all(same(u, v) for u, v in zip(x, y))
+        return x == y
+
+    return same(json.loads(a.read_text()), json.loads(b.read_text()))
+
+
 def test_example_dumps_are_what_their_script_makes(tmp_path):
     """examples/compare/ is made by examples/make_compare_example.py, and making it again gives the
-    same files (the runtime on CPU torch, one thread, fixed seeds)."""
+    same files (the runtime on CPU torch, one thread, fixed seeds), floats up to the rounding of another
+    processor's kernels."""
     subprocess.run([sys.executable, str(ROOT / "examples" / "make_compare_example.py"), "--out", str(tmp_path)],
                    check=True, capture_output=True, cwd=tmp_path)
     ours = sorted(p.relative_to(ROOT / "examples" / "compare") for p in (ROOT / "examples" / "compare").rglob("*.json"))
     made = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*.json"))
     assert ours == made and ours
-    differ = [str(p) for p in ours if not filecmp.cmp(ROOT / "examples" / "compare" / p, tmp_path / p, shallow=False)]
+    differ = [str(p) for p in ours if not filecmp.cmp(ROOT / "examples" / "compare" / p, tmp_path / p, shallow=False)
+              and not _same_but_rounding(ROOT / "examples" / "compare" / p, tmp_path / p)]
     assert not differ, f"examples/compare is stale: python examples/make_compare_example.py ({differ})"
     size = sum((tmp_path / p).stat().st_size for p in made)
     assert size < 400_000, f"the example dumps are {size} bytes"
