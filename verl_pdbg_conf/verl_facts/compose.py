@@ -475,98 +475,138 @@ def compose_verl(files: list[str], overrides: list, config_name: str = "ppo_trai
 
     data, file_pos, extra_defaults, load_findings = _load_files(list(files), config_name)
     result.findings += load_findings
+    main, searchpath = _config_dirs(result.release, config_dir, config_name, overrides)
+    result.config_dir = main
+    pairs = _parsed_overrides(overrides, result.findings)
+    primary = _primary(files, config_name, data, extra_defaults, result.findings)
 
-    from hydra.core.config_store import ConfigStore
-    from omegaconf import OmegaConf
+    with _hydra_session(main):
+        files_key = (repr(data), repr(extra_defaults)) if files else None
+        composer = Composer(main, searchpath, files_key)
+        base_key = (main, searchpath, config_name, files_key)
 
+        def base_cfg():
+            return _base_cfg(composer, primary, base_key)
+
+        failed_at = (files[0] if files else default_file,
+                     "fix the files given with --verl" if files else f"check {config_name} in {main}")
+        cfg, remaining = _compose_dropping(composer.compose, primary, pairs, base_cfg, config_name, failed_at,
+                                           result)
+        if cfg is None:
+            return result
+        result.applied = [o for o, _ in remaining]
+        key_overrides, group_overrides = _split_overrides(remaining, composer)
+        raw_base = None
+        if group_overrides:
+            from omegaconf import OmegaConf
+
+            b = base_cfg()
+            raw_base = OmegaConf.to_container(b, resolve=False) if b is not None else None
+
+    result.document = _document(cfg, raw_base, key_overrides, group_overrides, file_pos, default_file,
+                                result.findings)
+    return result
+
+
+def _config_dirs(release: str, config_dir: str | None, config_name: str, overrides: list) -> tuple:
+    """(primary config directory, search path override or None), verl's shipped trees registered as a config
+    source: verl's own tree, or the user's directory with verl's tree on its search path."""
     from verl_pdbg_conf.verl_facts import facts_source
     from verl_pdbg_conf.verl_facts.structured import register_configs
 
     _ensure_search_path_plugin()
     facts_source.ensure_registered()
     register_configs()
-    verl_main = f"{facts_source.SCHEME}://{result.release}"
-    main, searchpath = verl_main, None
-    if config_dir is not None:
-        main = os.path.abspath(config_dir)
-        searchpath = _searchpath_override(main, config_name, verl_main, overrides)
-    result.config_dir = main
+    verl_main = f"{facts_source.SCHEME}://{release}"
+    if config_dir is None:
+        return verl_main, None
+    main = os.path.abspath(config_dir)
+    return main, _searchpath_override(main, config_name, verl_main, overrides)
 
-    pairs = []  # (Override, hydra Override)
+
+def _parsed_overrides(overrides: list, findings: list) -> list:
+    """(Override, hydra Override) of each override that parses; a finding for each that does not."""
+    pairs = []
     for o in overrides:
         try:
             parsed = _parse_override(o.text)
         except Exception as e:
-            result.findings.append(_override_finding(o, None, e, lambda: None))
+            findings.append(_override_finding(o, None, e, lambda: None))
             continue
         pairs.append((o, parsed))
+    return pairs
 
-    primary = config_name
-    if files:
-        node = {"defaults": [config_name, *extra_defaults, "_self_"], **data}
+
+def _primary(files: list, config_name: str, data: dict, extra_defaults: list, findings: list) -> str:
+    """The primary config's name: verl's own, or with files, one stored from them on top of it."""
+    if not files:
+        return config_name
+    from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
+
+    node = {"defaults": [config_name, *extra_defaults, "_self_"], **data}
+    try:
+        ConfigStore.instance().store(name=PRIMARY, node=OmegaConf.create(node), provider="verl-pdbg-conf")
+        return PRIMARY
+    except Exception as e:
+        findings.append(Finding("parse-error", Severity.ERROR,
+                                f"the files cannot be merged into one config: {_reason(e)}", files[0], 1, 1))
+        return config_name
+
+
+def _base_cfg(composer: "Composer", primary: str, key: tuple):
+    """The composition without overrides (cached: composing verl's tree costs about a second)."""
+    if key not in _BASE_CACHE:
         try:
-            ConfigStore.instance().store(name=PRIMARY, node=OmegaConf.create(node), provider="verl-pdbg-conf")
-            primary = PRIMARY
+            _BASE_CACHE[key] = composer.compose(primary, overrides=[])
+        except Exception:
+            _BASE_CACHE[key] = None
+        while len(_BASE_CACHE) > 8:
+            _BASE_CACHE.pop(next(iter(_BASE_CACHE)))
+    return _BASE_CACHE[key]
+
+
+def _compose_dropping(compose, primary: str, pairs: list, base_cfg, config_name: str, failed_at: tuple,
+                      result: ComposeResult) -> tuple:
+    """Compose with the overrides, dropping each one that does not compose (named by Hydra's message, or
+    found by bisection) with its finding: -> (config or None, the overrides applied)."""
+    remaining = list(pairs)
+    while True:
+        try:
+            return compose(primary, overrides=[o.text for o, _ in remaining]), remaining
         except Exception as e:
-            result.findings.append(Finding("parse-error", Severity.ERROR,
-                                           f"the files cannot be merged into one config: {_reason(e)}",
-                                           files[0], 1, 1))
+            if not remaining:
+                where, hint = failed_at
+                result.findings.append(Finding("override", Severity.ERROR, f"{primary} does not compose: "
+                                               f"{_reason(e)}", where, 1, 1, hint=hint))
+                return None, remaining
+            i = _culprit(e, remaining)
+            if i is None:
+                i, e = _bisect(compose, primary, remaining, e)
+            o, h = remaining.pop(i)
+            result.findings.append(_override_finding(o, h, e, base_cfg, config_name, remaining[:i],
+                                                     result.release))
 
-    with _hydra_session(main):
-        files_key = (repr(data), repr(extra_defaults)) if files else None
-        composer = Composer(main, searchpath, files_key)
 
-        def compose(name, overrides):
-            return composer.compose(name, overrides)
+def _split_overrides(remaining: list, composer: "Composer") -> tuple[list, list]:
+    """The applied overrides that set keys ((Override, key path)) and those that choose config groups;
+    Hydra's own and deletions are neither."""
+    key_overrides, group_overrides = [], []
+    for o, h in remaining:
+        if h.key_or_group == "hydra" or h.key_or_group.startswith("hydra.") or h.is_delete():
+            continue
+        if _is_group_override(h, composer):
+            group_overrides.append(o)
+        else:
+            key_overrides.append((o, _key_path(h.key_or_group)))
+    return key_overrides, group_overrides
 
-        base_key = (main, searchpath, config_name, files_key)
 
-        def base_cfg():
-            """The composition without overrides (cached: composing verl's tree costs about a second)."""
-            if base_key not in _BASE_CACHE:
-                try:
-                    _BASE_CACHE[base_key] = compose(primary, overrides=[])
-                except Exception:
-                    _BASE_CACHE[base_key] = None
-                while len(_BASE_CACHE) > 8:
-                    _BASE_CACHE.pop(next(iter(_BASE_CACHE)))
-            return _BASE_CACHE[base_key]
-
-        remaining = list(pairs)
-        cfg = None
-        while True:
-            try:
-                cfg = compose(primary, overrides=[o.text for o, _ in remaining])
-                break
-            except Exception as e:
-                if not remaining:
-                    where = files[0] if files else default_file
-                    result.findings.append(Finding(
-                        "override", Severity.ERROR, f"{primary} does not compose: {_reason(e)}", where, 1, 1,
-                        hint="fix the files given with --verl" if files else
-                        f"check {config_name} in {main}"))
-                    break
-                i = _culprit(e, remaining)
-                if i is None:
-                    i, e = _bisect(compose, primary, remaining, e)
-                o, h = remaining.pop(i)
-                result.findings.append(_override_finding(o, h, e, base_cfg, config_name, remaining[:i],
-                                                         result.release))
-        if cfg is None:
-            return result
-        result.applied = [o for o, _ in remaining]
-        key_overrides, group_overrides = [], []
-        for o, h in remaining:
-            if h.key_or_group == "hydra" or h.key_or_group.startswith("hydra.") or h.is_delete():
-                continue
-            if _is_group_override(h, composer):
-                group_overrides.append(o)
-            else:
-                key_overrides.append((o, _key_path(h.key_or_group)))
-        raw_base = None
-        if group_overrides:
-            b = base_cfg()
-            raw_base = OmegaConf.to_container(b, resolve=False) if b is not None else None
+def _document(cfg, raw_base, key_overrides: list, group_overrides: list, file_pos: dict, default_file: str,
+              findings: list) -> Document:
+    """The resolved config as a Document whose positions say which override, file line or verl default
+    set each value; interpolations that cannot be resolved go to `findings`."""
+    from omegaconf import OmegaConf
 
     raw_final = OmegaConf.to_container(cfg, resolve=False)
     positions = _positions(raw_final, raw_base, key_overrides, group_overrides, file_pos, default_file)
@@ -577,7 +617,7 @@ def compose_verl(files: list[str], overrides: list, config_name: str = "ppo_trai
 
     interp: list[Finding] = []
     plain = _to_plain(cfg, interp, origin)
-    result.findings += _root_failures(interp)
+    findings += _root_failures(interp)
     doc = Document(default_file, plain, kind="yaml")
     for path, _ in walk(plain):
         p = positions.get(path)
@@ -589,20 +629,13 @@ def compose_verl(files: list[str], overrides: list, config_name: str = "ppo_trai
         doc.values[path] = p
         if path:
             doc.keys[path] = p
-    result.document = doc
-    return result
+    return doc
 
 
 def compose_tree(release: str, config_name: str = "ppo_trainer", overrides=()):
     """verl's own `config_name` of `release` (a catalog name), unresolved, composed exactly as
     compose_verl composes it with no files (same set-up, same cached Composer)."""
-    from verl_pdbg_conf.verl_facts import facts_source
-    from verl_pdbg_conf.verl_facts.structured import register_configs
-
-    _ensure_search_path_plugin()
-    facts_source.ensure_registered()
-    register_configs()
-    main = f"{facts_source.SCHEME}://{release}"
+    main, _ = _config_dirs(release, None, config_name, [])
     with _hydra_session(main):
         return Composer(main, None, None).compose(config_name, list(overrides))
 
