@@ -135,6 +135,17 @@ def _has_config(d: str, name: str) -> bool:
     return bool(name) and os.path.isfile(os.path.join(d, name + ".yaml"))
 
 
+_VERL_PKG = ("pkg://verl.trainer.config", "pkg://verl/trainer/config")
+
+
+class _Unjudged(Exception):
+    """The config cannot be known here: at `word` (None: the command), why, a hint, how severe."""
+
+    def __init__(self, word: Word | None, message: str, hint: str, severity: Severity = W):
+        super().__init__(message)
+        self.word, self.message, self.hint, self.severity = word, message, hint, severity
+
+
 def choose_config(entry: Entry, flags: dict, script: Script, anchor: Word, resolve=None) -> ConfigChoice:
     """Which primary config Hydra loads for this invocation, as Hydra decides it: a relative
     --config-path against the directory of the module declaring @hydra.main (verl/trainer/ for
@@ -145,108 +156,132 @@ def choose_config(entry: Entry, flags: dict, script: Script, anchor: Word, resol
     warning, and the overrides are not judged (composing them against some other config would
     only make noise)."""
     choice = ConfigChoice(entry.config_name, None, anchor)
-
-    def unjudged(w: Word | None, msg: str, hint: str, sev: Severity = W) -> ConfigChoice:
+    try:
+        if not entry.verl and entry.source is None:
+            raise _Unjudged(None, f"`{entry.module}` is not verl's main_ppo and its source is not found next to "
+                                  "the script or in its repository, so the config it composes cannot be known",
+                            "lint the script inside the project that holds that module")
+        choice.config_name = name = _config_name(entry, flags)
+        where, flag_word = _primary_dir(entry, flags, script, name, anchor, resolve, choice.notes)
+        where, flag_word = _with_config_dir(flags, script, name, where, flag_word)
+        choice.config_dir = _checked_dir(entry, where, name, flag_word)
+    except _Unjudged as u:
         choice.unjudged = True
-        choice.notes.append(Note(w or anchor, sev, msg + "; the overrides are not judged", hint))
+        choice.notes.append(Note(u.word or anchor, u.severity, u.message + "; the overrides are not judged", u.hint))
         return choice
-
-    if not entry.verl and entry.source is None:
-        return unjudged(None, f"`{entry.module}` is not verl's main_ppo and its source is not found next to the "
-                              "script or in its repository, so the config it composes cannot be known",
-                        "lint the script inside the project that holds that module")
-    name = entry.config_name
-    if "name" in flags:
-        w, v, flag, _ = flags["name"]
-        if not w.known:
-            return unjudged(w, f"{flag} is {w.raw}, which cannot be known here ({w.unknown})",
-                            "write the config name literally to have the overrides checked")
-        name = v[:-5] if v.endswith((".yaml", ".yml")) else v
-    choice.config_name = name
-    where = "verl"  # the primary config directory; "verl": verl's own trainer/config
-    flag_word = anchor
-    if "path" in flags:
-        w, v, flag, value_word = flags["path"]
-        flag_word = w
-        # `$(dirname "$0")/cfg`, `$PWD/cfg` from the launch directory: known here. Where it holds no
-        # config, the one found by the path's known end (launched from elsewhere) is taken instead;
-        # failing that, Hydra fails on this directory.
-        definite = resolve(value_word) if resolve is not None and not w.known else None
-        if not w.known:
-            def holds(d: str) -> bool:
-                return os.path.isdir(d) and _has_config(d, name)
-
-            found = None if definite is not None and holds(definite) else locate(w, script, holds)[0]
-        if definite is not None:
-            where = found or definite
-        elif not w.known:
-            if found is None:
-                near, _ = locate(w, script, os.path.isdir)
-                seen = f"; {near} is found at its end but holds no {name}.yaml" if near else \
-                    f", and no directory holding {name}.yaml is found at its end next to the script"
-                return unjudged(w, f"{flag} is {w.raw}, which cannot be known here ({w.unknown}){seen}",
-                                "write the config directory literally (or relative to the script) to have "
-                                "the overrides checked")
-            where = found
-            choice.notes.append(Note(w, I, f"`{w.raw}` is taken as {found}: the known end of its value, found "
-                                     "next to the script or in its repository", ""))
-        elif v.startswith("pkg://"):
-            if v.rstrip("/") not in ("pkg://verl.trainer.config", "pkg://verl/trainer/config"):
-                return unjudged(w, f"{flag} {v}: a package's configs that this check does not have", "")
-        elif os.path.isabs(v):
-            if not os.path.isdir(v):
-                return unjudged(w, f"{flag} {v} does not exist on this machine", "lint where that directory exists")
-            where = os.path.normpath(v)
-        elif entry.verl:
-            if os.path.normpath(v) != "config":
-                trainer = _verl_trainer_dir(script)
-                d = os.path.normpath(os.path.join(trainer, v)) if trainer else None
-                if d is None or not os.path.isdir(d):
-                    # the repository's own verl is the one that runs: Hydra's failure is certain
-                    own = trainer is not None and any(trainer == os.path.join(b, "verl", "trainer")
-                                                      for b in script.bases())
-                    return unjudged(w, f"{flag} {v} is resolved by Hydra against verl/trainer/ (the directory of "
-                                       "the module declaring @hydra.main), where it does not exist"
-                                    + (f" in the repository's own verl: Hydra fails with `Primary config directory "
-                                       f"not found: {d}`" if own else " here"),
-                                    "give an absolute path, or `config` for verl's own configs", E if own else W)
-                where = d
-        else:
-            where = os.path.normpath(os.path.join(entry.base, v))
-    elif not entry.verl:
-        cp = entry.config_path
-        if cp is None:
-            return unjudged(None, f"{entry.module}'s @hydra.main names no config_path", "")
-        if cp.rstrip("/") in ("pkg://verl.trainer.config", "pkg://verl/trainer/config"):
-            where = "verl"
-        elif cp.startswith("pkg://"):
-            return unjudged(None, f"{entry.module}'s @hydra.main config_path {cp}: a package this check does not "
-                                  "have", "")
-        else:
-            where = os.path.normpath(os.path.join(entry.base, cp))
-    if "dir" in flags:
-        w, v, flag, _ = flags["dir"]
-        found = None
-        if w.known:
-            found, _ = locate(w, script, os.path.isdir, text=v)
-        if found is None:
-            return unjudged(w, f"{flag} {w.raw}: the additional config directory is not found here "
-                               f"({w.unknown or 'relative to the launch directory'})",
-                            "lint where that directory exists")
-        if where == "verl" or not _has_config(where, name):
-            if _has_config(found, name):
-                where, flag_word = found, w
-    if where != "verl":
-        if not os.path.isdir(where):
-            return unjudged(flag_word, f"the config directory {where} does not exist",
-                            "Hydra fails with `Primary config directory not found`", E)
-        if not _has_config(where, name):
-            return unjudged(flag_word, f"{where} holds no {name}.yaml: Hydra fails with `Cannot find primary "
-                                       f"config '{name}'`", "check --config-path and --config-name", E)
-        if entry.verl and os.path.basename(where) == "config" and \
-                os.path.isfile(os.path.join(os.path.dirname(where), "main_ppo.py")) and \
-                os.path.basename(os.path.dirname(where)) == "trainer":
-            where = "verl"  # a verl checkout's own tree: the judging release's
-    choice.config_dir = None if where == "verl" else where
     choice.anchor = flags["name"][0] if "name" in flags else flag_word
     return choice
+
+
+def _config_name(entry: Entry, flags: dict) -> str:
+    """--config-name, else @hydra.main's config_name."""
+    if "name" not in flags:
+        return entry.config_name
+    w, v, flag, _ = flags["name"]
+    if not w.known:
+        raise _Unjudged(w, f"{flag} is {w.raw}, which cannot be known here ({w.unknown})",
+                        "write the config name literally to have the overrides checked")
+    return v[:-5] if v.endswith((".yaml", ".yml")) else v
+
+
+def _primary_dir(entry: Entry, flags: dict, script: Script, name: str, anchor: Word, resolve, notes: list):
+    """(the primary config directory, "verl" for verl's own tree; the word that chose it)."""
+    if "path" in flags:
+        return _config_path_dir(entry, flags["path"], script, name, resolve, notes), flags["path"][0]
+    if not entry.verl:
+        return _hydra_main_dir(entry), anchor
+    return "verl", anchor
+
+
+def _config_path_dir(entry: Entry, path_flag: tuple, script: Script, name: str, resolve, notes: list) -> str:
+    """The directory --config-path names, as Hydra resolves it."""
+    w, v, flag, value_word = path_flag
+    # `$(dirname "$0")/cfg`, `$PWD/cfg` from the launch directory: known here. Where it holds no
+    # config, the one found by the path's known end (launched from elsewhere) is taken instead;
+    # failing that, Hydra fails on this directory.
+    definite = resolve(value_word) if resolve is not None and not w.known else None
+    if not w.known:
+        def holds(d: str) -> bool:
+            return os.path.isdir(d) and _has_config(d, name)
+
+        found = None if definite is not None and holds(definite) else locate(w, script, holds)[0]
+        if definite is not None:
+            return found or definite
+        if found is None:
+            near, _ = locate(w, script, os.path.isdir)
+            seen = f"; {near} is found at its end but holds no {name}.yaml" if near else \
+                f", and no directory holding {name}.yaml is found at its end next to the script"
+            raise _Unjudged(w, f"{flag} is {w.raw}, which cannot be known here ({w.unknown}){seen}",
+                            "write the config directory literally (or relative to the script) to have "
+                            "the overrides checked")
+        notes.append(Note(w, I, f"`{w.raw}` is taken as {found}: the known end of its value, found "
+                          "next to the script or in its repository", ""))
+        return found
+    if v.startswith("pkg://"):
+        if v.rstrip("/") not in _VERL_PKG:
+            raise _Unjudged(w, f"{flag} {v}: a package's configs that this check does not have", "")
+        return "verl"
+    if os.path.isabs(v):
+        if not os.path.isdir(v):
+            raise _Unjudged(w, f"{flag} {v} does not exist on this machine", "lint where that directory exists")
+        return os.path.normpath(v)
+    if not entry.verl:
+        return os.path.normpath(os.path.join(entry.base, v))
+    if os.path.normpath(v) == "config":
+        return "verl"
+    trainer = _verl_trainer_dir(script)
+    d = os.path.normpath(os.path.join(trainer, v)) if trainer else None
+    if d is None or not os.path.isdir(d):
+        # the repository's own verl is the one that runs: Hydra's failure is certain
+        own = trainer is not None and any(trainer == os.path.join(b, "verl", "trainer") for b in script.bases())
+        raise _Unjudged(w, f"{flag} {v} is resolved by Hydra against verl/trainer/ (the directory of the module "
+                           "declaring @hydra.main), where it does not exist"
+                        + (f" in the repository's own verl: Hydra fails with `Primary config directory not found: "
+                           f"{d}`" if own else " here"),
+                        "give an absolute path, or `config` for verl's own configs", E if own else W)
+    return d
+
+
+def _hydra_main_dir(entry: Entry) -> str:
+    """The directory a copy of main_ppo's @hydra.main config_path names."""
+    cp = entry.config_path
+    if cp is None:
+        raise _Unjudged(None, f"{entry.module}'s @hydra.main names no config_path", "")
+    if cp.rstrip("/") in _VERL_PKG:
+        return "verl"
+    if cp.startswith("pkg://"):
+        raise _Unjudged(None, f"{entry.module}'s @hydra.main config_path {cp}: a package this check does not have",
+                        "")
+    return os.path.normpath(os.path.join(entry.base, cp))
+
+
+def _with_config_dir(flags: dict, script: Script, name: str, where: str, flag_word: Word) -> tuple:
+    """--config-dir: its directory is searched too, and holds the primary config where the primary directory
+    does not."""
+    if "dir" not in flags:
+        return where, flag_word
+    w, v, flag, _ = flags["dir"]
+    found = locate(w, script, os.path.isdir, text=v)[0] if w.known else None
+    if found is None:
+        raise _Unjudged(w, f"{flag} {w.raw}: the additional config directory is not found here "
+                           f"({w.unknown or 'relative to the launch directory'})", "lint where that directory exists")
+    if (where == "verl" or not _has_config(where, name)) and _has_config(found, name):
+        return found, w
+    return where, flag_word
+
+
+def _checked_dir(entry: Entry, where: str, name: str, flag_word: Word) -> str | None:
+    """The primary config directory where Hydra finds the config (None: verl's own tree), or why it fails."""
+    if where == "verl":
+        return None
+    if not os.path.isdir(where):
+        raise _Unjudged(flag_word, f"the config directory {where} does not exist",
+                        "Hydra fails with `Primary config directory not found`", E)
+    if not _has_config(where, name):
+        raise _Unjudged(flag_word, f"{where} holds no {name}.yaml: Hydra fails with `Cannot find primary "
+                                   f"config '{name}'`", "check --config-path and --config-name", E)
+    if entry.verl and os.path.basename(where) == "config" and \
+            os.path.isfile(os.path.join(os.path.dirname(where), "main_ppo.py")) and \
+            os.path.basename(os.path.dirname(where)) == "trainer":
+        return None  # a verl checkout's own tree: the judging release's
+    return where
