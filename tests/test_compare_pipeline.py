@@ -219,6 +219,39 @@ def test_attribution_a_difference_magnifies_its_inputs_rounding():
     assert d.first_in(_sub(cancel, op="Functional.linear")) == 2
 
 
+def _reduction(mean_t, mean_g, out_t, out_g, op="Tensor.sum"):
+    """[(row, golden row, Verdict)] of a sum of a [2, 5] tensor to one value, from the dumped statistics."""
+    name = f"{op}.34.forward"
+    rows = []
+    for state, shape, t, g in (("input", (2, 5), (7e-6, -3e-5, mean_t, 3.58e-5), (7e-6, -3e-5, mean_g, 3.58e-5)),
+                               ("output", (), (out_t, out_t, out_t, out_t), (out_g, out_g, out_g, out_g))):
+        r, gr = row(f"{name}.{state}.0", state, shape, t), row(f"{name}.{state}.0", state, shape, g)
+        value = abs(abs(t[3]) - abs(g[3])) / abs(g[3])
+        rows.append((r, gr, Verdict("threshold" if value > 1e-4 else "", value)))
+    return rows
+
+
+def test_attribution_a_sum_to_one_value_carries_its_inputs_mean_error():
+    """verl's masked_sum of `log_prob - old_log_prob` (measured: eager against sdpa, fp32): the input's Norm
+    agrees to 9e-5 but its Mean is off by 4.8e-8, and the sum of its 10 values (-4.1e-5) is off by exactly
+    10 times that, 1.15%: the reduction adds nothing of its own."""
+    a = Attributor()
+    assert a.first_in(_reduction(-4.100799742445815e-06, -4.148483185417717e-06,
+                                 -4.100799560546875e-05, -4.1484832763671875e-05)) is None
+    assert a.cancelled == 1
+    # the same sum with an input that agrees: introduced there
+    b = Attributor()
+    assert b.first_in(_reduction(-4.148483185417717e-06, -4.148483185417717e-06,
+                                 -4.100799560546875e-05, -4.1484832763671875e-05)) == 1
+    # a mean is its input's Mean: the count does not multiply
+    c = Attributor()
+    assert c.first_in(_reduction(-4.100799742445815e-06, -4.148483185417717e-06, -4.100799560546875e-05,
+                                 -4.1484832763671875e-05, op="Tensor.mean")) == 1
+    d = Attributor()
+    assert d.first_in(_reduction(-4.100799742445815e-06, -4.148483185417717e-06, -4.100799742445815e-06,
+                                 -4.148483185417717e-06, op="Tensor.mean")) is None
+
+
 def stack_entry(names, frames):
     return [names, frames]
 

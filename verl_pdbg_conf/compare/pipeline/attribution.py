@@ -5,7 +5,9 @@ its call's inputs (and the recent level), an input or a gradient beyond the rece
 kernel's summation order) grows evenly from call to call and never jumps; a real change does.
 A sum or difference cannot add error of its own beyond its output's rounding, so its output counts
 only if its absolute error (relative error times its norm) also jumps past what its inputs carried:
-`log_prob - old_log_prob` of two nearly equal tensors magnifies their rounding, it introduces none."""
+`log_prob - old_log_prob` of two nearly equal tensors magnifies their rounding, it introduces none. A
+sum or mean over a whole tensor is one too: its error is its input's Mean error (times the count for a
+sum), which the Norm of a near-zero masked sum of such differences hides."""
 
 from __future__ import annotations
 
@@ -14,10 +16,12 @@ from verl_pdbg_conf.compare import metrics as M
 JUMP = 4.0  # an error this many times what the node received is introduced there
 DECAY = 0.99  # per record: how fast the recent level forgets an error once its tensors are used up
 IMMEDIATE = ("nan", "inf", "shape", "dtype", "exact")
-NORM = 3  # Row.stats: Max, Min, Mean, Norm
+MEAN, NORM = 2, 3  # Row.stats: Max, Min, Mean, Norm
 # Elementwise sums and differences, by the op in the record's name (Tensor.__sub__.12.forward)
 LINEAR_OPS = frozenset({"__add__", "__radd__", "__iadd__", "__sub__", "__rsub__", "__isub__", "add", "add_", "sub",
                         "sub_", "subtract", "rsub"})
+# Reductions to one value: the sum of a tensor is its count times its Mean, exactly
+REDUCTIONS = {"sum": True, "nansum": True, "mean": False, "nanmean": False}  # op -> times the count
 
 
 def _finite(v) -> bool:
@@ -88,12 +92,37 @@ def _abs_error(row, golden, value) -> float | None:
     return value * abs(norm)
 
 
+def _numel(shape) -> int | None:
+    if not isinstance(shape, list) or not all(isinstance(d, int) for d in shape):
+        return None
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _sum_error(row, golden, times_count: bool) -> float | None:
+    """The error a reduction over all of `row` receives: its Mean's shift (times its count for a sum)."""
+    t, g = row.stats[MEAN] if len(row.stats) > MEAN else None, \
+        golden.stats[MEAN] if golden is not None and len(golden.stats) > MEAN else None
+    n = _numel(row.shape)
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and _finite(x) for x in (t, g)) or n is None:
+        return None
+    return abs(t - g) * (n if times_count else 1)
+
+
 def _cancels(row, golden, v, judged, jump: float) -> bool:
-    """The output of an elementwise sum or difference whose absolute error is within JUMP times the
-    sum of its inputs' (estimated, each by its own norm): magnified, not introduced."""
-    if _op(row.record) not in LINEAR_OPS:
+    """The output of an elementwise sum or difference, or of a sum or mean to one value, whose absolute error
+    is within JUMP times what its inputs carried (each estimated by its own norm; for a reduction, by its
+    Mean): magnified, not introduced."""
+    op = _op(row.record)
+    inputs = [(r, g, vv) for r, g, vv in judged if r.state == "input" and g is not None]
+    if op in LINEAR_OPS:
+        ins = [_abs_error(r, g, vv.value) for r, g, vv in inputs]
+    elif op in REDUCTIONS and _numel(row.shape) == 1:
+        ins = [_sum_error(r, g, REDUCTIONS[op]) for r, g, _vv in inputs[:1]]
+    else:
         return False
     out = _abs_error(row, golden, v.value)
-    ins = [_abs_error(r, g, vv.value) for r, g, vv in judged if r.state == "input" and g is not None]
     ins = [x for x in ins if x is not None]
     return out is not None and bool(ins) and out <= jump * sum(ins)
