@@ -1,6 +1,6 @@
 """Write real msprobe dumps on CPU of one small model under the wrappers verl and its users put around it
 (FSDP1, FSDP2, DDP, PEFT LoRA, torch.compile, activation checkpointing, identity hooks), through this
-package's runtime profiler, for the compare's wrapper tests and bench/cross_impl.py --wrappers.
+package's runtime profiler, for the compare's wrapper tests (tests/test_compare_wrappers.py).
 
     python make_wrapper_dumps.py OUT --arch qwen2 --level mix --runs plain,fsdp1,fsdp1-weight [--layer K]
         [--no-group]
@@ -12,7 +12,8 @@ rank0) unless --no-group (it writes proc<pid>). A run is WRAP[-weight]:
   plain    the model itself          fsdp1   FullyShardedDataParallel, each decoder layer auto-wrapped
   fsdp2    fully_shard per layer     ddp     DistributedDataParallel
   lora     peft get_peft_model (B = 0: the forward is unchanged) on every projection
-  compile  torch.compile             ckpt    checkpoint_wrapper around each layer's MLP
+  compile  torch.compile (msprobe 26.2 refuses the compiled module: no dump)
+  ckpt     checkpoint_wrapper around each layer's MLP
   hook     an identity forward hook on one block (--hook-layer)
   hookall  an identity forward hook on every block
 

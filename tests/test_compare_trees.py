@@ -163,3 +163,69 @@ def test_proc_pairs_with_rank0_and_says_so(tmp_path):
     g2 = g + [Side(("step_1", "actor_update", "step0"), "rank1", str(tmp_path / "c" / "dump.json"))]
     pairs, only_t, only_g, _ = pair_up(t, g2)
     assert not pairs and len(only_t) == 1 and len(only_g) == 2
+
+
+# ---- L1: what one run's call stacks say and the other's cannot
+
+def _api(name, layer, direction="forward", site="m.py:1 in f", shape=(2, 8)):
+    from verl_pdbg_conf.compare.dumpread import Row
+
+    rows = [Row(f"{name}.{direction}.{s}.0", f"{name}.{direction}.{s}.0", f"{name}.{direction}", s, direction,
+                "torch.float32", list(shape), (1.0, -1.0, 0.0, 2.0), "-1") for s in ("input", "output")]
+    return Record(f"{name}.{direction}", f"{name}.{direction}", name.rsplit(".", 1)[0], direction, rows,
+                  site=site, layer=layer)
+
+
+def test_a_layer_known_on_one_side_only_still_pairs_a_known_other_one_does_not():
+    """The stacks of an nn.Sequential's update stage give no layer where a LoRA run's (other frames) do."""
+    from verl_pdbg_conf.compare.pipeline.pairing import Aligner
+
+    golden = [_api("Functional.linear.0", None)]
+    (t, g, _), *_ = Aligner(golden).pairs([_api("Functional.linear.5", 2)])
+    assert g is golden[0]
+    golden = [_api("Functional.linear.0", 3)]
+    pairs = list(Aligner(golden).pairs([_api("Functional.linear.5", 2)]))
+    assert pairs[0][1] is None
+
+
+def test_a_backward_pairs_with_its_forwards_counterpart_whatever_its_stack_says():
+    """The forward paired by its name: its backward pairs by its name too, though its layer (read from the
+    stacks of the backward pass) says another; a forward with no counterpart: its backward has none."""
+    from verl_pdbg_conf.compare.pipeline.pairing import Aligner
+
+    golden = [_api("Torch.rsqrt.12", None), _api("Torch.rsqrt.11", 5, "backward"),
+              _api("Torch.rsqrt.12", None, "backward")]
+    target = [_api("Torch.rsqrt.12", None), _api("Torch.rsqrt.12", 5, "backward")]
+    out = [(t.name, g.name if g else None) for t, g, _ in Aligner(golden).pairs(target) if t is not None]
+    assert out == [("Torch.rsqrt.12.forward", "Torch.rsqrt.12.forward"),
+                   ("Torch.rsqrt.12.backward", "Torch.rsqrt.12.backward")]
+    golden = [_api("Functional.linear.3", 0, "backward")]
+    target = [_api("Functional.linear.9", 0, shape=(2, 4)), _api("Functional.linear.9", 0, "backward")]
+    assert [g for t, g, _ in Aligner(golden).pairs(target) if t is not None] == [None, None]
+    # counters shifted (one op fewer before it), and the backward read in the next mini-batch (verl's update
+    # runs a backward after the opening op of the next pass): still its forward's counterpart's
+    golden = [_api("Tensor.__mul__.59", 0), _api("Tensor.__mul__.55", 0, "backward"),
+              _api("Tensor.__mul__.59", 0, "backward")]
+    target = [_api("Tensor.__mul__.55", 0), _api("Tensor.__mul__.55", 0, "backward")]
+    target[1].minibatch = 1
+    out = [(t.name, g.name if g else None) for t, g, _ in Aligner(golden).pairs(target) if t is not None]
+    assert out == [("Tensor.__mul__.55.forward", "Tensor.__mul__.59.forward"),
+                   ("Tensor.__mul__.55.backward", "Tensor.__mul__.59.backward")]
+
+
+def test_wrapper_files_are_read_past_but_a_library_file_of_the_same_name_is_not_one(tmp_path):
+    """PEFT's tuners/lora/layer.py is a file the plain run's stacks never hold, even where msprobe has a
+    layer.py of its own in both."""
+    import json
+
+    from verl_pdbg_conf.compare.pipeline.stacks import Stacks, skip_foreign
+
+    lib = "File /x/msprobe/core/layer.py, line 5, in hook"
+    model = "File /w/train.py, line 9, in log_probs"
+    (tmp_path / "t.json").write_text(json.dumps({"0": [["Functional.linear.0.forward"], [
+        lib, "File /x/peft/tuners/lora/layer.py, line 1102, in forward", model]]}))
+    (tmp_path / "g.json").write_text(json.dumps({"0": [["Functional.linear.0.forward"], [lib, model]]}))
+    t, g = Stacks(str(tmp_path / "t.json")), Stacks(str(tmp_path / "g.json"))
+    assert t.sites == ["layer.py:1102 in forward"]
+    skip_foreign(t, g)
+    assert t.sites == g.sites == ["train.py:9 in log_probs"]

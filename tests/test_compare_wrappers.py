@@ -25,7 +25,7 @@ RUNS = {
                   "ckpt,ckpt-weight", []),
     "qwen2-L1": ("qwen2", "L1", "plain,fsdp1,fsdp1-weight,fsdp2,ddp-weight,lora,lora-weight,ckpt-weight,hook,"
                  "hook-weight", []),
-    "seq-L1": ("seq", "L1", "plain,hook,hook-weight,hookall,ddp-weight", []),
+    "seq-L1": ("seq", "L1", "plain,hook,hook-weight,hookall,ddp-weight,fsdp1-weight,lora,lora-weight", []),
     "qwen2-mix-nogroup": ("qwen2", "mix", "plain,plain-weight", ["--no-group"]),
 }
 
@@ -82,7 +82,8 @@ L1_PLANTED = ["fsdp1-weight", "ddp-weight", "lora-weight", "ckpt-weight", "hook-
 
 
 @pytest.mark.parametrize("which,target", [("qwen2-mix", t) for t in MIX_PLANTED] +
-                         [("qwen2-L1", t) for t in L1_PLANTED] + [("seq-L1", "hook-weight"), ("seq-L1", "ddp-weight")])
+                         [("qwen2-L1", t) for t in L1_PLANTED] +
+                         [("seq-L1", t) for t in ("hook-weight", "ddp-weight", "fsdp1-weight", "lora-weight")])
 def test_a_planted_change_is_named_in_its_layer_under_every_wrapper(dumps, which, target):
     code, doc = compare(dumps, which, target)
     k, level = planted(dumps, which), which.split("-")[1]
@@ -106,7 +107,7 @@ def test_fsdp1_against_fsdp2_names_the_planted_layer(dumps):
 
 @pytest.mark.parametrize("which,target", [("qwen2-mix", t) for t in ("fsdp1", "fsdp2", "ddp", "lora", "ckpt")] +
                          [("qwen2-L1", t) for t in ("fsdp1", "fsdp2", "lora", "hook")] +
-                         [("seq-L1", t) for t in ("hook", "hookall")])
+                         [("seq-L1", t) for t in ("hook", "hookall", "lora")])
 def test_no_change_is_never_a_divergence(dumps, which, target):
     code, doc = compare(dumps, which, target)
     assert code in (0, 3), doc

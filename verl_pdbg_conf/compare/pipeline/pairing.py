@@ -22,7 +22,7 @@ from verl_pdbg_conf.compare.nodes import module_kind, module_path
 from verl_pdbg_conf.compare.pipeline.equivalents import equivalent
 
 WINDOW = 1 << 13  # golden records held while looking ahead for a target record's counterpart
-FORWARDS = 1 << 17  # forward API calls remembered for their backward calls (per mini-batch, oldest dropped)
+FORWARDS = 1 << 17  # forward API calls remembered for their backward calls (the oldest dropped past this)
 SKIP_MAX = 512  # a counterpart further ahead than this is taken for another call of the same code
 LATE = 1 << 14  # module records passed over, kept by name for a counterpart that comes later (reordered grads)
 MAX_KINDS = 64  # structure differences kept per pair
@@ -65,6 +65,15 @@ def signature(r) -> tuple:
     return head(r) if r.is_module else (*head(r), shapes(r))
 
 
+LAYER = 4  # the layer's place in an API record's signature
+
+
+def _unlayered(sig: tuple) -> tuple:
+    """An API record's signature without its layer: a layer read from the call stacks of one run only (the
+    other's stacks cannot say) is no difference."""
+    return ("L", *sig[:LAYER], *sig[LAYER + 1:])
+
+
 class Aligner:
     """for t, g, passed in Aligner(golden_records).pairs(target_records): g is t's counterpart or None;
     `passed` the golden records skipped before g (golden-only). Golden-only records left at the end come
@@ -81,9 +90,8 @@ class Aligner:
         self.done = False
         # an API call's backward pairs with its forward call's counterpart's backward: target call -> golden
         # call, or None where the forward had none (a LoRA branch's linear has the base linear's shapes);
-        # kept only where the forward did not pair by its own name (which its backward then does too)
+        # kept only where the forward did not pair by its own name: a backward not listed pairs by its own
         self.forwards: dict[str, str | None] = {}
-        self.minibatch = 0
         # a module record pairs by its path whatever the order (FSDP reduces gradients when a unit's backward
         # ends): golden module records passed over wait here for a target record of their name
         self.late: dict[str, object] = {}
@@ -104,8 +112,8 @@ class Aligner:
         for pos in range(max(self.indexed, self.base), self.base + len(self.buf)):
             entry = self.buf[pos - self.base]
             entry[0] = signature(entry[1])
-            self.index.setdefault(entry[0], deque()).append(pos)
-            self.index.setdefault(("N", entry[1].name), deque()).append(pos)
+            for key in _keys(entry[0], entry[1]):
+                self.index.setdefault(key, deque()).append(pos)
         self.indexed = self.base + len(self.buf)
 
     def _find(self, sig: tuple):
@@ -123,7 +131,7 @@ class Aligner:
     def _pop(self):
         sig, g = self.buf.popleft()
         if sig is not None:
-            for key in (sig, ("N", g.name)):
+            for key in _keys(sig, g):
                 at = self.index.get(key)
                 while at and at[0] <= self.base:
                     at.popleft()
@@ -148,15 +156,14 @@ class Aligner:
 
     def match(self, t):
         call = _api_call(t)
-        if call is not None and t.direction == "backward" and call in self.forwards:
-            return self._backward(t, self.forwards[call])
+        if call is not None and t.direction == "backward":
+            return self._backward(t, self.forwards.get(call, call))
         g, passed = self._match(t)
-        if call is not None and t.direction == "forward":
-            if t.minibatch != self.minibatch or len(self.forwards) >= FORWARDS:
-                self.forwards.clear()
-                self.minibatch = t.minibatch
-            if g is None or g.name != t.name:
-                self.forwards[call] = _api_call(g) if g is not None else None
+        if call is not None and t.direction == "forward" and (g is None or g.name != t.name):
+            # not cleared per mini-batch: a backward may run after the next pass has begun (verl's update)
+            if len(self.forwards) >= FORWARDS:
+                del self.forwards[next(iter(self.forwards))]
+            self.forwards[call] = _api_call(g) if g is not None else None
         return g, passed
 
     def _backward(self, t, counterpart: str | None):
@@ -192,7 +199,12 @@ class Aligner:
                     g.scope == t.scope and _same_shapes(g, t):
                 return self._take(self.base)
             self.lockstep = False
-        g, passed = self._take_near(self._find(signature(t)))
+        sig = signature(t)
+        g, passed = self._take_near(self._find(sig))
+        if g is None and not t.is_module:
+            pos = self._find(_unlayered(sig))
+            if pos is not None and (t.layer is None or self.buf[pos - self.base][1].layer is None):
+                g, passed = self._take_near(pos)
         if g is None and t.is_module and t.key in self.late:
             g = self.late.pop(t.key)
             self.late_paired.append(g)
@@ -211,6 +223,12 @@ class Aligner:
                 rest = rest[-self.window:]
         if rest:
             yield None, None, rest
+
+
+def _keys(sig: tuple, g) -> tuple:
+    """The keys a golden record is found by: its signature, its name, and an API record's signature
+    without its layer."""
+    return (sig, ("N", g.name)) if g.is_module else (sig, ("N", g.name), _unlayered(sig))
 
 
 def _api_call(r) -> str | None:

@@ -108,7 +108,8 @@ class Stacks:
             pass
 
     def files(self) -> set:
-        return {f[0] for parsed in self.parsed for f in parsed}
+        """The files of the frames outside torch, msprobe and the runtime (where a wrapper's code shows)."""
+        return {f[0] for parsed in self.parsed for f in parsed if not f[3]}
 
     def skip(self, files) -> None:
         if files:
