@@ -54,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"a pair with no divergence is 'same' only where it compared at least this share of each "
                     f"run's records and every module (default {DEFAULT_MIN_COVERAGE:g}); otherwise 'partial', "
                     "naming what was not compared (exit 3)")
+    ap.add_argument("--target-conf", metavar="FILE", help="the target run's verl config (its composed config.yaml "
+                    "or the overrides file): a Megatron run's tensor/pipeline/context parallel sizes, so each "
+                    "tensor-parallel group is compared as one model; without it they are read from the dumps")
+    ap.add_argument("--golden-conf", metavar="FILE", help="the same for the golden run")
     ap.add_argument("--ignore-dtype", action="store_true", help="a dtype that differs (bf16 against fp32) is "
                     "not by itself a divergence: for runs that differ in precision on purpose")
     ap.add_argument("--ignore", action="append", default=[], metavar="PATTERN",
@@ -118,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.ranks is not None:
             cmp = compare_ranks(args.target, args.ranks, **common)
         else:
-            cmp = compare_runs(args.target, args.golden, **common)
+            cmp = compare_runs(args.target, args.golden, confs={"target": args.target_conf,
+                                                                 "golden": args.golden_conf}, **common)
     except UsageError as e:
         sys.stderr.write(f"{PROG}: error: {e}\n")
         return EXIT_USAGE

@@ -30,6 +30,8 @@ class PairJob:
     ignores: tuple = ()
     keep_nodes: int = 0  # keep up to this many nodes (for a per-node plot); 0 keeps none
     min_coverage: float = DEFAULT_MIN_COVERAGE  # "same" needs this share of each side compared
+    target_group: tuple = ()  # the dump.json of each rank of a tensor-parallel group, combined (first: target)
+    golden_group: tuple = ()
 
 
 @dataclass

@@ -163,3 +163,10 @@ def _relative(n, b):
         n[zero] += eps
         b[zero] += eps
         return np.abs(np.divide(n - b, b))
+
+
+def numel(shape) -> int | None:
+    """Element count of a dumped shape (a list of ints), None for anything else."""
+    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+        return None
+    return math.prod(shape)

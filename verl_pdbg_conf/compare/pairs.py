@@ -26,10 +26,16 @@ class Side:
     key: tuple  # path parts between the given root and the rank directory, e.g. (step_1, actor_update, step0)
     rank_dir: str  # rank0 or proc<pid> ("" for a dump.json given directly)
     path: str  # its dump.json (may not exist)
+    group: tuple = ()  # a tensor-parallel group's dumps, combined (layout.py); path is the first
+    members: tuple = ()  # their rank directories
 
     @property
     def label(self) -> str:
-        return "/".join(p for p in (*self.key, self.rank_dir) if p) or os.path.basename(self.path)
+        return "/".join(p for p in (*self.key, self.shown_rank) if p) or os.path.basename(self.path)
+
+    @property
+    def shown_rank(self) -> str:
+        return "+".join(self.members) if self.members else self.rank_dir
 
     @property
     def file_label(self) -> str:
@@ -55,7 +61,7 @@ class Pair:
 
     @property
     def rank_label(self) -> str:
-        t, g = self.target.rank_dir, self.golden.rank_dir
+        t, g = self.target.shown_rank, self.golden.shown_rank
         return (t if t == g else f"{t or 'dump'}_vs_{g or 'dump'}") or "dump"
 
     @property

@@ -14,6 +14,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import os
 
+from verl_pdbg_conf.compare import layout
 from verl_pdbg_conf.compare.engine import compare_pair
 from verl_pdbg_conf.compare.execute import (MAX_DEFAULT_JOBS, _execute, default_jobs, remove_output,  # noqa: F401
                                             worker_pool)
@@ -35,7 +36,7 @@ def compare_runs(target: str, golden: str, out_dir: str | None = None, metric: s
                  msprobe_csv: str | None = None, ignores: tuple = (), default_ignores: bool = True,
                  dtype_aware: bool = False, keep_nodes: int = 0, ray: str | None = None,
                  ray_resource: str | None = None, job_fn=compare_pair,
-                 min_coverage: float = DEFAULT_MIN_COVERAGE) -> Comparison:
+                 min_coverage: float = DEFAULT_MIN_COVERAGE, confs: dict | None = None) -> Comparison:
     """Pair, compare (the engine, per pair) and analyze. progress(done, total) is called as pairs
     finish. msprobe_csv: None, "diverged" or "all": also run msprobe's own compare on those pairs for
     its result file. `ignores`: record patterns left out (ignores.py), after DEFAULT_IGNORES unless
@@ -43,10 +44,16 @@ def compare_runs(target: str, golden: str, out_dir: str | None = None, metric: s
     (an address, or "auto") runs the pairs on a Ray cluster instead (ray_runner). job_fn(PairJob) ->
     PairOutcome is the per-pair job. With an output directory, a summary.json per pair and one for the
     whole are written there. A pair with no divergence is "same" only where it compared at least
-    `min_coverage` of each side's records and every module (pipeline/coverage.py), else "partial"."""
+    `min_coverage` of each side's records and every module (pipeline/coverage.py), else "partial".
+    `confs` (side -> a verl config) gives a Megatron run's parallel layout (layout.py); else the dumps do."""
     patterns = _check_args(metric, ignores, default_ignores, out_dir, (target, golden), msprobe_csv, min_coverage)
     t_sides, g_sides = _sides(target), _sides(golden)
+    try:
+        t_sides, g_sides, said = layout.apply(t_sides, g_sides, confs)
+    except layout.LayoutError as e:
+        raise UsageError(str(e)) from None
     pairs, only_t, only_g, notes = pair_up(t_sides, g_sides)
+    notes = said + notes
     if not pairs and {s.key for s in t_sides}.isdisjoint({s.key for s in g_sides}):
         raise UsageError(f"{target} and {golden} have no (step, stage, rank) in common: give two paths of the "
                          "same kind (two save_paths, two step_N/stage directories, two dump.json files)")

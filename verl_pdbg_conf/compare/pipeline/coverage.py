@@ -37,16 +37,23 @@ class Side:
         self.boundary = 0  # in gaps compared at their boundary
         self.modules: dict[str, list] = {}  # module path -> [paired, records, records without a counterpart]
         self.loose: dict[str, int] = {}  # scope path -> unpaired records there (not in a compared gap)
+        self.bracketed: dict[str, int] = {}  # module path -> its calls in gaps compared at their boundary
 
     def record(self, r, paired: bool) -> None:
-        self.records += 1
+        parts = r.extra.get("parts") or ()  # a fused module's parts, put together into this one record
+        self.records += max(1, len(parts))
         if r.module is not None:
+            for path in parts[1:] or ():
+                m = self.modules.setdefault(path, [False, 0, 0])
+                m[0] |= paired
+                m[1] += 1
+                m[2] += not paired
             m = self.modules.setdefault(r.extra.get("own_module", r.module), [False, 0, 0])
             m[0] |= paired
             m[1] += 1
             m[2] += not paired
         if paired:
-            self.paired += 1
+            self.paired += max(1, len(parts))
         elif r.module is None:
             where = _where(r)
             self.loose[where] = self.loose.get(where, 0) + 1
@@ -70,9 +77,9 @@ class Side:
             return False
 
         status = {}
-        for p, (ok, _n, _u) in self.modules.items():
+        for p, (ok, _n, unpaired) in self.modules.items():
             status[p] = "paired" if ok else "wrapper" if p in with_paired_inside else \
-                "inside" if parent_paired(p) else "uncompared"
+                "inside" if parent_paired(p) or self.bracketed.get(p, 0) >= unpaired else "uncompared"
         enclosed = sum(n for p, (ok, n, _u) in self.modules.items() if status[p] in ("wrapper", "inside"))
         regions = {}
         for p, (ok, _n, unpaired) in self.modules.items():
@@ -128,10 +135,15 @@ class Coverage:
         records.clear()
 
     def boundary(self, gap) -> None:
-        """A gap compared at its boundary: its records count as compared."""
+        """A gap compared at its boundary: its records count as compared, and a module with no counterpart
+        whose calls all lie in such gaps (Megatron's core_attention against transformers' attention ops)
+        is accounted for."""
         for side, records in ((self.target, gap.target), (self.golden, gap.golden)):
             for r in records:
-                if r.module is None:
+                if r.module is not None:
+                    path = r.extra.get("own_module", r.module)
+                    side.bracketed[path] = side.bracketed.get(path, 0) + 1
+                elif r.module is None:
                     side.boundary += 1
                     where = _where(r)
                     if side.loose.get(where):

@@ -65,6 +65,18 @@ def signature(r) -> tuple:
     return head(r) if r.is_module else (*head(r), shapes(r))
 
 
+def cross_signature(r) -> tuple:
+    """signature() between two backends: a forward call outside any module pairs whatever line called it
+    (each backend computes log-probs in its own code); after a backward, outside any module (an optimizer's
+    step), it pairs with nothing: the parameters are laid out otherwise (fused, sharded) and a call names
+    none of them, so equal shapes say nothing."""
+    if r.is_module or r.scope:
+        return signature(r)
+    if r.after_backward and r.direction == "forward":
+        return ("unpaired", object())  # equal to no other signature
+    return (r.op, r.direction, "", "", r.layer, r.passes, shapes(r))
+
+
 LAYER = 4  # the layer's place in an API record's signature
 
 
@@ -80,8 +92,12 @@ class Aligner:
     as (None, None, rest). The record at the head of the golden stream is tried first, by name; golden
     records are indexed by signature only once a search needs them (two runs of the same code never do)."""
 
-    def __init__(self, golden, window: int = WINDOW, skip_max: int = SKIP_MAX):
+    def __init__(self, golden, window: int = WINDOW, skip_max: int = SKIP_MAX, by_name: bool = True):
         self.golden = iter(golden)
+        # two backends (Megatron against transformers) number their API calls alike by chance only: there,
+        # API records pair by signature alone, and a backward by its forward's counterpart always
+        self.by_name = by_name
+        self.signature = signature if by_name else cross_signature
         self.window, self.skip_max = window, skip_max
         self.buf: deque = deque()  # [signature or None (not indexed yet), record]
         self.base = 0  # absolute position of buf[0]
@@ -111,7 +127,7 @@ class Aligner:
     def _index_rest(self) -> None:
         for pos in range(max(self.indexed, self.base), self.base + len(self.buf)):
             entry = self.buf[pos - self.base]
-            entry[0] = signature(entry[1])
+            entry[0] = self.signature(entry[1])
             for key in _keys(entry[0], entry[1]):
                 self.index.setdefault(key, deque()).append(pos)
         self.indexed = self.base + len(self.buf)
@@ -159,7 +175,7 @@ class Aligner:
         if call is not None and t.direction == "backward":
             return self._backward(t, self.forwards.get(call, call))
         g, passed = self._match(t)
-        if call is not None and t.direction == "forward" and (g is None or g.name != t.name):
+        if call is not None and t.direction == "forward" and (g is None or g.name != t.name or not self.by_name):
             # not cleared per mini-batch: a backward may run after the next pass has begun (verl's update)
             if len(self.forwards) >= FORWARDS:
                 del self.forwards[next(iter(self.forwards))]
@@ -184,7 +200,7 @@ class Aligner:
     def _match(self, t):
         if not self.buf:
             self._read()
-        if self.buf:
+        if self.buf and (self.by_name or t.is_module):
             g = self.buf[0][1]
             # the same name, the same code: paired even if a shape changed (the shape rule judges it) where
             # the calling line says which code ran; without one, the shapes must agree too
@@ -199,7 +215,7 @@ class Aligner:
                     g.scope == t.scope and _same_shapes(g, t):
                 return self._take(self.base)
             self.lockstep = False
-        sig = signature(t)
+        sig = self.signature(t)
         g, passed = self._take_near(self._find(sig))
         if g is None and not t.is_module:
             pos = self._find(_unlayered(sig))

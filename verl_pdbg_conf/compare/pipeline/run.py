@@ -17,6 +17,10 @@ from verl_pdbg_conf.compare.pipeline.locating import describe, spread
 from verl_pdbg_conf.compare.pipeline.pairing import Aligner, Gap, Structure, row_pairs
 from verl_pdbg_conf.compare.pipeline.reading import Reader
 from verl_pdbg_conf.compare.pipeline.stacks import Stacks, skip_foreign
+from verl_pdbg_conf.compare.megatron.table import Correspondence
+from verl_pdbg_conf.compare.nodes import module_kind
+from verl_pdbg_conf.compare.pipeline.fusion import Fuser, Group
+from verl_pdbg_conf.compare.pipeline.shards import ShardMerge
 from verl_pdbg_conf.compare.pipeline.trees import Alignment, Tree
 
 
@@ -196,15 +200,56 @@ def _aligned(records, alignment):
         yield r
 
 
-def _alignment(job, level: str):
-    """The two module trees aligned (mix, L0), or None where they are the same or cannot be read."""
+class _Backends:
+    """Two backends' module trees: the Correspondence (megatron/table.py) and which side is Megatron."""
+
+    def __init__(self, corr, mcore_side: str):
+        self.corr, self.mcore_side = corr, mcore_side
+        self.fuser = Fuser([Group(link.hf, link.norm_in) for link in corr.fused()])
+
+    def seed(self) -> dict:
+        m2h = self.corr.mcore_to_hf()
+        return m2h if self.mcore_side == "target" else {h: m for m, h in m2h.items()}
+
+    def note(self) -> str:
+        fused = ", ".join(sorted({f"{module_kind(link.mcore)} = {' + '.join(p.rsplit('.', 1)[-1] for p in link.hf)}"
+                                  for link in self.corr.fused()}))
+        return (f"the {self.mcore_side} is Megatron, the other a Hugging Face model: modules paired by mbridge's "
+                f"{self.corr.model} table ({len(self.corr.links)} modules, {len(self.corr.parents)} enclosing ones)"
+                + (f"; fused modules against their parts' concatenation: {fused}" if fused else "")
+                + "; [s, b, h] against [b, s, h] is a layout, not a difference")
+
+
+def _trees(job, level: str):
+    """The two module trees aligned (mix, L0), or None where they are the same or cannot be read; and the
+    two backends' correspondence, or None."""
     if level not in ("mix", "L0"):
-        return None
-    t, g = Tree.read(job.target), Tree.read(job.golden)
+        return None, None
+    t, g = Tree.read(_first(job.target_group) or job.target), Tree.read(_first(job.golden_group) or job.golden)
     if t is None or g is None:
-        return None
-    a = Alignment(t, g)
-    return None if a.identity else a
+        return None, None
+    backends = None
+    for side, mc, hf in (("target", t, g), ("golden", g, t)):
+        corr = Correspondence(mc.modules, hf.modules)
+        if corr:
+            backends = _Backends(corr, side)
+            break
+    a = Alignment(t, g, backends.seed() if backends else None)
+    return (None if a.identity else a), backends
+
+
+def _first(group):
+    return group[0] if group else None
+
+
+def _stream(path: str, group: tuple, level: str, stacks):
+    """The records of one side: its dump's, or its tensor-parallel group's merged (shards.py)."""
+    reader = Reader(path, level, stacks)
+    if not group or len(group) < 2:
+        return reader, iter(reader), None
+    merge = ShardMerge(len(group))
+    others = [iter(Reader(p, level, None)) for p in group[1:]]
+    return reader, merge([iter(reader), *others]), merge
 
 
 def run_pipeline(job, task: str, level: str):
@@ -212,10 +257,14 @@ def run_pipeline(job, task: str, level: str):
     tstacks, gstacks = _stacks(job.target, level), _stacks(job.golden, level)
     if tstacks is not None and gstacks is not None:
         skip_foreign(tstacks, gstacks)
-    treader = Reader(job.target, level, tstacks)
-    greader = Reader(job.golden, level, gstacks)
-    titer, giter = iter(treader), iter(greader)
-    alignment = _alignment(job, level)
+    treader, titer, tmerge = _stream(job.target, job.target_group, level, tstacks)
+    greader, giter, gmerge = _stream(job.golden, job.golden_group, level, gstacks)
+    alignment, backends = _trees(job, level)
+    if backends is not None:
+        if backends.mcore_side == "target":
+            giter = backends.fuser(giter)
+        else:
+            titer = backends.fuser(titer)
     if alignment is not None:
         titer = _aligned(titer, alignment)
     t0, g0 = next(titer, None), next(giter, None)
@@ -228,9 +277,10 @@ def run_pipeline(job, task: str, level: str):
         else:
             gstream = splits.combine(gstream, split)
     p = _Pair(job, task)
+    p.judge.layout_free = backends is not None or tmerge is not None or gmerge is not None
     if split is not None:
         p.alone, p.split_side = split.alone, split.side
-    aligner = Aligner(gstream)
+    aligner = Aligner(gstream, by_name=backends is None)
     for t, g, passed in aligner.pairs(tstream):
         p.coverage.golden_only(passed)
         p.coverage.late(aligner.late_paired)
@@ -251,15 +301,37 @@ def run_pipeline(job, task: str, level: str):
         return None, [], job.target
     if greader.records == 0:
         return None, [], job.golden
-    return _finish(p, treader, greader, split, task, alignment)
+    notes = _layout_notes(backends, (("target", job.target_group, tmerge), ("golden", job.golden_group, gmerge)))
+    return _finish(p, treader, greader, split, task, alignment, notes)
 
 
-def _finish(p: _Pair, treader, greader, split, task: str, alignment=None):
+def _layout_notes(backends, merges) -> list:
+    notes = []
+    if backends is not None:
+        note = backends.note()
+        if backends.fuser.left_out:
+            note += (f"; {backends.fuser.left_out} gradients of a fused module's input left out (the sum of its "
+                     "parts', compared where it arrives)")
+        notes.append(("compare-backends", note, ""))
+    for side, group, merge in merges:
+        if merge is None:
+            continue
+        said = (f"{side}: the tensor-parallel group of {len(group)} ranks combined (replicated tensors once, "
+                f"shards concatenated)")
+        if merge.partial:
+            said += f"; {merge.partial} calls' partial results left out, compared at their modules' boundaries"
+        if merge.failed:
+            said += f"; stopped combining where {merge.failed}: past it, one rank's shards only"
+        notes.append(("compare-layout", said, ""))
+    return notes
+
+
+def _finish(p: _Pair, treader, greader, split, task: str, alignment=None, notes=None):
     an = p.coll.finish()
     an.coverage = p.coverage.finish(p.job.min_coverage)
     an.minibatches = treader.minibatch + 1
     an.ignored = p.ignorer.counts if p.ignorer is not None else {}
-    notes = []
+    notes = list(notes or [])
     if p.first:
         order, row, grow, v, rec, label, note, received = p.first
         an.first = node(order, row, grow, v.value, v.reason, rec, label)

@@ -7,8 +7,9 @@ over micro-batches) cannot be combined and is left out; the note says how each r
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
+
+from verl_pdbg_conf.compare.pipeline.concat import concat_rows, same_rows
 
 
 @dataclass
@@ -53,30 +54,19 @@ def detect(t_first, g_first) -> Split | None:
     return None
 
 
-def _num(v) -> bool:
-    return type(v) in (float, int) and v == v
-
-
 def combine_rows(rows: list, batch: int = 0, alone: dict | None = None):
     """One row from the same tensor of k calls, or None where statistics cannot be combined. A tensor the
     same in every call whose first dimension is the calls' batch is taken as batched (recorded in
     `alone`, so judging can take it as broadcast instead)."""
     first = rows[0]
-    if all(r.shape == first.shape and r.stats == first.stats and r.dtype == first.dtype for r in rows[1:]):
+    if same_rows(rows):
         if batch and isinstance(first.shape, list) and first.shape and first.shape[0] == batch:
             alone[first.name] = first.shape  # the same in every call: batched (a mask) or broadcast
             return replace(first, shape=[first.shape[0] * len(rows), *first.shape[1:]])
         return first
-    shapes = [r.shape for r in rows]
-    if not all(isinstance(s, list) and s and len(s) == len(shapes[0]) and s[1:] == shapes[0][1:] and
-               all(type(d) is int and d >= 0 for d in s) for s in shapes) or any(r.dtype != first.dtype for r in rows):
+    if not all(isinstance(s, list) and s for s in (r.shape for r in rows)):
         return None
-    sizes = [math.prod(s) for s in shapes]
-    mx, mn, mean, norm = zip(*(r.stats for r in rows))
-    stats = (max(mx) if all(map(_num, mx)) else None, min(mn) if all(map(_num, mn)) else None,
-             sum(m * n for m, n in zip(mean, sizes)) / sum(sizes) if all(map(_num, mean)) and sum(sizes) else None,
-             math.sqrt(sum(x * x for x in norm)) if all(map(_num, norm)) else None)
-    return replace(first, shape=[sum(s[0] for s in shapes), *shapes[0][1:]], stats=stats, data_name="-1")
+    return concat_rows(rows, axis=0)
 
 
 def combine(records, split: Split):

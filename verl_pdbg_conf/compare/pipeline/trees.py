@@ -128,13 +128,19 @@ MAX_GROUP = 2048  # modules of one index signature aligned by LCS; past this, on
 class Alignment:
     """Which golden module each target module corresponds to (path -> (golden path, golden class))."""
 
-    def __init__(self, target: Tree, golden: Tree):
+    def __init__(self, target: Tree, golden: Tree, seed: dict | None = None):
+        """`seed`: target path -> golden path, pairs another package's table states (Megatron's modules
+        against a Hugging Face model's); the rest align as below."""
         self.target, self.golden = target, golden
         self.to_golden: dict[str, tuple[str, str]] = {}
+        for t, g in (seed or {}).items():
+            if t in target.modules and g in golden.modules:
+                self.to_golden[t] = (g, golden.modules[g])
+        seeded = {g for g, _c in self.to_golden.values()}
         for path, cls in target.modules.items():
-            if golden.modules.get(path) == cls:
+            if path not in self.to_golden and path not in seeded and golden.modules.get(path) == cls:
                 self.to_golden[path] = (path, cls)
-        self.identity = len(self.to_golden) == len(target.modules) == len(golden.modules)
+        self.identity = not seed and len(self.to_golden) == len(target.modules) == len(golden.modules)
         if self.identity:
             return
         matched_g = {g for g, _c in self.to_golden.values()}

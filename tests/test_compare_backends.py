@@ -1,0 +1,196 @@
+"""Units of the Megatron-against-transformers compare: mbridge's extracted table as a module correspondence,
+fused parts put together, tensor-parallel shards combined, the statistics of a concatenation, the layout
+read from a verl config. The real runs are in test_compare_megatron.py."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from verl_pdbg_conf.compare.dumpread import Row
+from verl_pdbg_conf.compare.layout import LayoutError, from_conf
+from verl_pdbg_conf.compare.megatron.table import Correspondence, tables
+from verl_pdbg_conf.compare.pipeline.concat import concat_rows
+from verl_pdbg_conf.compare.pipeline.fusion import Fuser, Group
+from verl_pdbg_conf.compare.pipeline.reading import Record
+from verl_pdbg_conf.compare.pipeline.shards import ShardMerge
+
+
+def _stats(values):
+    return (max(values), min(values), sum(values) / len(values), math.sqrt(sum(v * v for v in values)))
+
+
+def _row(name, values, shape, state="output", direction="forward"):
+    return Row(name, name, name.rsplit(".", 2)[0], state, direction, "torch.float32", shape, _stats(values), "-1")
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_concat_statistics_are_exact(seed):
+    rnd = random.Random(seed)
+    parts = [[rnd.uniform(-3, 3) for _ in range(rnd.randint(1, 40))] for _ in range(rnd.randint(2, 4))]
+    rows = [_row(f"x.{i}.output.0", p, [1, len(p)]) for i, p in enumerate(parts)]
+    whole = [v for p in parts for v in p]
+    got = concat_rows(rows, -1)
+    assert got.shape == [1, len(whole)]
+    for a, b in zip(got.stats, _stats(whole)):
+        assert a == pytest.approx(b, rel=1e-12)
+    assert concat_rows([rows[0], _row("y", [1.0], [2, 1])], -1) is None  # other dimensions differ
+
+
+QWEN_MC = ["embedding", "embedding.word_embeddings", "rotary_pos_emb", "decoder", "output_layer",
+           "decoder.final_layernorm"]
+QWEN_HF = ["model", "model.embed_tokens", "model.rotary_emb", "model.norm", "lm_head"]
+for _i in range(2):
+    QWEN_MC += [f"decoder.layers.{_i}", f"decoder.layers.{_i}.input_layernorm", f"decoder.layers.{_i}.self_attention",
+                f"decoder.layers.{_i}.self_attention.linear_qkv", f"decoder.layers.{_i}.self_attention.linear_proj",
+                f"decoder.layers.{_i}.self_attention.core_attention", f"decoder.layers.{_i}.pre_mlp_layernorm",
+                f"decoder.layers.{_i}.mlp", f"decoder.layers.{_i}.mlp.linear_fc1", f"decoder.layers.{_i}.mlp.linear_fc2"]
+    QWEN_HF += [f"model.layers.{_i}", f"model.layers.{_i}.input_layernorm", f"model.layers.{_i}.self_attn",
+                *(f"model.layers.{_i}.self_attn.{p}_proj" for p in "qkvo"), f"model.layers.{_i}.post_attention_layernorm",
+                f"model.layers.{_i}.mlp", *(f"model.layers.{_i}.mlp.{p}_proj" for p in ("gate", "up", "down")),
+                f"model.layers.{_i}.mlp.act_fn"]
+
+
+def test_table_is_extracted_data():
+    doc = tables()
+    assert doc["mbridge"] and doc["megatron_core"]
+    assert "qwen2" in doc["models"] and "llama" in doc["models"]
+    assert doc["local_spec_keys"]["input_layernorm."] == "self_attention.linear_qkv.layer_norm_"
+
+
+def test_correspondence_local_spec():
+    c = Correspondence(QWEN_MC, QWEN_HF)
+    assert c.links["decoder.layers.1.self_attention.linear_qkv"].hf == tuple(
+        f"model.layers.1.self_attn.{p}_proj" for p in "qkv")
+    assert c.links["decoder.layers.0.mlp.linear_fc1"].hf == ("model.layers.0.mlp.gate_proj", "model.layers.0.mlp.up_proj")
+    assert c.links["decoder.layers.0.mlp.linear_fc2"].hf == ("model.layers.0.mlp.down_proj",)
+    # the local spec's own norms, named through megatron-core's key map
+    assert c.links["decoder.layers.0.input_layernorm"].hf == ("model.layers.0.input_layernorm",)
+    assert c.links["decoder.layers.0.pre_mlp_layernorm"].hf == ("model.layers.0.post_attention_layernorm",)
+    assert not c.links["decoder.layers.0.self_attention.linear_qkv"].norm_in
+    assert c.parents["decoder.layers.1"] == "model.layers.1"
+    assert c.parents["decoder.layers.0.self_attention"] == "model.layers.0.self_attn"
+    assert c.parents["decoder"] == "model"
+    assert "embedding" not in c.parents  # "model" went to decoder, by more votes: one to one
+    assert "decoder.layers.0.self_attention.core_attention" not in c.links
+
+
+def test_correspondence_transformer_engine_fused_norm():
+    te = [p for p in QWEN_MC if not p.endswith(("input_layernorm", "pre_mlp_layernorm"))]
+    c = Correspondence(te, QWEN_HF)
+    assert c.links["decoder.layers.0.self_attention.linear_qkv"].norm_in == "model.layers.0.input_layernorm"
+    assert c.links["decoder.layers.0.mlp.linear_fc1"].norm_in == "model.layers.0.post_attention_layernorm"
+
+
+def test_correspondence_none_between_two_hf_models():
+    assert not Correspondence(QWEN_HF, QWEN_HF)
+
+
+def _rec(name, rows, order, direction="forward"):
+    module = name.split(".", 1)[1].rsplit(".", 3)[0] if name.startswith("Module.") else None
+    r = Record(name, name, name.rsplit(".", 2)[0], direction, rows, order)
+    if name.endswith("parameters_grad"):
+        module = name.split(".", 1)[1].rsplit(".", 2)[0]
+    r.module = module
+    return r
+
+
+def test_fuser_puts_parts_together_forward_and_backward():
+    base = "Module.model.layers.0.self_attn"
+    x = [0.5, -1.0, 2.0]
+    outs = {"q": [1.0, 2.0, 3.0, 4.0], "k": [-2.0, 0.0], "v": [5.0, -5.0]}
+    recs, order = [], 0
+    for p in "qkv":
+        name = f"{base}.{p}_proj.Linear.forward.0"
+        recs.append(_rec(name, [_row(name + ".input.0", x, [1, 3], "input"),
+                                _row(name + ".output.0", outs[p], [1, len(outs[p])])], order))
+        order += 1
+    recs.append(_rec("Functional.matmul.0.forward", [], order))
+    for p in "vkq":  # backward runs in reverse
+        name = f"{base}.{p}_proj.Linear.backward.0"
+        recs.append(_rec(name, [_row(name + ".input.0", outs[p], [1, len(outs[p])], "input", "backward"),
+                                _row(name + ".output.0", x, [1, 3], "output", "backward")], order, "backward"))
+        order += 1
+    fuser = Fuser([Group(tuple(f"model.layers.0.self_attn.{p}_proj" for p in "qkv"))])
+    out = list(fuser(recs))
+    assert [r.name for r in out] == [f"{base}.q_proj.Linear.forward.0", "Functional.matmul.0.forward",
+                                     f"{base}.q_proj.Linear.backward.0"]
+    fwd = out[0]
+    assert fwd.extra["parts"][1:] == ["model.layers.0.self_attn.k_proj", "model.layers.0.self_attn.v_proj"]
+    inp, o = fwd.rows
+    assert inp.stats == _stats(x)
+    whole = outs["q"] + outs["k"] + outs["v"]
+    assert o.shape == [1, 8] and o.stats == pytest.approx(_stats(whole))
+    bwd = out[2]
+    assert [r.state for r in bwd.rows] == ["input"]  # the shared input's gradient (a sum) left out
+    assert fuser.left_out == 1
+
+
+def test_fuser_takes_the_fused_norms_input():
+    norm = "Module.model.layers.0.input_layernorm.RMSNorm.forward.0"
+    pre = [3.0, -4.0]
+    recs = [_rec(norm, [_row(norm + ".input.0", pre, [1, 2], "input"), _row(norm + ".output.0", [0.6, -0.8], [1, 2])], 0)]
+    for i, p in enumerate("qkv"):
+        name = f"Module.model.layers.0.self_attn.{p}_proj.Linear.forward.0"
+        recs.append(_rec(name, [_row(name + ".input.0", [0.6, -0.8], [1, 2], "input"),
+                                _row(name + ".output.0", [float(i)], [1, 1])], i + 1))
+    g = Group(tuple(f"model.layers.0.self_attn.{p}_proj" for p in "qkv"), "model.layers.0.input_layernorm")
+    out = list(Fuser([g])(recs))
+    assert out[1].rows[0].stats == _stats(pre)
+    assert out[1].rows[0].name.startswith("Module.model.layers.0.self_attn.q_proj")
+
+
+def test_fuser_leaves_incomplete_groups_alone():
+    name = "Module.model.layers.0.self_attn.q_proj.Linear.forward.0"
+    recs = [_rec(name, [_row(name + ".output.0", [1.0], [1, 1])], 0)]
+    out = list(Fuser([Group(("model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.k_proj"))])(recs))
+    assert [r.name for r in out] == [name] and "parts" not in out[0].extra
+
+
+def _rank_stream(rank: int):
+    col = "Module.decoder.layers.0.self_attention.linear_qkv.ColumnParallelLinear.forward.0"
+    red = "Distributed.all_reduce.0.forward"
+    row = "Module.decoder.layers.0.self_attention.linear_proj.RowParallelLinear.forward.0"
+    x = [1.0, 2.0, 3.0, 4.0]
+    shard = [[1.0, -1.0], [7.0, 0.5]][rank]
+    return [
+        _rec(col, [_row(col + ".input.0", x, [2, 1, 4], "input"), _row(col + ".output.0", shard, [2, 1, 1])], 0),
+        _rec(red, [_row(red + ".input.0", [10.0 * (rank + 1)], [1], "input"), _row(red + ".output.0", [30.0], [1])], 1),
+        _rec(row, [_row(row + ".input.0", shard, [2, 1, 1], "input"), _row(row + ".output.0", x, [2, 1, 4])], 2),
+    ]
+
+
+def test_shards_combined_replicated_once_partial_left_out():
+    merge = ShardMerge(2)
+    out = list(merge([iter(_rank_stream(0)), iter(_rank_stream(1))]))
+    col, red, row = out
+    assert col.rows[0].shape == [2, 1, 4] and col.rows[0].stats == _stats([1.0, 2.0, 3.0, 4.0])  # replicated: once
+    assert col.rows[1].shape == [2, 1, 2] and col.rows[1].stats == pytest.approx(_stats([1.0, -1.0, 7.0, 0.5]))
+    assert [r.state for r in red.rows] == ["output"] and red.extra["sharded"]  # the partial sum is not a shard
+    assert row.rows[0].shape == [2, 1, 2] and row.rows[1].shape == [2, 1, 4]
+    assert merge.partial == 1 and not merge.failed
+
+
+def test_shards_stop_where_ranks_ran_different_calls():
+    a, b = _rank_stream(0), _rank_stream(1)
+    b[1] = _rec("Torch.matmul.0.forward", [], 1)
+    merge = ShardMerge(2)
+    out = list(merge([iter(a), iter(b)]))
+    assert len(out) == 3 and "different calls" in merge.failed
+    assert out[2].rows[0].shape == [2, 1, 1]  # past it, one rank's own record
+
+
+def test_layout_from_verl_config(tmp_path):
+    p = tmp_path / "config.yaml"
+    p.write_text("actor_rollout_ref:\n  actor:\n    megatron:\n      tensor_model_parallel_size: 2\n"
+                 "      pipeline_model_parallel_size: 1\n")
+    lay = from_conf(str(p))
+    assert (lay.tp, lay.pp, lay.cp) == (2, 1, 1) and lay.source.startswith("conf")
+    p.write_text("actor_rollout_ref:\n  actor:\n    megatron:\n      tensor_model_parallel_size: two\n")
+    with pytest.raises(LayoutError, match="not a positive integer"):
+        from_conf(str(p))
+    p.write_text("trainer:\n  n_gpus_per_node: 2\n")
+    with pytest.raises(LayoutError, match="no megatron"):
+        from_conf(str(p))

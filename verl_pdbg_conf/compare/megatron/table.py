@@ -1,0 +1,163 @@
+"""Megatron's modules against a Hugging Face model's, by mbridge's own tables (mbridge-<version>.json, written
+by extract.py). A parameter mapping says which module becomes which: `linear_proj.weight <- o_proj.weight`
+pairs two modules; `linear_qkv.weight <- q_proj, k_proj, v_proj` makes one Megatron module the
+concatenation of three (a fused projection); `linear_qkv.layer_norm_weight <- input_layernorm.weight` is a
+norm TransformerEngine fuses in front of a projection, which megatron-core's local spec keeps as its own
+module (its `sharded_state_dict_keys_map`). Enclosing modules pair where their children say so
+(decoder.layers.3 <- model.layers.3), by majority, one to one."""
+
+from __future__ import annotations
+
+import functools
+import glob
+import json
+import os
+import re
+from dataclasses import dataclass
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@dataclass(frozen=True)
+class Link:
+    mcore: str  # a Megatron module path
+    hf: tuple  # the Hugging Face module paths it holds, in the order their outputs concatenate
+    norm_in: str = ""  # a norm fused in front (TransformerEngine): this module's input is that norm's input
+
+    @property
+    def fused(self) -> bool:
+        return len(self.hf) > 1 or bool(self.norm_in)
+
+
+@functools.lru_cache(maxsize=1)
+def tables() -> dict:
+    """The newest extracted tables ({} where none is installed)."""
+    files = sorted(glob.glob(os.path.join(HERE, "mbridge-*.json")),
+                   key=lambda p: [int(x) if x.isdigit() else x for x in re.split(r"[.-]", os.path.basename(p))])
+    if not files:
+        return {}
+    with open(files[-1]) as f:
+        return json.load(f)
+
+
+def _module(param: str) -> tuple[str, str]:
+    head, _, tail = param.rpartition(".")
+    return head, tail
+
+
+@dataclass(frozen=True)
+class _Rule:
+    mcore: str  # module template with {layer}
+    hf: tuple
+    norm: bool  # a fused norm's parameter: the Megatron module holds the norm in front of it
+
+
+def rules(model: dict, local_keys: dict, layer_template: str) -> list[_Rule]:
+    """Module rules of one model type's parameter table, with the local spec's own norm modules."""
+    out: dict[tuple, _Rule] = {}
+    for mcore, hfs in model.get("params", []):
+        module, param = _module(mcore)
+        parts = tuple(dict.fromkeys(_module(h)[0] for h in hfs))
+        if param in ("weight", "bias"):
+            out.setdefault((module, False), _Rule(module, parts, False))
+            continue
+        for local, te in local_keys.items():  # TransformerEngine's fused name -> the local spec's module
+            te_full = layer_template + te
+            if mcore.startswith(te_full) and local.endswith(".") and param.startswith("layer_norm_"):
+                out.setdefault((layer_template + local[:-1], False), _Rule(layer_template + local[:-1], parts, False))
+        if param.startswith("layer_norm_"):
+            out.setdefault((module, True), _Rule(module, parts, True))
+    return list(out.values())
+
+
+def _pattern(template: str) -> re.Pattern:
+    return re.compile("^" + re.escape(template).replace(re.escape("{layer}"), r"(\d+)") + "$")
+
+
+def _parent(path: str) -> str:
+    return path.rpartition(".")[0]
+
+
+class Correspondence:
+    """Which Hugging Face modules each Megatron module of a run corresponds to: `links` (Megatron path ->
+    Link) and `parents` (enclosing modules, Megatron path -> Hugging Face path). `model` is the mbridge model
+    type whose table matched the most modules; `layer_of(local)` maps a pipeline stage's local layer number
+    to the model's."""
+
+    def __init__(self, mcore_paths, hf_paths, layer_of=None):
+        self.model = ""
+        self.links: dict[str, Link] = {}
+        self.parents: dict[str, str] = {}
+        doc = tables()
+        if not doc:
+            return
+        hf = set(hf_paths)
+        mc = list(mcore_paths)
+        layer_of = layer_of or (lambda n: n)
+        best = None
+        for name, model in sorted(doc.get("models", {}).items()):
+            rs = rules(model, doc.get("local_spec_keys", {}), doc.get("layer_template", ""))
+            found = _links(rs, mc, hf, layer_of)
+            score = (len(found), -len(rs))  # the most modules matched; of equals, the table with the fewest rules
+            if found and (best is None or score > best[2]):
+                best = (name, found, score)
+        if best is None:
+            return
+        self.model, self.links, _score = best
+        self.parents = _parents(self.links, set(mc), hf)
+
+    def __bool__(self) -> bool:
+        return bool(self.links)
+
+    def mcore_to_hf(self) -> dict[str, str]:
+        """Megatron path -> the Hugging Face path its records pair with (a fused link: its first part)."""
+        out = dict(self.parents)
+        out.update({m: link.hf[0] for m, link in self.links.items()})
+        return out
+
+    def fused(self) -> list[Link]:
+        return [link for link in self.links.values() if link.fused]
+
+
+def _links(rs: list[_Rule], mcore_paths: list, hf: set, layer_of) -> dict[str, Link]:
+    whole = [(r, _pattern(r.mcore)) for r in rs if not r.norm]
+    norms = [(r, _pattern(r.mcore)) for r in rs if r.norm]
+    out: dict[str, Link] = {}
+    for path in mcore_paths:
+        for rule, pat in whole:
+            m = pat.match(path)
+            if m is None:
+                continue
+            layer = str(layer_of(int(m.group(1)))) if m.groups() else ""
+            parts = tuple(h.replace("{layer}", layer) for h in rule.hf)
+            if all(p in hf for p in parts):
+                out[path] = Link(path, parts)
+                break
+    for path in mcore_paths:  # a norm fused in front of a projection, where the run has no module of its own
+        for rule, pat in norms:
+            m = pat.match(path)
+            if m is None or path not in out:
+                continue
+            layer = str(layer_of(int(m.group(1)))) if m.groups() else ""
+            norm = rule.hf[0].replace("{layer}", layer)
+            if norm in hf and not any(link.hf == (norm,) for link in out.values()):
+                out[path] = Link(path, out[path].hf, norm)
+    return out
+
+
+def _parents(links: dict[str, Link], mc: set, hf: set) -> dict[str, str]:
+    """Enclosing modules paired where their children's links agree: the most votes, one to one."""
+    votes: dict[tuple, int] = {}
+    for m, link in links.items():
+        a, b = _parent(m), _parent(link.hf[0])
+        while a and b:
+            votes[(a, b)] = votes.get((a, b), 0) + 1
+            a, b = _parent(a), _parent(b)
+    out: dict[str, str] = {}
+    taken: set = set(link.hf[0] for link in links.values())
+    for (a, b), _n in sorted(votes.items(), key=lambda kv: (-kv[1], kv[0])):
+        if a in out or b in taken or a in links or a not in mc or b not in hf:
+            continue
+        out[a] = b
+        taken.add(b)
+    return out

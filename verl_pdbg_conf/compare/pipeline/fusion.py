@@ -1,0 +1,102 @@
+"""Fused modules against their parts: where one run computes in one module what the other computes in
+several (Megatron's linear_qkv for q_proj, k_proj and v_proj; linear_fc1 for gate_proj and up_proj), the
+parts' records are put together into one record, named as the first part's, so it pairs with the fused
+module's. What concatenates combines exactly (concat.py): the outputs, the parameters and their gradients,
+the gradients of the outputs. The input is the first part's (all parts read the same tensor), or the fused
+norm's input where the other run fuses a norm in front. The gradient of the input is the sum of the parts',
+which statistics cannot give: left out, and compared where it arrives (the norm before the projection)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from verl_pdbg_conf.compare.pipeline.concat import concat_rows
+
+
+@dataclass(frozen=True)
+class Group:
+    parts: tuple  # module paths, in the order their outputs concatenate
+    norm_in: str = ""  # the module whose input is the fused module's input
+
+
+def _call(r) -> str:
+    """A module record's call number ("" for parameters_grad, which has none)."""
+    last = r.name.rsplit(".", 1)[-1]
+    return last if last.isdigit() else ""
+
+
+def _axis(row) -> int:
+    # a weight (or its gradient) concatenates along its output dimension, an activation along its last
+    return 0 if row.state in ("parameters", "parameters_grad") else -1
+
+
+class Fuser:
+    """Runs over one side's records; `left_out` counts the input gradients left out."""
+
+    def __init__(self, groups: list[Group]):
+        self.of: dict[str, tuple[Group, int]] = {}
+        self.norms: dict[str, Group] = {}
+        for g in groups:
+            for i, p in enumerate(g.parts):
+                self.of[p] = (g, i)
+            if g.norm_in:
+                self.norms[g.norm_in] = g
+        self.left_out = 0
+        self.fused = 0
+
+    def __call__(self, records):
+        pending: dict[tuple, dict[int, object]] = {}
+        norm_rec: dict[Group, object] = {}
+        for r in records:
+            if r.module is None:
+                yield r
+                continue
+            if r.module in self.norms and r.direction == "forward":
+                norm_rec[self.norms[r.module]] = r
+            hit = self.of.get(r.module)
+            if hit is None:
+                yield r
+                continue
+            g, i = hit
+            key = (g, r.direction, _call(r), r.minibatch)
+            got = pending.setdefault(key, {})
+            got[i] = r
+            if len(got) < len(g.parts):
+                continue
+            del pending[key]
+            yield self._combine(g, [got[k] for k in range(len(g.parts))], norm_rec.get(g))
+        for got in pending.values():  # parts that never completed: left as they are
+            yield from sorted(got.values(), key=lambda r: r.order)
+
+    def _combine(self, g: Group, parts: list, norm):
+        first = parts[0]
+        rows = []
+        for j, row in enumerate(first.rows):
+            tail = row.name[len(first.name):]
+            same = [next((x for x in p.rows if x.name[len(p.name):] == tail), None) for p in parts]
+            if row.state == "input" and first.direction == "forward":
+                if norm is not None:
+                    row = next((x for x in norm.rows if x.state == "input" and x.name[len(norm.name):] == tail), None)
+                    row = None if row is None else _renamed(row, first, tail)
+                if row is not None:
+                    rows.append(row)
+                continue
+            if row.state == "output" and first.direction == "backward":
+                self.left_out += 1  # the gradient of the shared input: the sum of the parts'
+                continue
+            if None in same:
+                continue
+            c = concat_rows(same, _axis(row))
+            if c is not None:
+                rows.append(c)
+        first.rows = rows
+        first.extra["parts"] = list(g.parts)
+        first.order = parts[-1].order
+        self.fused += 1
+        return first
+
+
+def _renamed(row, rec, tail: str):
+    from dataclasses import replace
+
+    return replace(row, name=rec.name + tail, key=rec.key + tail, record=rec.name)

@@ -1,0 +1,61 @@
+"""Tensor-parallel shards combined: the ranks of one tensor-parallel group run the same calls in the same
+order, each on its shard. Record by record, a tensor the ranks hold alike (replicated, or all-reduced) is
+taken once; a module's tensor they hold in parts (a column-parallel output, a row-parallel input, a shard of
+a weight or of its gradient) is the concatenation of the parts (concat.py). An API call's tensors that differ
+between ranks are a partial result inside a parallel module (the products before a row-parallel
+all-reduce, a vocabulary shard's masked lookup): not a concatenation, so never paired with a whole tensor;
+the call is kept without them, compared at its module's boundary."""
+
+from __future__ import annotations
+
+from verl_pdbg_conf.compare.pipeline.concat import concat_rows, same_rows
+
+
+def _axis(row) -> int:
+    return 0 if row.state in ("parameters", "parameters_grad") else -1
+
+
+class ShardMerge:
+    """Merges the record streams of one group's ranks (rank order); `failed` says why it stopped merging
+    (the ranks ran different calls), `partial` counts the API calls kept without their sharded tensors."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.failed = ""
+        self.partial = 0
+        self.merged = 0
+
+    def __call__(self, streams):
+        first, others = streams[0], streams[1:]
+        for r in first:
+            peers = [next(s, None) for s in others]
+            if self.failed:
+                yield r
+                continue
+            if any(p is None or p.name != r.name or len(p.rows) != len(r.rows) for p in peers):
+                gone = next((p for p in peers if p is None or p.name != r.name), peers[0] if peers else None)
+                self.failed = (f"the ranks ran different calls ({r.name} against "
+                               f"{gone.name if gone is not None else 'the end of the dump'})")
+                yield r
+                continue
+            yield self._merge(r, peers)
+
+    def _merge(self, r, peers):
+        rows, sharded = [], False
+        for j, row in enumerate(r.rows):
+            group = [row, *(p.rows[j] for p in peers)]
+            if same_rows(group):
+                rows.append(row)
+                continue
+            sharded = True
+            if not r.is_module and r.direction != "parameters_grad":
+                continue  # a partial result: compared at the module's boundary
+            c = concat_rows(group, _axis(row))
+            if c is not None:
+                rows.append(c)
+        if sharded and not r.is_module and r.direction != "parameters_grad":
+            self.partial += 1
+            r.extra["sharded"] = True
+        r.rows = rows
+        self.merged += 1
+        return r
