@@ -42,6 +42,7 @@ class Row:
     stats: tuple  # Max, Min, Mean, Norm (floats, ints, strings or None as dumped)
     data_name: str  # the tensor file of the tensor task, "-1" without one
     md5: str | None = None
+    alike: int = 1  # ranks of a tensor-parallel group that held it alike (taken once: replicated or a shard)
 
 
 class DumpReader:

@@ -1,7 +1,7 @@
 """The parallel layout of a Megatron run, so a tensor-parallel group's ranks are compared as one model:
 from verl's megatron settings where a config is given (`actor_rollout_ref.actor.megatron.
 tensor_model_parallel_size`, pipeline and context sizes), otherwise from the dumps themselves: the ranks of
-one tensor-parallel group start on the same input (the same first record) and hold some tensor in parts.
+one tensor-parallel group start on the same input (the first module call's) and hold some tensor in parts.
 Megatron's default rank order puts tensor-parallel ranks next to each other. Where the layout cannot be
 established the ranks stay rank against rank, and a finding says why: a shard is never paired with a whole
 tensor."""
@@ -70,8 +70,11 @@ def _head(path: str) -> list:
 
 
 def _first_input(head: list):
-    for _name, rows in head[:1]:
-        return repr([(r.shape, r.stats, r.dtype) for r in rows if r.state == "input"])
+    """The inputs of the first module call (the token embedding's ids): its API calls may already hold a
+    rank's own shard bounds (a vocabulary shard's start)."""
+    for name, rows in head:
+        if name.startswith(("Module.", "Cell.")):
+            return repr([(r.shape, r.stats, r.dtype) for r in rows if r.state == "input"])
     return None
 
 

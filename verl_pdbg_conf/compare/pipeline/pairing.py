@@ -65,16 +65,27 @@ def signature(r) -> tuple:
     return head(r) if r.is_module else (*head(r), shapes(r))
 
 
+def sizes(r) -> tuple:
+    """shapes() as element counts: where the runs lay tensors out otherwise ([s, b, h] against [b, s, h],
+    shards put together along an axis a call cannot tell)."""
+    return tuple((row.state, M.numel(row.shape) if isinstance(row.shape, list) else str(row.shape), _kind(row.dtype))
+                 for row in r.rows if row.state != "parameters")
+
+
+def layout_signature(r) -> tuple:
+    return head(r) if r.is_module else (*head(r), sizes(r))
+
+
 def cross_signature(r) -> tuple:
     """signature() between two backends: a forward call outside any module pairs whatever line called it
     (each backend computes log-probs in its own code); after a backward, outside any module (an optimizer's
     step), it pairs with nothing: the parameters are laid out otherwise (fused, sharded) and a call names
     none of them, so equal shapes say nothing."""
     if r.is_module or r.scope:
-        return signature(r)
+        return layout_signature(r)
     if r.after_backward and r.direction == "forward":
         return ("unpaired", object())  # equal to no other signature
-    return (r.op, r.direction, "", "", r.layer, r.passes, shapes(r))
+    return (r.op, r.direction, "", "", r.layer, r.passes, sizes(r))
 
 
 LAYER = 4  # the layer's place in an API record's signature
@@ -92,12 +103,13 @@ class Aligner:
     as (None, None, rest). The record at the head of the golden stream is tried first, by name; golden
     records are indexed by signature only once a search needs them (two runs of the same code never do)."""
 
-    def __init__(self, golden, window: int = WINDOW, skip_max: int = SKIP_MAX, by_name: bool = True):
+    def __init__(self, golden, window: int = WINDOW, skip_max: int = SKIP_MAX, by_name: bool = True,
+                 backends: bool = False, layout_free: bool = False):
         self.golden = iter(golden)
-        # two backends (Megatron against transformers) number their API calls alike by chance only: there,
-        # API records pair by signature alone, and a backward by its forward's counterpart always
+        # runs of other code (two backends, two tensor-parallel sizes) number their API calls alike by chance
+        # only: there, API records pair by signature alone, and a backward by its forward's counterpart always
         self.by_name = by_name
-        self.signature = signature if by_name else cross_signature
+        self.signature = cross_signature if backends else layout_signature if layout_free else signature
         self.window, self.skip_max = window, skip_max
         self.buf: deque = deque()  # [signature or None (not indexed yet), record]
         self.base = 0  # absolute position of buf[0]

@@ -238,6 +238,26 @@ def _trees(job, level: str):
     return (None if a.identity else a), backends
 
 
+MEGATRON_FILES = "megatron/core/"  # where megatron-core's code runs from, in a call stack's file names
+STACK_PROBE = 1 << 21  # bytes of stack.json read to tell whose code ran
+
+
+def _megatron_stacks(path: str) -> bool:
+    try:
+        with open(os.path.join(os.path.dirname(path), "stack.json"), errors="replace") as f:
+            return MEGATRON_FILES in f.read(STACK_PROBE)
+    except OSError:
+        return False
+
+
+def _l1_backends(job, level: str) -> str:
+    """At L1 (no module records): the side whose call stacks run megatron-core where the other's do not, or ""."""
+    if level != "L1":
+        return ""
+    t, g = _megatron_stacks(job.target), _megatron_stacks(job.golden)
+    return "target" if t and not g else "golden" if g and not t else ""
+
+
 def _first(group):
     return group[0] if group else None
 
@@ -247,7 +267,7 @@ def _stream(path: str, group: tuple, level: str, stacks):
     reader = Reader(path, level, stacks)
     if not group or len(group) < 2:
         return reader, iter(reader), None
-    merge = ShardMerge(len(group))
+    merge = ShardMerge(len(group), scoped=level in ("mix", "L0"))
     others = [iter(Reader(p, level, None)) for p in group[1:]]
     return reader, merge([iter(reader), *others]), merge
 
@@ -260,6 +280,7 @@ def run_pipeline(job, task: str, level: str):
     treader, titer, tmerge = _stream(job.target, job.target_group, level, tstacks)
     greader, giter, gmerge = _stream(job.golden, job.golden_group, level, gstacks)
     alignment, backends = _trees(job, level)
+    l1_mcore = _l1_backends(job, level)
     if backends is not None:
         if backends.mcore_side == "target":
             giter = backends.fuser(giter)
@@ -277,10 +298,14 @@ def run_pipeline(job, task: str, level: str):
         else:
             gstream = splits.combine(gstream, split)
     p = _Pair(job, task)
-    p.judge.layout_free = backends is not None or tmerge is not None or gmerge is not None
+    p.judge.layout_free = backends is not None or bool(l1_mcore) or tmerge is not None or gmerge is not None
     if split is not None:
         p.alone, p.split_side = split.alone, split.side
-    aligner = Aligner(gstream, by_name=backends is None)
+    # API calls are numbered alike only by the same code: not across backends, nor across tensor-parallel
+    # sizes (a vocabulary shard masks its ids with calls of its own)
+    cross = backends is not None or bool(l1_mcore)
+    merged = tmerge is not None or gmerge is not None
+    aligner = Aligner(gstream, by_name=not cross and not merged, backends=cross, layout_free=merged)
     for t, g, passed in aligner.pairs(tstream):
         p.coverage.golden_only(passed)
         p.coverage.late(aligner.late_paired)
@@ -302,6 +327,11 @@ def run_pipeline(job, task: str, level: str):
     if greader.records == 0:
         return None, [], job.golden
     notes = _layout_notes(backends, (("target", job.target_group, tmerge), ("golden", job.golden_group, gmerge)))
+    if l1_mcore:
+        notes.append(("compare-backends", f"the {l1_mcore} runs Megatron (its call stacks run {MEGATRON_FILES}), the "
+                      "other does not: at L1 no module record says which op of one is which of the other, so ops "
+                      "pair only by op, layer and shapes, and most stay uncompared",
+                      "collect both at level mix: modules then pair by mbridge's table"))
     return _finish(p, treader, greader, split, task, alignment, notes)
 
 

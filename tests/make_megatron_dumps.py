@@ -1,0 +1,244 @@
+"""Write real msprobe dumps on CPU of one small Qwen2 checkpoint run by megatron-core's GPTModel (weights
+loaded by mbridge) at tensor-parallel size 1 and 2, and by transformers itself, through this package's
+runtime profiler, for the compare's Megatron-against-transformers tests.
+
+    python make_megatron_dumps.py OUT --level mix --runs hf,fsdp2,tp1,tp2,tp1-fc2 [--layer K] [--steps 1]
+
+OUT/checkpoint is make_cross_impl_dumps' transformers Qwen2 (torch.manual_seed(0), 6 layers), saved once
+and loaded by every run. Each run is its own process group over gloo (one process per rank) writing
+OUT/<run> (stages actor_compute_log_prob, a no-grad forward, and actor_update: forward, backward, one SGD
+step, as make_cross_impl_dumps.run_one). A run is BACKEND[-PLANT]:
+
+  hf       transformers Qwen2ForCausalLM, attention eager, fp32
+  fsdp2    the same under FSDP2, fully_shard per decoder layer and the root (one rank)
+  tp1      megatron-core GPTModel, local layer spec (torch RMSNorm), tensor parallel 1
+  tp2      the same at tensor parallel 2 (two ranks: msprobe writes rank0 and rank1)
+
+  plants, tp1 and tp2 only, after loading, in layer K (--layer, default 2):
+  -fc2     decoder.layers.K.mlp.linear_fc2.weight x1.01
+  -qkv     decoder.layers.K.self_attention.linear_qkv.weight x1.01
+  -eps     decoder.layers.K.pre_mlp_layernorm (a torch.nn.RMSNorm) eps = 0.1
+
+The log-probs of every run are checked against the first unplanted run's: unplanted ones agree to 1e-5,
+planted ones differ. OUT/manifest.json says per run its backend, tp, plant, layer and the module a compare
+must name (`expect_module` None: no divergence)."""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import itertools
+import json
+import os
+import shutil
+import socket
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "runtime"))
+
+import make_cross_impl_dumps as X  # noqa: E402
+from scenarios import gloo  # noqa: E402
+
+BACKENDS = {"hf": ("hf", 1), "fsdp2": ("fsdp2", 1), "tp1": ("megatron", 1), "tp2": ("megatron", 2)}
+PLANTS = {"fc2": "mlp.linear_fc2", "qkv": "self_attention.linear_qkv", "eps": "pre_mlp_layernorm"}
+STAGES = X.STAGES
+AGREE = 1e-5  # max |log-prob difference| of two unplanted runs
+
+
+def parse_run(run: str) -> tuple[str, int, str | None]:
+    name, _, plant = run.partition("-")
+    if name not in BACKENDS or (plant and (plant not in PLANTS or BACKENDS[name][0] != "megatron")):
+        raise SystemExit(f"unknown run {run!r}: BACKEND[-PLANT], BACKEND in {tuple(BACKENDS)}, "
+                         f"PLANT in {tuple(PLANTS)} (tp1 and tp2 only)")
+    return *BACKENDS[name], plant or None
+
+
+def write_checkpoint(path: str) -> None:
+    if not os.path.exists(os.path.join(path, "config.json")):
+        X.build("qwen2", "golden", None, 0, 0).save_pretrained(path, safe_serialization=True)
+
+
+# ---------------------------------------------------------------- transformers
+
+def hf_model(ckpt: str, fsdp2: bool):
+    import torch
+    import transformers
+
+    model = transformers.Qwen2ForCausalLM.from_pretrained(ckpt, attn_implementation="eager", dtype=torch.float32)
+    if fsdp2:
+        from torch.distributed.fsdp import fully_shard
+
+        for block in model.model.layers:
+            fully_shard(block)
+        fully_shard(model)
+    return model
+
+
+# ---------------------------------------------------------------- megatron-core on CPU
+
+def patch_cuda_for_cpu() -> None:
+    """Megatron asks CUDA for its device and RNG even on CPU: point both at the CPU."""
+    import torch
+    from megatron.core.tensor_parallel import random
+
+    torch.cuda.current_device = lambda: torch.device("cpu")
+    torch.cuda.get_rng_state = lambda device="cuda": torch.get_rng_state()
+    torch.cuda.manual_seed = torch.manual_seed
+    random._get_cuda_rng_state = lambda *args, **kwargs: torch.get_rng_state()
+    random._set_cuda_rng_state = lambda new_state, *args, **kwargs: torch.set_rng_state(new_state)
+
+
+def megatron_model(ckpt: str, tp: int, plant: str | None, layer: int):
+    """GPTModel on the local layer spec, the checkpoint's weights loaded by mbridge, then the plant."""
+    import torch
+    from mbridge import AutoBridge
+    from megatron.core import parallel_state, tensor_parallel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from transformers import AutoConfig
+
+    patch_cuda_for_cpu()
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp)
+    tensor_parallel.model_parallel_cuda_manual_seed(0)
+    hf_config = AutoConfig.from_pretrained(ckpt)
+    if getattr(hf_config, "rope_theta", None) is None:  # transformers 5 keeps it in rope_parameters
+        hf_config.rope_theta = hf_config.rope_parameters["rope_theta"]
+    bridge = AutoBridge.from_config(hf_config, dtype=torch.float32)
+    # The local spec's norms are modules of their own, not the fused norm of TransformerEngine's linears.
+    bridge._get_transformer_layer_spec = lambda vp_stage=None: get_gpt_layer_local_spec(normalization="RMSNorm")
+    bridge._OTHER_MAPPING = {**bridge._OTHER_MAPPING,
+                             "input_layernorm.weight": ["model.layers.{layer_number}.input_layernorm.weight"]}
+    bridge._MLP_MAPPING = {**bridge._MLP_MAPPING, "pre_mlp_layernorm.weight":
+                           ["model.layers.{layer_number}.post_attention_layernorm.weight"]}
+    # mbridge turns sequence parallel on at TP > 1 (torch's norms refuse it); no random init: all is loaded
+    bridge.set_extra_args(sequence_parallel=False, perform_initialization=False)
+    model = bridge._model_provider([])(pre_process=True, post_process=True)
+    bridge.load_weights([model], ckpt)
+    target = model.decoder.layers[layer]
+    if plant == "eps":
+        target.pre_mlp_layernorm.eps = 0.1
+    elif plant:
+        with torch.no_grad():
+            target.get_submodule(PLANTS[plant]).weight.mul_(1.01)
+    return model
+
+
+def megatron_log_probs(model, ids, _mask):
+    """GPTModel's logits gathered over the vocabulary shards, so every rank computes the same loss."""
+    import torch
+
+    seq = ids.shape[1]
+    positions = torch.arange(seq).expand_as(ids)
+    causal = torch.ones(seq, seq, dtype=torch.bool).triu(1)[None, None]  # True: masked
+    logits = model(ids, positions, causal, runtime_gather_output=True)
+    return logits[:, :-1].float().log_softmax(-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+
+
+# ---------------------------------------------------------------- one rank of one run
+
+def worker(rank: int, world: int, port: int, job: dict, results) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    gloo(rank, world, port)
+    from verl_pdbg_conf.runtime import PrecisionDebuggerProfiler
+
+    if job["backend"] == "megatron":
+        model, log_probs = megatron_model(job["ckpt"], world, job["plant"], job["layer"]), megatron_log_probs
+    else:
+        model, log_probs = hf_model(job["ckpt"], job["backend"] == "fsdp2"), X.log_probs
+    seen = []
+
+    def recorded(model, ids, mask):
+        out = log_probs(model, ids, mask)
+        if not torch.is_grad_enabled():  # the log-prob stage's: compared across runs
+            seen.append(out.detach().clone())
+        return out
+
+    prof = PrecisionDebuggerProfiler({"config_path": job["config"], "stages": list(STAGES)}, rank=rank,
+                                     save_path=job["save_path"])
+    X.run_one(prof, model, "golden", job["steps"], recorded)
+    if rank == 0:
+        results.put(torch.stack(seen).tolist())
+    torch.distributed.destroy_process_group()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(job: dict, world: int) -> list:
+    """Every rank of one run in processes of its own (megatron's and msprobe's state is per process)."""
+    import torch.multiprocessing as mp
+
+    results = mp.get_context("spawn").SimpleQueue()
+    mp.spawn(worker, args=(world, free_port(), job, results), nprocs=world, join=True)
+    return results.get()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out")
+    ap.add_argument("--level", choices=("mix", "L0", "L1"), default="mix")
+    ap.add_argument("--runs", default="hf,tp1,tp2,tp1-fc2")
+    ap.add_argument("--layer", type=int, default=2, help="the planted layer K")
+    ap.add_argument("--steps", default="1")
+    a = ap.parse_args(argv)
+    if not 0 <= a.layer < X.LAYERS:
+        raise SystemExit(f"--layer is a layer 0..{X.LAYERS - 1}")
+    runs = [r for r in a.runs.split(",") if r]
+    parsed = [parse_run(r) for r in runs]
+    steps = [int(s) for s in a.steps.split(",")]
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+    import torch
+
+    torch.set_num_threads(1)
+    out = os.path.abspath(a.out)
+    ckpt = os.path.join(out, "checkpoint")
+    write_checkpoint(ckpt)
+    cfg = os.path.join(out, f"config-{a.level}.json")
+    with open(cfg, "w") as f:
+        json.dump(X.config_doc(a.level, "statistics"), f)
+    path = os.path.join(out, "manifest.json")
+    manifest = json.load(open(path)) if os.path.exists(path) else {"runs": {}}
+    manifest.update({"level": a.level, "layer": a.layer, "layers": X.LAYERS, "steps": steps,
+                     "checkpoint": "checkpoint"})
+    log_probs = {}
+    for name, (backend, tp, plant) in zip(runs, parsed):
+        save_path = os.path.join(out, name)
+        shutil.rmtree(save_path, ignore_errors=True)  # the runtime would write beside an old dump
+        job = {"backend": backend, "plant": plant, "layer": a.layer, "ckpt": ckpt, "config": cfg,
+               "steps": steps, "save_path": save_path}
+        started = time.monotonic()
+        log_probs[name] = torch.tensor(run(job, tp))
+        for step, stage, rank in itertools.product(steps, STAGES, range(tp)):
+            if not glob.glob(os.path.join(save_path, f"step_{step}", stage, "*", f"rank{rank}", "dump.json")):
+                raise SystemExit(f"{name}: msprobe wrote no dump.json for step {step} {stage} rank{rank}")
+        manifest["runs"][name] = {"backend": backend, "tp": tp, "plant": plant, "layer": a.layer if plant else None,
+                                  "expect_module": f"decoder.layers.{a.layer}.{PLANTS[plant]}" if plant else None}
+        print(f"{name}: written in {time.monotonic() - started:.1f} s", flush=True)
+
+    reference = next((r for r, p in zip(runs, parsed) if p[2] is None), None)
+    bad = []
+    for name, (_, _, plant) in zip(runs, parsed):
+        if reference is None:
+            break
+        diff = (log_probs[name] - log_probs[reference]).abs().max().item()
+        manifest["runs"][name]["log_prob_diff"] = diff
+        print(f"{name}: max |log-prob - {reference}'s| = {diff:.3g}", flush=True)
+        if (diff > AGREE) != bool(plant):
+            bad.append(name)
+    with open(path, "w") as f:
+        json.dump(manifest, f, indent=1)
+    if bad:
+        raise SystemExit(f"log-probs against {reference}: {', '.join(bad)} "
+                         f"{'differ' if len(bad) > 1 else 'differs'} where unplanted or agree where planted")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
