@@ -194,3 +194,23 @@ def test_layout_from_verl_config(tmp_path):
     p.write_text("trainer:\n  n_gpus_per_node: 2\n")
     with pytest.raises(LayoutError, match="no megatron"):
         from_conf(str(p))
+
+
+def test_correspondence_through_wrappers():
+    """verl's Megatron worker names its modules under the model chunk and DDP (`0.module.`); FSDP1 inserts
+    `_fsdp_wrapped_module` levels on the transformers side: the table's names are found through both."""
+    mc = ["0", "0.module", *(f"0.module.{p}" for p in QWEN_MC)]
+    hf = []
+    for p in QWEN_HF:
+        parts = p.split(".")
+        if len(parts) >= 3 and parts[1] == "layers":  # model.layers.N -> FSDP unit with its wrapped module
+            parts = parts[:3] + ["_fsdp_wrapped_module"] + parts[3:]
+        hf.append(".".join(["_fsdp_wrapped_module", *parts]))
+    hf += [f"_fsdp_wrapped_module.model.layers.{i}" for i in range(2)]
+    c = Correspondence(mc, hf)
+    link = c.links["0.module.decoder.layers.1.self_attention.linear_qkv"]
+    assert link.hf == tuple(f"_fsdp_wrapped_module.model.layers.1._fsdp_wrapped_module.self_attn.{p}_proj" for p in "qkv")
+    assert c.links["0.module.decoder.layers.0.input_layernorm"].hf == (
+        "_fsdp_wrapped_module.model.layers.0._fsdp_wrapped_module.input_layernorm",)
+    # a module the table says nothing of, inside one it does, is never taken for it
+    assert "0.module.decoder.layers.0.self_attention.core_attention" not in c.links

@@ -95,6 +95,23 @@ def _sharded(heads: list[list]) -> bool:
     return False
 
 
+def _reduced_alike(heads: list[list]) -> bool:
+    """A forward all-reduce whose inputs differ between these ranks and whose outputs agree: the partial
+    results of a row-parallel layer summed (data-parallel ranks reduce gradients, after a backward)."""
+    n = min(len(h) for h in heads)
+    for i in range(n):
+        name = heads[0][i][0]
+        if any(h[i][0] != name for h in heads):
+            return False
+        if name.startswith("Distributed.all_reduce.") and name.endswith(".forward"):
+            ins = [[r for r in h[i][1] if r.state == "input"] for h in heads]
+            outs = [[r for r in h[i][1] if r.state == "output"] for h in heads]
+            if ins[0] and outs[0] and not all(same_rows(list(x)) for x in zip(*ins)) and \
+                    all(same_rows(list(x)) for x in zip(*outs)):
+                return True
+    return False
+
+
 def from_dumps(paths: list[str]) -> tuple[int, str]:
     """(tensor-parallel size, why) read off the ranks' dumps, in rank order; size 1 where the ranks are
     data-parallel or nothing says otherwise."""
@@ -108,10 +125,15 @@ def from_dumps(paths: list[str]) -> tuple[int, str]:
         if len(paths) % tp:
             continue
         groups = [list(range(s, s + tp)) for s in range(0, len(paths), tp)]
-        if all(len({first[i] for i in g}) == 1 for g in groups) and all(_sharded([heads[i] for i in g]) for g in groups):
-            return tp, (f"ranks {', '.join('+'.join(str(i) for i in g) for g in groups)} start on the same input "
-                        "and hold tensors in parts")
-    return 1, "no group of neighbouring ranks starts on the same input and holds tensors in parts"
+        if not all(len({first[i] for i in g}) == 1 for g in groups):
+            continue
+        said = f"ranks {', '.join('+'.join(str(i) for i in g) for g in groups)}"
+        if all(_sharded([heads[i] for i in g]) for g in groups) and all(f is not None for f in first):
+            return tp, f"{said} start on the same input and hold tensors in parts"
+        if all(_reduced_alike([heads[i] for i in g]) for g in groups):
+            return tp, f"{said} all-reduce partial results in the forward pass to the same tensor"
+    return 1, ("no group of neighbouring ranks starts on the same input and holds tensors in parts, or "
+               "all-reduces partial results in the forward pass")
 
 
 def group_sides(sides: list, tp: int) -> list:

@@ -71,11 +71,53 @@ def rules(model: dict, local_keys: dict, layer_template: str) -> list[_Rule]:
 
 
 def _pattern(template: str) -> re.Pattern:
-    return re.compile("^" + re.escape(template).replace(re.escape("{layer}"), r"(\d+)") + "$")
+    return re.compile(r"(?:^|\.)" + re.escape(template).replace(re.escape("{layer}"), r"(\d+)") + "$")
 
 
 def _parent(path: str) -> str:
     return path.rpartition(".")[0]
+
+
+class _Names:
+    """A run's module paths as a table's templates see them: the components no template uses (wrappers:
+    DDP's `module`, verl's model-chunk index `0.`, FSDP1's `_fsdp_wrapped_module`, PEFT's `base_model`)
+    left out, and each path found again by any whole-component suffix of that (one path per suffix)."""
+
+    def __init__(self, templates, paths):
+        self.vocab, self.indexed = set(), set()
+        for t in templates:
+            parts = t.split(".")
+            for i, p in enumerate(parts):
+                if p == "{layer}":
+                    if i:
+                        self.indexed.add(parts[i - 1])
+                else:
+                    self.vocab.add(p)
+        self.normal: dict[str, str] = {}
+        self.by_suffix: dict[str, str | None] = {}
+        for path in paths:
+            n = self.norm(path)
+            if n is None:
+                continue
+            self.normal[path] = n
+            comps = n.split(".")
+            for i in range(len(comps)):
+                suffix = ".".join(comps[i:])
+                seen = self.by_suffix.get(suffix, path)
+                self.by_suffix[suffix] = path if seen == path else None
+
+    def norm(self, path: str) -> str | None:
+        """The path without the components no template uses; None where its own last one is such (a
+        module the tables say nothing of, inside one they do)."""
+        out, last = [], False
+        for c in path.split("."):
+            last = (c.isdigit() and bool(out) and out[-1] in self.indexed) or (not c.isdigit() and c in self.vocab)
+            if last:
+                out.append(c)
+        return ".".join(out) if out and last else None
+
+    def find(self, name: str) -> str | None:
+        return self.by_suffix.get(name)
 
 
 class Correspondence:
@@ -91,7 +133,7 @@ class Correspondence:
         doc = tables()
         if not doc:
             return
-        hf = set(hf_paths)
+        hf = list(hf_paths)
         mc = list(mcore_paths)
         layer_of = layer_of or (lambda n: n)
         best = None
@@ -104,7 +146,7 @@ class Correspondence:
         if best is None:
             return
         self.model, self.links, _score = best
-        self.parents = _parents(self.links, set(mc), hf)
+        self.parents = _parents(self.links, set(mc), set(hf))
 
     def __bool__(self) -> bool:
         return bool(self.links)
@@ -119,28 +161,30 @@ class Correspondence:
         return [link for link in self.links.values() if link.fused]
 
 
-def _links(rs: list[_Rule], mcore_paths: list, hf: set, layer_of) -> dict[str, Link]:
+def _links(rs: list[_Rule], mcore_paths: list, hf_paths, layer_of) -> dict[str, Link]:
+    mc = _Names([r.mcore for r in rs], mcore_paths)
+    hf = _Names([h for r in rs for h in r.hf], hf_paths)
     whole = [(r, _pattern(r.mcore)) for r in rs if not r.norm]
     norms = [(r, _pattern(r.mcore)) for r in rs if r.norm]
     out: dict[str, Link] = {}
-    for path in mcore_paths:
+    for path, n in mc.normal.items():
         for rule, pat in whole:
-            m = pat.match(path)
+            m = pat.search(n)
             if m is None:
                 continue
             layer = str(layer_of(int(m.group(1)))) if m.groups() else ""
-            parts = tuple(h.replace("{layer}", layer) for h in rule.hf)
-            if all(p in hf for p in parts):
+            parts = tuple(hf.find(h.replace("{layer}", layer)) for h in rule.hf)
+            if None not in parts:
                 out[path] = Link(path, parts)
                 break
-    for path in mcore_paths:  # a norm fused in front of a projection, where the run has no module of its own
+    for path, n in mc.normal.items():  # a norm fused in front of a projection, where the run has no module of its own
         for rule, pat in norms:
-            m = pat.match(path)
+            m = pat.search(n)
             if m is None or path not in out:
                 continue
             layer = str(layer_of(int(m.group(1)))) if m.groups() else ""
-            norm = rule.hf[0].replace("{layer}", layer)
-            if norm in hf and not any(link.hf == (norm,) for link in out.values()):
+            norm = hf.find(rule.hf[0].replace("{layer}", layer))
+            if norm is not None and not any(link.hf == (norm,) for link in out.values()):
                 out[path] = Link(path, out[path].hf, norm)
     return out
 

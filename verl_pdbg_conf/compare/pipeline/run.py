@@ -56,6 +56,9 @@ class _Pair:
         self.order = 0
         self.auto_dtype = ""
         self.alone: dict = {}  # splits.Split.alone of a combined split
+        # records between two pairs count as compared at them, unless the pairs themselves are guesses (ops of
+        # two backends at L1, paired by op and sizes with no module to anchor them)
+        self.bracket = True
         self.split_side = ""
 
     def record(self, t, g, synthetic: bool = False) -> None:
@@ -141,6 +144,7 @@ class _Pair:
             self.watch = None
 
     def close_gap(self, bracketed: bool = True) -> None:
+        bracketed = bracketed and self.bracket
         gap, self.gap = self.gap, Gap()
         if not gap:
             return
@@ -299,13 +303,15 @@ def run_pipeline(job, task: str, level: str):
             gstream = splits.combine(gstream, split)
     p = _Pair(job, task)
     p.judge.layout_free = backends is not None or bool(l1_mcore) or tmerge is not None or gmerge is not None
+    p.bracket = not l1_mcore
     if split is not None:
         p.alone, p.split_side = split.alone, split.side
     # API calls are numbered alike only by the same code: not across backends, nor across tensor-parallel
     # sizes (a vocabulary shard masks its ids with calls of its own)
     cross = backends is not None or bool(l1_mcore)
     merged = tmerge is not None or gmerge is not None
-    aligner = Aligner(gstream, by_name=not cross and not merged, backends=cross, layout_free=merged)
+    aligner = Aligner(gstream, by_name=not cross and not merged, backends=cross, layout_free=merged,
+                      anchored=not l1_mcore)
     for t, g, passed in aligner.pairs(tstream):
         p.coverage.golden_only(passed)
         p.coverage.late(aligner.late_paired)
@@ -329,8 +335,9 @@ def run_pipeline(job, task: str, level: str):
     notes = _layout_notes(backends, (("target", job.target_group, tmerge), ("golden", job.golden_group, gmerge)))
     if l1_mcore:
         notes.append(("compare-backends", f"the {l1_mcore} runs Megatron (its call stacks run {MEGATRON_FILES}), the "
-                      "other does not: at L1 no module record says which op of one is which of the other, so ops "
-                      "pair only by op, layer and shapes, and most stay uncompared",
+                      "other does not: at L1 no module record says which op of one is which of the other, so only "
+                      "the calls outside the model's layers are compared (the log-probs): a difference there "
+                      "says the runs part, not where",
                       "collect both at level mix: modules then pair by mbridge's table"))
     return _finish(p, treader, greader, split, task, alignment, notes)
 

@@ -1,0 +1,142 @@
+"""verl-pdbg-compare between verl's two training backends on real dumps: megatron-core 0.16.1's GPTModel
+(weights loaded by mbridge 0.15.1) at tensor-parallel size 1 and 2 over gloo, against transformers' Qwen2
+and its FSDP2 wrap on the same checkpoint, all dumped by this package's runtime on CPU
+(tests/make_megatron_dumps.py, in the megatron venv: requirements/venvs/megatron.lock). The right answer:
+the same weights are "same" wherever everything was compared, never "same" where something was not (an
+optimizer's step over parameters laid out otherwise); a change made on the Megatron side only is named in
+its layer and module; TP 2 against TP 1 is "same"."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+import release_venvs
+from verl_pdbg_conf.compare.cli import main
+
+pytestmark = [pytest.mark.slow, pytest.mark.venvs("megatron")]
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LEVELS = {"mix": "hf,fsdp2,tp1,tp2,tp1-fc2,tp1-qkv,tp1-eps,tp2-fc2", "L1": "hf,tp1"}
+LOG_PROB, UPDATE = "actor_compute_log_prob", "actor_update"
+
+
+@pytest.fixture(scope="module")
+def dumps(tmp_path_factory):
+    python = str(release_venvs.get("megatron") / "bin" / "python")
+    root = tmp_path_factory.mktemp("megatron")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.path.dirname(HERE))
+    for level, runs in LEVELS.items():  # one at a time: tp2 takes both cores
+        out = subprocess.run([python, os.path.join(HERE, "make_megatron_dumps.py"), str(root / level), "--level",
+                              level, "--runs", runs], cwd=str(root), env=env, capture_output=True, text=True,
+                             timeout=1800)
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return root
+
+
+def compare(*argv):
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = main([*map(str, argv), "--format", "json"])
+    return code, json.loads(buf.getvalue())
+
+
+def by_stage(doc) -> dict:
+    return {p["stage"]: p for p in doc["pairs"]}
+
+
+def rules(pair) -> dict:
+    out: dict = {}
+    for f in pair["findings"]:
+        out.setdefault(f["rule"], []).append(f["message"])
+    return out
+
+
+@pytest.mark.parametrize("target,golden", [("tp1", "hf"), ("hf", "tp1"), ("tp2", "hf"), ("tp2", "fsdp2"),
+                                           ("fsdp2", "tp2")])
+def test_same_weights_across_backends(dumps, target, golden):
+    code, doc = compare(dumps / "mix" / target, dumps / "mix" / golden)
+    pairs = by_stage(doc)
+    assert len(doc["pairs"]) == 2, doc["pairs"]  # one pair per data-parallel rank: TP 2's ranks are one model
+    lp = pairs[LOG_PROB]
+    assert lp["status"] == "same", lp
+    assert lp["coverage"]["full"] and lp["coverage"]["target"]["share"] == 1.0
+    assert "mbridge" in " ".join(rules(lp)["compare-backends"])
+    up = pairs[UPDATE]
+    # the optimizer's step runs over parameters laid out otherwise (fused, sharded), outside every module: not
+    # compared, so never "same"; everything else was, and nothing diverged
+    assert up["status"] == "partial" and up["first_divergence"] is None, up
+    for side in ("target", "golden"):
+        cov = up["coverage"][side]
+        assert set(cov["uncompared_records"]) == {"(outside any module)"} and not cov["uncompared_modules"], cov
+    assert code == 3
+
+
+def test_tp2_against_tp1_is_same(dumps):
+    code, doc = compare(dumps / "mix" / "tp2", dumps / "mix" / "tp1")
+    assert code == 0, [(p["stage"], p["status"], p["first_divergence"]) for p in doc["pairs"]]
+    assert [p["status"] for p in doc["pairs"]] == ["same", "same"]
+    layout = [f["message"] for f in doc["diagnostics"] if f["rule"] == "compare-layout"]
+    assert any("tensor-parallel size 2 from the dumps" in m for m in layout), doc["diagnostics"]
+    assert all(p["coverage"]["full"] for p in doc["pairs"])
+
+
+def _manifest(dumps) -> dict:
+    return json.loads((dumps / "mix" / "manifest.json").read_text())["runs"]
+
+
+@pytest.mark.parametrize("run,golden", [("tp1-fc2", "hf"), ("tp1-qkv", "hf"), ("tp1-eps", "hf"), ("tp2-fc2", "hf"),
+                                        ("tp2-fc2", "tp1"), ("tp1-qkv", "fsdp2")])
+def test_megatron_side_change_is_named(dumps, run, golden):
+    want = _manifest(dumps)[run]
+    code, doc = compare(dumps / "mix" / run, dumps / "mix" / golden)
+    assert code == 1
+    for pair in doc["pairs"]:
+        first = pair["first_divergence"]
+        assert pair["status"] == "diverged" and first is not None, pair
+        assert first["module"] == want["expect_module"] and first["layer"] == want["layer"], first
+
+
+def test_hf_side_names_its_own_module(dumps):
+    """The golden side Megatron: the target's (transformers) parts are fused into the record it is judged by."""
+    code, doc = compare(dumps / "mix" / "hf", dumps / "mix" / "tp1-qkv")
+    assert code == 1
+    first = by_stage(doc)[LOG_PROB]["first_divergence"]
+    assert first["layer"] == 2 and first["module"].startswith("model.layers.2.self_attn."), first
+
+
+def test_layout_from_a_verl_config(dumps, tmp_path):
+    conf = tmp_path / "config.yaml"
+    conf.write_text("actor_rollout_ref:\n  actor:\n    megatron:\n      tensor_model_parallel_size: 2\n")
+    code, doc = compare(dumps / "mix" / "tp2", dumps / "mix" / "tp1", "--target-conf", conf)
+    assert code == 0
+    assert any(f"from conf {conf}" in f["message"] for f in doc["diagnostics"] if f["rule"] == "compare-layout")
+
+
+def test_layout_unknown_is_said_never_guessed(dumps, tmp_path):
+    """Two ranks alike (rank1 a copy of rank0): nothing says they are one tensor-parallel group."""
+    run = tmp_path / "tp2-alike"
+    shutil.copytree(dumps / "mix" / "tp2", run)
+    for stage in (LOG_PROB, UPDATE):
+        inner = run / "step_1" / stage / "step0"
+        shutil.rmtree(inner / "rank1")
+        shutil.copytree(inner / "rank0", inner / "rank1")
+    code, doc = compare(run, dumps / "mix" / "tp1")
+    warned = [f["message"] for f in doc["diagnostics"] if f["rule"] == "compare-layout" and f["severity"] == "warning"]
+    assert warned and "could not be established" in warned[0]
+    assert len(doc["only_in_target"]) == 2 and code != 0
+
+
+def test_l1_says_collect_at_mix(dumps):
+    code, doc = compare(dumps / "L1" / "tp1", dumps / "L1" / "hf")
+    assert code == 3
+    for pair in doc["pairs"]:
+        assert pair["status"] == "partial", pair
+        notes = rules(pair)["compare-backends"]
+        assert "at L1 no module record" in notes[0]
