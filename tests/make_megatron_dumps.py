@@ -5,9 +5,12 @@ runtime profiler, for the compare's Megatron-against-transformers tests.
     python make_megatron_dumps.py OUT --level mix --runs hf,fsdp2,tp1,tp2,tp1-fc2 [--layer K] [--steps 1]
 
 OUT/checkpoint is make_cross_impl_dumps' transformers Qwen2 (torch.manual_seed(0), 6 layers), saved once
-and loaded by every run. Each run is its own process group over gloo (one process per rank) writing
-OUT/<run> (stages actor_compute_log_prob, a no-grad forward, and actor_update: forward, backward, one SGD
-step, as make_cross_impl_dumps.run_one). A run is BACKEND[-PLANT]:
+and loaded by every run. The runs of one backend and world size share one process group over gloo (one
+process per rank): the transformers runs, the TP1 runs, the TP2 runs. Each run has a model of its own,
+built from the checkpoint before the group's first profiler starts (so a plant stays in its run), and a
+profiler of its own writing OUT/<run> (stages actor_compute_log_prob, a no-grad forward, and actor_update:
+forward, backward, one SGD step, as make_cross_impl_dumps.run_one); msprobe's PrecisionDebugger is a
+process singleton, so one level per invocation. A run is BACKEND[-PLANT]:
 
   hf       transformers Qwen2ForCausalLM, attention eager, fp32
   fsdp2    the same under FSDP2, fully_shard per decoder layer and the root (one rank)
@@ -90,17 +93,22 @@ def patch_cuda_for_cpu() -> None:
     random._set_cuda_rng_state = lambda new_state, *args, **kwargs: torch.set_rng_state(new_state)
 
 
-def megatron_model(ckpt: str, tp: int, plant: str | None, layer: int):
-    """GPTModel on the local layer spec, the checkpoint's weights loaded by mbridge, then the plant."""
-    import torch
-    from mbridge import AutoBridge
+def megatron_init(tp: int) -> None:
+    """Megatron's parallel state, once per process group."""
     from megatron.core import parallel_state, tensor_parallel
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
-    from transformers import AutoConfig
 
     patch_cuda_for_cpu()
     parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp)
     tensor_parallel.model_parallel_cuda_manual_seed(0)
+
+
+def megatron_model(ckpt: str, plant: str | None, layer: int):
+    """GPTModel on the local layer spec, the checkpoint's weights loaded by mbridge, then the plant."""
+    import torch
+    from mbridge import AutoBridge
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from transformers import AutoConfig
+
     hf_config = AutoConfig.from_pretrained(ckpt)
     if getattr(hf_config, "rope_theta", None) is None:  # transformers 5 keeps it in rope_parameters
         hf_config.rope_theta = hf_config.rope_parameters["rope_theta"]
@@ -135,32 +143,46 @@ def megatron_log_probs(model, ids, _mask):
     return logits[:, :-1].float().log_softmax(-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
 
 
-# ---------------------------------------------------------------- one rank of one run
+# ---------------------------------------------------------------- one rank of one process group
 
-def worker(rank: int, world: int, port: int, job: dict, results) -> None:
+def build(job: dict):
+    if job["backend"] == "megatron":
+        return megatron_model(job["ckpt"], job["plant"], job["layer"]), megatron_log_probs
+    return hf_model(job["ckpt"], job["backend"] == "fsdp2"), X.log_probs
+
+
+def worker(rank: int, world: int, port: int, jobs: list[dict], results) -> None:
+    """The runs `jobs` one after the other, each with a model of its own and a profiler of its own."""
     import torch
 
     torch.set_num_threads(1)
     gloo(rank, world, port)
     from verl_pdbg_conf.runtime import PrecisionDebuggerProfiler
 
-    if job["backend"] == "megatron":
-        model, log_probs = megatron_model(job["ckpt"], world, job["plant"], job["layer"]), megatron_log_probs
-    else:
-        model, log_probs = hf_model(job["ckpt"], job["backend"] == "fsdp2"), X.log_probs
-    seen = []
+    megatron = jobs[0]["backend"] == "megatron"
+    if megatron:
+        megatron_init(world)
+    # Every model before the first profiler starts, as in a process of its own: msprobe's wrappers of
+    # torch's functions would reach the functions a later model captures (megatron's activation).
+    models = [build(job) for job in jobs]
+    for job, (model, log_probs) in zip(jobs, models):
+        if megatron:
+            from megatron.core import tensor_parallel
 
-    def recorded(model, ids, mask):
-        out = log_probs(model, ids, mask)
-        if not torch.is_grad_enabled():  # the log-prob stage's: compared across runs
-            seen.append(out.detach().clone())
-        return out
+            tensor_parallel.model_parallel_cuda_manual_seed(0)  # its RNG tracker as a fresh process's
+        seen = []
 
-    prof = PrecisionDebuggerProfiler({"config_path": job["config"], "stages": list(STAGES)}, rank=rank,
-                                     save_path=job["save_path"])
-    X.run_one(prof, model, "golden", job["steps"], recorded)
-    if rank == 0:
-        results.put(torch.stack(seen).tolist())
+        def recorded(model, ids, mask, log_probs=log_probs, seen=seen):
+            out = log_probs(model, ids, mask)
+            if not torch.is_grad_enabled():  # the log-prob stage's: compared across runs
+                seen.append(out.detach().clone())
+            return out
+
+        prof = PrecisionDebuggerProfiler({"config_path": job["config"], "stages": list(STAGES)}, rank=rank,
+                                         save_path=job["save_path"])
+        X.run_one(prof, model, "golden", job["steps"], recorded)
+        if rank == 0:
+            results.put((job["name"], torch.stack(seen).tolist()))
     torch.distributed.destroy_process_group()
 
 
@@ -170,13 +192,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run(job: dict, world: int) -> list:
-    """Every rank of one run in processes of its own (megatron's and msprobe's state is per process)."""
+def run(jobs: list[dict], world: int) -> dict[str, list]:
+    """Every rank of one process group in a process of its own (megatron's and msprobe's state is per
+    process); the log-probs of each run."""
     import torch.multiprocessing as mp
 
     results = mp.get_context("spawn").SimpleQueue()
-    mp.spawn(worker, args=(world, free_port(), job, results), nprocs=world, join=True)
-    return results.get()
+    mp.spawn(worker, args=(world, free_port(), jobs, results), nprocs=world, join=True)
+    return dict(results.get() for _ in jobs)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -207,20 +230,24 @@ def main(argv: list[str] | None = None) -> int:
     manifest = json.load(open(path)) if os.path.exists(path) else {"runs": {}}
     manifest.update({"level": a.level, "layer": a.layer, "layers": X.LAYERS, "steps": steps,
                      "checkpoint": "checkpoint"})
-    log_probs = {}
+    groups = {}  # (transformers or megatron, world size): its runs' jobs, in the order given
     for name, (backend, tp, plant) in zip(runs, parsed):
         save_path = os.path.join(out, name)
         shutil.rmtree(save_path, ignore_errors=True)  # the runtime would write beside an old dump
-        job = {"backend": backend, "plant": plant, "layer": a.layer, "ckpt": ckpt, "config": cfg,
-               "steps": steps, "save_path": save_path}
+        groups.setdefault((backend == "megatron", tp), []).append(
+            {"name": name, "backend": backend, "plant": plant, "layer": a.layer, "ckpt": ckpt, "config": cfg,
+             "steps": steps, "save_path": save_path})
+    log_probs = {}
+    for (_, tp), jobs in groups.items():
         started = time.monotonic()
-        log_probs[name] = torch.tensor(run(job, tp))
+        log_probs.update((name, torch.tensor(lp)) for name, lp in run(jobs, tp).items())
+        print(f"{', '.join(j['name'] for j in jobs)}: written in {time.monotonic() - started:.1f} s", flush=True)
+    for name, (backend, tp, plant) in zip(runs, parsed):
         for step, stage, rank in itertools.product(steps, STAGES, range(tp)):
-            if not glob.glob(os.path.join(save_path, f"step_{step}", stage, "*", f"rank{rank}", "dump.json")):
+            if not glob.glob(os.path.join(out, name, f"step_{step}", stage, "*", f"rank{rank}", "dump.json")):
                 raise SystemExit(f"{name}: msprobe wrote no dump.json for step {step} {stage} rank{rank}")
         manifest["runs"][name] = {"backend": backend, "tp": tp, "plant": plant, "layer": a.layer if plant else None,
                                   "expect_module": f"decoder.layers.{a.layer}.{PLANTS[plant]}" if plant else None}
-        print(f"{name}: written in {time.monotonic() - started:.1f} s", flush=True)
 
     reference = next((r for r, p in zip(runs, parsed) if p[2] is None), None)
     bad = []
