@@ -5,6 +5,7 @@ read from a verl config. The real runs are in test_compare_megatron.py."""
 from __future__ import annotations
 
 import math
+import os
 import random
 
 import pytest
@@ -214,3 +215,63 @@ def test_correspondence_through_wrappers():
         "_fsdp_wrapped_module.model.layers.0._fsdp_wrapped_module.input_layernorm",)
     # a module the table says nothing of, inside one it does, is never taken for it
     assert "0.module.decoder.layers.0.self_attention.core_attention" not in c.links
+
+
+@pytest.fixture(scope="module")
+def verl_megatron(tmp_path_factory):
+    import tarfile
+
+    root = tmp_path_factory.mktemp("verl-megatron")
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "examples", "verl-megatron", "verl-megatron.tar.gz")
+    with tarfile.open(here) as tar:
+        tar.extractall(root, filter="data")
+    return root
+
+
+def _compare(*argv):
+    import contextlib
+    import io
+    import json
+
+    from verl_pdbg_conf.compare.cli import main
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = main([*map(str, argv), "--format", "json"])
+    return code, json.loads(buf.getvalue())
+
+
+def test_verl_megatron_worker_against_transformers(verl_megatron):
+    """verl's own Megatron worker (module names under `0.module.module.`, bf16) against transformers fed the
+    same tensors: nothing diverges (a fused projection's bf16 statistics put together keep bf16's rounding),
+    and what was not compared is said: verl's own log-prob code outside every module, and lm_head, whose
+    Megatron counterpart msprobe leaves out in verl ("first or last layer")."""
+    code, doc = _compare(verl_megatron / "megatron", verl_megatron / "hf-packed")
+    (pair,) = doc["pairs"]
+    assert pair["status"] == "partial" and pair["first_divergence"] is None and code == 3
+    assert pair["coverage"]["golden"]["uncompared_modules"] == {"lm_head": 1}
+    assert set(pair["coverage"]["target"]["uncompared_records"]) == {"(outside any module)"}
+
+
+def test_verl_megatron_worker_change_named(verl_megatron):
+    code, doc = _compare(verl_megatron / "megatron-fc2", verl_megatron / "hf-packed")
+    first = doc["pairs"][0]["first_divergence"]
+    assert code == 1 and first["module"] == "0.module.module.decoder.layers.1.mlp.linear_fc2" and first["layer"] == 1
+
+
+def test_verl_megatron_worker_other_token_layout_is_a_mismatch(verl_megatron):
+    """The trainer's padded batch against what verl's Megatron engine was fed (a padding column removed):
+    no tensor after the ids covers the same tokens, so nothing is compared, and it says why."""
+    code, doc = _compare(verl_megatron / "megatron", verl_megatron / "hf")
+    (pair,) = doc["pairs"]
+    assert pair["status"] == "mismatch" and code == 2
+    msg = [f["message"] for f in pair["findings"] if f["rule"] == "compare-mismatch"][0]
+    assert "[4, 10] against [4, 11]" in msg
+
+
+def test_megatron_scratch_buffer_ignored_by_default(verl_megatron):
+    """Two runs alike but for one planted weight: the first difference is the planted layer's, not the
+    uninitialised buffer Megatron's attention hands torch.baddbmm with beta=0."""
+    code, doc = _compare(verl_megatron / "megatron-fc2", verl_megatron / "megatron")
+    first = doc["pairs"][0]["first_divergence"]
+    assert code == 1 and first["layer"] == 1 and "baddbmm" not in first["name"]

@@ -43,6 +43,7 @@ class Row:
     data_name: str  # the tensor file of the tensor task, "-1" without one
     md5: str | None = None
     alike: int = 1  # ranks of a tensor-parallel group that held it alike (taken once: replicated or a shard)
+    parts: int = 1  # rows whose statistics were put together into this one (concat.py)
 
 
 class DumpReader:

@@ -92,6 +92,10 @@ def _compare(job: PairJob, task: str, level: str) -> PairOutcome:
         return PairOutcome(error="holds no records", rule="dump-empty", path=empty,
                            hint="the stage ran no hooked API or module (config.json scope/list/level, or the "
                            "stage's model was not resolved)")
+    if an.tokens:
+        return PairOutcome(error=an.tokens, rule="compare-mismatch", path=job.target,
+                           hint="collect both with the same token layout (verl: use_remove_padding and the "
+                           "log-prob micro-batch size alike), or compare the same tokens")
     out = PairOutcome(an)
     out.notes.extend(notes)
     return out

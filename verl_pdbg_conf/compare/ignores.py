@@ -29,11 +29,19 @@ from verl_pdbg_conf.compare.nodes import _FRAME, stack_entries
 # tensor statistics (input 0, the whole all-gather output buffer, and output 0, this rank's slice).
 FSDP2_ALL_GATHER_BUFFER = ("Tensor.narrow.*.forward*"
                            "@*/torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py:* in all_gather_copy_in*")
+# Found the same way on two identical runs of megatron-core 0.16.1's GPTModel (tests/make_megatron_dumps.py,
+# TP 1 and TP 2; and verl's own Megatron worker): they differ in this input only, NaN in one run and not the other.
+MEGATRON_BADDBMM_BUFFER = ("Torch.baddbmm.*.forward.input.0"
+                           "@*/megatron/core/transformer/dot_product_attention.py:* in forward")
 DEFAULT_IGNORES: tuple[tuple[str, str], ...] = (
     (FSDP2_ALL_GATHER_BUFFER,
      "FSDP2's all-gather copy-in slices its output buffer, fresh from torch.empty, before the collective "
      "fills it: msprobe's statistics of that slice and of the buffer are whatever the memory held, "
      "different every run"),
+    (MEGATRON_BADDBMM_BUFFER,
+     "Megatron's local attention computes q.k with torch.baddbmm(buffer, q, k, beta=0) on a scratch buffer "
+     "from its global memory buffer (torch.empty): beta=0 ignores it, msprobe's statistics of it are whatever "
+     "the memory held (NaN in one run, not in the next)"),
 )
 
 

@@ -40,7 +40,8 @@ def concat_rows(rows: list, axis: int = -1):
         return None
     shape = list(shapes[0])
     shape[ax] = sum(s[ax] for s in shapes)
-    return replace(first, shape=shape, stats=concat_stats(rows, sizes), data_name="-1", md5=None)
+    return replace(first, shape=shape, stats=concat_stats(rows, sizes), data_name="-1", md5=None,
+                   parts=sum(r.parts for r in rows))
 
 
 def same_rows(rows: list) -> bool:

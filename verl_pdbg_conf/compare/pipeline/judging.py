@@ -87,9 +87,18 @@ class Judge:
         if not reason and value is not None:
             if value != value:
                 reason = "nan"
-            elif value > self.limit:
+            elif value > self._limit(t, g):
                 reason = "threshold"
         return Verdict(reason, value, "", both)
+
+    def _limit(self, t, g) -> float:
+        """The threshold, or for statistics put together from parts (a fused projection's, shards), the
+        rounding step of their dtype where larger: msprobe rounds each part's statistics to the tensor's dtype
+        (a bf16 Norm keeps 8 bits), and their combination keeps that error."""
+        if t.parts > 1 or g.parts > 1:
+            step = max(M.EPS.get(t.dtype, 0.0), M.EPS.get(g.dtype, 0.0))
+            return max(self.limit, step)
+        return self.limit
 
     def _dtypes(self, a: str, b: str) -> None:
         if a in M.FLOAT_DTYPES and b in M.FLOAT_DTYPES:

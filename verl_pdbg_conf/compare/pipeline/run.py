@@ -371,6 +371,10 @@ def _finish(p: _Pair, treader, greader, split, task: str, alignment=None, notes=
     notes = list(notes or [])
     if p.first:
         order, row, grow, v, rec, label, note, received = p.first
+        if v.reason == "shape" and p.judge.layout_free and row.state == "input" and _exact(row.dtype):
+            an.tokens = (f"the runs were fed token ids laid out otherwise ({row.name}: {row.shape} against "
+                         f"{grow.shape}): padding removed or kept, sequences packed, other micro-batches; every "
+                         "tensor after it covers other tokens, and statistics cannot tell which")
         an.first = node(order, row, grow, v.value, v.reason, rec, label)
         an.first.golden_nonfinite = v.golden_nonfinite
         an.first.note = note
