@@ -1,14 +1,14 @@
 """Write real msprobe dumps on CPU of one small Qwen2 checkpoint run by megatron-core's GPTModel (weights
-loaded by mbridge) at tensor-parallel size 1 and 2, and by transformers itself, through this package's
-runtime profiler, for the compare's Megatron-against-transformers tests.
+loaded by mbridge) at tensor-parallel size 1 and 2 and pipeline-parallel size 2, and by transformers itself,
+through this package's runtime profiler, for the compare's Megatron-against-transformers tests.
 
-    python make_megatron_dumps.py OUT --level mix --runs hf,fsdp2,tp1,tp2,tp1-fc2 [--layer K] [--steps 1]
+    python make_megatron_dumps.py OUT --level mix --runs hf,fsdp2,tp1,tp2,tp1-fc2,pp2,pp2-fc2 [--layer K] [--steps 1]
 
 OUT/checkpoint is make_cross_impl_dumps' transformers Qwen2 (torch.manual_seed(0), 6 layers), saved once
-and loaded by every run. The runs of one backend and world size share one process group over gloo (one
-process per rank): the transformers runs, the TP1 runs, the TP2 runs. Each run has a model of its own,
-built from the checkpoint before the group's first profiler starts (so a plant stays in its run), and a
-profiler of its own writing OUT/<run> (stages actor_compute_log_prob, a no-grad forward, and actor_update:
+and loaded by every run. The runs of one backend and layout (tp, pp) share one process group over gloo (one
+process per rank): the transformers runs, the TP1 runs, the TP2 runs, the PP2 runs. Each run has a model of
+its own, built from the checkpoint before the group's first profiler starts (so a plant stays in its run),
+and a profiler of its own writing OUT/<run> (stages actor_compute_log_prob, a no-grad forward, and actor_update:
 forward, backward, one SGD step, as make_cross_impl_dumps.run_one); msprobe's PrecisionDebugger is a
 process singleton, so one level per invocation. A run is BACKEND[-PLANT]:
 
@@ -16,15 +16,24 @@ process singleton, so one level per invocation. A run is BACKEND[-PLANT]:
   fsdp2    the same under FSDP2, fully_shard per decoder layer and the root (one rank)
   tp1      megatron-core GPTModel, local layer spec (torch RMSNorm), tensor parallel 1
   tp2      the same at tensor parallel 2 (two ranks: msprobe writes rank0 and rank1)
+  pp2      the same at pipeline parallel 2, tensor parallel 1 (two ranks: stage 0, rank0, holds the
+           embedding and layers 0-2, stage 1, rank1, layers 3-5, the final norm and the output layer;
+           msprobe names a stage's layers by their local index: rank1's decoder.layers.0 is layer 3)
+  tp2pp2   tensor parallel 2 and pipeline parallel 2 (four ranks: rank0, rank1 stage 0; rank2, rank3 stage 1)
 
-  plants, tp1 and tp2 only, after loading, in layer K (--layer, default 2):
+  The pipeline-parallel runs go through megatron-core's own schedule (get_forward_backward_func(), one
+  micro-batch, forward_only in the log-prob stage), over gloo's point-to-point sends; the last stage
+  computes the log-probs and the loss.
+
+  plants, megatron runs only, after loading, in global layer K (--layer, default 2), on the pipeline stage
+  that holds it, at its local index there:
   -fc2     decoder.layers.K.mlp.linear_fc2.weight x1.01
   -qkv     decoder.layers.K.self_attention.linear_qkv.weight x1.01
   -eps     decoder.layers.K.pre_mlp_layernorm (a torch.nn.RMSNorm) eps = 0.1
 
 The log-probs of every run are checked against the first unplanted run's: unplanted ones agree to 1e-5,
-planted ones differ. OUT/manifest.json says per run its backend, tp, plant, layer and the module a compare
-must name (`expect_module` None: no divergence)."""
+planted ones differ. OUT/manifest.json says per run its backend, tp, pp, plant, layer and the module a
+compare must name (`expect_module`, with K the global layer; None: no divergence)."""
 
 from __future__ import annotations
 
@@ -44,17 +53,19 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "run
 import make_cross_impl_dumps as X  # noqa: E402
 from scenarios import gloo  # noqa: E402
 
-BACKENDS = {"hf": ("hf", 1), "fsdp2": ("fsdp2", 1), "tp1": ("megatron", 1), "tp2": ("megatron", 2)}
+BACKENDS = {"hf": ("hf", 1, 1), "fsdp2": ("fsdp2", 1, 1), "tp1": ("megatron", 1, 1), "tp2": ("megatron", 2, 1),
+            "pp2": ("megatron", 1, 2), "tp2pp2": ("megatron", 2, 2)}  # name: backend, tp, pp
 PLANTS = {"fc2": "mlp.linear_fc2", "qkv": "self_attention.linear_qkv", "eps": "pre_mlp_layernorm"}
 STAGES = X.STAGES
 AGREE = 1e-5  # max |log-prob difference| of two unplanted runs
 
 
-def parse_run(run: str) -> tuple[str, int, str | None]:
+def parse_run(run: str) -> tuple[str, int, int, str | None]:
+    """backend, tp, pp, plant"""
     name, _, plant = run.partition("-")
     if name not in BACKENDS or (plant and (plant not in PLANTS or BACKENDS[name][0] != "megatron")):
         raise SystemExit(f"unknown run {run!r}: BACKEND[-PLANT], BACKEND in {tuple(BACKENDS)}, "
-                         f"PLANT in {tuple(PLANTS)} (tp1 and tp2 only)")
+                         f"PLANT in {tuple(PLANTS)} (megatron runs only)")
     return *BACKENDS[name], plant or None
 
 
@@ -83,29 +94,61 @@ def hf_model(ckpt: str, fsdp2: bool):
 
 def patch_cuda_for_cpu() -> None:
     """Megatron asks CUDA for its device and RNG even on CPU: point both at the CPU."""
+    import types
+
     import torch
+    from megatron.core.pipeline_parallel import schedules
     from megatron.core.tensor_parallel import random
 
+    # Also the device of the pipeline's receive buffers (p2p_communication: torch.empty(...,
+    # device=torch.cuda.current_device()), the shapes it exchanges first and the tensors it receives).
     torch.cuda.current_device = lambda: torch.device("cpu")
     torch.cuda.get_rng_state = lambda device="cuda": torch.get_rng_state()
     torch.cuda.manual_seed = torch.manual_seed
     random._get_cuda_rng_state = lambda *args, **kwargs: torch.get_rng_state()
     random._set_cuda_rng_state = lambda new_state, *args, **kwargs: torch.set_rng_state(new_state)
+    # The pipeline's point-to-point exchange (P2PCommunicator._communicate_shapes, always run as mbridge
+    # sets variable_seq_lengths) calls torch.cuda.synchronize() after its batch_isend_irecv, "to protect
+    # against a race" of CUDA streams; a CPU-only torch raises "Torch not compiled with CUDA enabled". On
+    # the CPU every request was waited on already: nothing to synchronize.
+    torch.cuda.synchronize = lambda device=None: None
+    # forward_backward_pipelining_without_interleaving (and the other schedules) count the tokens in
+    # torch.zeros([], dtype=torch.int, device="cuda"): the same error. The schedules module alone sees a
+    # torch whose zeros puts "cuda" on the CPU; every other name is torch's own, looked up at each call
+    # (so msprobe's wrappers of torch's functions stay in place).
+    if schedules.torch is torch:  # once per process
+        class _CpuTorch(types.ModuleType):
+            def __getattr__(self, name):
+                return getattr(torch, name)
+
+            @staticmethod
+            def zeros(*args, device=None, **kwargs):
+                if device == "cuda" or (isinstance(device, torch.device) and device.type == "cuda"):
+                    device = "cpu"
+                return torch.zeros(*args, device=device, **kwargs)
+
+        schedules.torch = _CpuTorch("torch")
 
 
-def megatron_init(tp: int) -> None:
+def megatron_init(tp: int, pp: int = 1) -> None:
     """Megatron's parallel state, once per process group."""
     from megatron.core import parallel_state, tensor_parallel
 
     patch_cuda_for_cpu()
-    parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp)
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
     tensor_parallel.model_parallel_cuda_manual_seed(0)
 
 
 def megatron_model(ckpt: str, plant: str | None, layer: int):
-    """GPTModel on the local layer spec, the checkpoint's weights loaded by mbridge, then the plant."""
+    """GPTModel on the local layer spec, the checkpoint's weights loaded by mbridge, then the plant. At
+    pipeline parallel > 1 the model of this rank's stage: the embedding on the first (pre_process), the
+    final norm and the output layer on the last (post_process), the stage's layers between, numbered from 0
+    in the module tree (their layer_number is global, 1-based). mbridge's load_weights maps each local layer
+    to layer_number - 1 (_weight_name_mapping_mcore_local_to_global), so a stage loads its own layers; the
+    plant lands in the stage holding global layer `layer`, at its local index, and nowhere else."""
     import torch
     from mbridge import AutoBridge
+    from megatron.core import parallel_state
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from transformers import AutoConfig
 
@@ -121,14 +164,17 @@ def megatron_model(ckpt: str, plant: str | None, layer: int):
                            ["model.layers.{layer_number}.post_attention_layernorm.weight"]}
     # mbridge turns sequence parallel on at TP > 1 (torch's norms refuse it); no random init: all is loaded
     bridge.set_extra_args(sequence_parallel=False, perform_initialization=False)
-    model = bridge._model_provider([])(pre_process=True, post_process=True)
+    model = bridge._model_provider([])(pre_process=parallel_state.is_pipeline_first_stage(),
+                                        post_process=parallel_state.is_pipeline_last_stage())
     bridge.load_weights([model], ckpt)
-    target = model.decoder.layers[layer]
-    if plant == "eps":
-        target.pre_mlp_layernorm.eps = 0.1
-    elif plant:
-        with torch.no_grad():
-            target.get_submodule(PLANTS[plant]).weight.mul_(1.01)
+    local = {block.layer_number - 1: i for i, block in enumerate(model.decoder.layers)}  # global: local
+    if plant and layer in local:
+        target = model.decoder.layers[local[layer]]
+        if plant == "eps":
+            target.pre_mlp_layernorm.eps = 0.1
+        else:
+            with torch.no_grad():
+                target.get_submodule(PLANTS[plant]).weight.mul_(1.01)
     return model
 
 
@@ -141,6 +187,52 @@ def megatron_log_probs(model, ids, _mask):
     causal = torch.ones(seq, seq, dtype=torch.bool).triu(1)[None, None]  # True: masked
     logits = model(ids, positions, causal, runtime_gather_output=True)
     return logits[:, :-1].float().log_softmax(-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+
+
+def run_pipeline(prof, model, steps: list[int], seen: list) -> None:
+    """X.run_one's steps and stages (the same data, the same loss, SGD), each pass through megatron-core's
+    pipeline schedule: one micro-batch of the whole batch, forward only in the log-prob stage. Every stage
+    runs forward_step_func (the first embeds ids, the others take the hidden states received from the
+    stage before); the last computes log-probs and loss (loss_func), kept in `seen` in the log-prob stage."""
+    import torch
+    from megatron.core import parallel_state
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+
+    forward_backward = get_forward_backward_func()
+    last = parallel_state.is_pipeline_last_stage()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, foreach=False)
+
+    def forward_step(data_iterator, model):
+        ids = next(data_iterator)
+        seq = ids.shape[1]
+        positions = torch.arange(seq).expand_as(ids)
+        causal = torch.ones(seq, seq, dtype=torch.bool).triu(1)[None, None]  # True: masked
+        output = model(ids, positions, causal, runtime_gather_output=True)
+
+        def loss_func(logits):
+            lp = logits[:, :-1].float().log_softmax(-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+            return -lp.mean(), {"log_probs": lp.detach().clone()}
+
+        return output, loss_func
+
+    def run(ids, forward_only):
+        return forward_backward(forward_step_func=forward_step, data_iterator=iter([ids]), model=[model],
+                                num_microbatches=1, seq_length=ids.shape[1], micro_batch_size=ids.shape[0],
+                                forward_only=forward_only)
+
+    for step in steps:
+        torch.manual_seed(1000 * step)  # the same data in every run, on every rank
+        ids = torch.randint(0, X.VOCAB, (X.BATCH, X.SEQ))
+        prof.start(profile_step=step)
+        with prof.stage("actor_compute_log_prob", model=model), torch.no_grad():
+            out = run(ids, True)
+        if last:
+            seen.append(out[0]["log_probs"])
+        with prof.stage("actor_update", model=model):
+            model.zero_grad(set_to_none=True)
+            run(ids, False)
+            opt.step()
+        prof.stop()
 
 
 # ---------------------------------------------------------------- one rank of one process group
@@ -160,8 +252,13 @@ def worker(rank: int, world: int, port: int, jobs: list[dict], results) -> None:
     from verl_pdbg_conf.runtime import PrecisionDebuggerProfiler
 
     megatron = jobs[0]["backend"] == "megatron"
+    pp = jobs[0]["pp"]
+    reporter = rank == 0  # the rank whose log-probs are the run's: the last stage's first
     if megatron:
-        megatron_init(world)
+        from megatron.core import parallel_state
+
+        megatron_init(world // pp, pp)
+        reporter = parallel_state.is_pipeline_last_stage() and parallel_state.get_tensor_model_parallel_rank() == 0
     # Every model before the first profiler starts, as in a process of its own: msprobe's wrappers of
     # torch's functions would reach the functions a later model captures (megatron's activation).
     models = [build(job) for job in jobs]
@@ -180,8 +277,11 @@ def worker(rank: int, world: int, port: int, jobs: list[dict], results) -> None:
 
         prof = PrecisionDebuggerProfiler({"config_path": job["config"], "stages": list(STAGES)}, rank=rank,
                                          save_path=job["save_path"])
-        X.run_one(prof, model, "golden", job["steps"], recorded)
-        if rank == 0:
+        if pp > 1:
+            run_pipeline(prof, model, job["steps"], seen)
+        else:
+            X.run_one(prof, model, "golden", job["steps"], recorded)
+        if reporter:
             results.put((job["name"], torch.stack(seen).tolist()))
     torch.distributed.destroy_process_group()
 
@@ -230,28 +330,29 @@ def main(argv: list[str] | None = None) -> int:
     manifest = json.load(open(path)) if os.path.exists(path) else {"runs": {}}
     manifest.update({"level": a.level, "layer": a.layer, "layers": X.LAYERS, "steps": steps,
                      "checkpoint": "checkpoint"})
-    groups = {}  # (transformers or megatron, world size): its runs' jobs, in the order given
-    for name, (backend, tp, plant) in zip(runs, parsed):
+    groups = {}  # (transformers or megatron, tp, pp): its runs' jobs, in the order given
+    for name, (backend, tp, pp, plant) in zip(runs, parsed):
         save_path = os.path.join(out, name)
         shutil.rmtree(save_path, ignore_errors=True)  # the runtime would write beside an old dump
-        groups.setdefault((backend == "megatron", tp), []).append(
+        groups.setdefault((backend == "megatron", tp, pp), []).append(
             {"name": name, "backend": backend, "plant": plant, "layer": a.layer, "ckpt": ckpt, "config": cfg,
-             "steps": steps, "save_path": save_path})
+             "steps": steps, "save_path": save_path, "pp": pp})
     log_probs = {}
-    for (_, tp), jobs in groups.items():
+    for (_, tp, pp), jobs in groups.items():
         started = time.monotonic()
-        log_probs.update((name, torch.tensor(lp)) for name, lp in run(jobs, tp).items())
+        log_probs.update((name, torch.tensor(lp)) for name, lp in run(jobs, tp * pp).items())
         print(f"{', '.join(j['name'] for j in jobs)}: written in {time.monotonic() - started:.1f} s", flush=True)
-    for name, (backend, tp, plant) in zip(runs, parsed):
-        for step, stage, rank in itertools.product(steps, STAGES, range(tp)):
+    for name, (backend, tp, pp, plant) in zip(runs, parsed):
+        for step, stage, rank in itertools.product(steps, STAGES, range(tp * pp)):
             if not glob.glob(os.path.join(out, name, f"step_{step}", stage, "*", f"rank{rank}", "dump.json")):
                 raise SystemExit(f"{name}: msprobe wrote no dump.json for step {step} {stage} rank{rank}")
-        manifest["runs"][name] = {"backend": backend, "tp": tp, "plant": plant, "layer": a.layer if plant else None,
+        manifest["runs"][name] = {"backend": backend, "tp": tp, "pp": pp, "plant": plant,
+                                  "layer": a.layer if plant else None,
                                   "expect_module": f"decoder.layers.{a.layer}.{PLANTS[plant]}" if plant else None}
 
-    reference = next((r for r, p in zip(runs, parsed) if p[2] is None), None)
+    reference = next((r for r, p in zip(runs, parsed) if p[3] is None), None)
     bad = []
-    for name, (_, _, plant) in zip(runs, parsed):
+    for name, (_, _, _, plant) in zip(runs, parsed):
         if reference is None:
             break
         diff = (log_probs[name] - log_probs[reference]).abs().max().item()

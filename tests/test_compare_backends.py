@@ -275,3 +275,78 @@ def test_megatron_scratch_buffer_ignored_by_default(verl_megatron):
     code, doc = _compare(verl_megatron / "megatron-fc2", verl_megatron / "megatron")
     first = doc["pairs"][0]["first_divergence"]
     assert code == 1 and first["layer"] == 1 and "baddbmm" not in first["name"]
+
+
+def test_pipeline_stages_chained_and_renumbered():
+    """Two pipeline stages, each numbering its layers from 0: put together as one model's records, layers
+    numbered by what the stages before hold, forwards in stage order and the rest in reverse."""
+    from verl_pdbg_conf.compare.pipeline import stages as S
+    from verl_pdbg_conf.compare.pipeline.reading import layer_of_path
+    from verl_pdbg_conf.compare.pipeline.trees import Tree
+
+    pattern = S.layer_pattern()
+
+    def stage(paths, order0):
+        recs = []
+        for i, (p, direction) in enumerate(paths):
+            name = f"Module.{p}.X.{direction}.0"
+            r = _rec(name, [_row(name + ".output.0", [1.0], [1])], order0 + i, direction)
+            r.after_backward = direction == "backward"
+            r.layer = layer_of_path(r.module)  # as reading.Reader sets it
+            recs.append(r)
+        return recs
+
+    s0 = stage([("embedding", "forward"), ("decoder.layers.0", "forward"), ("decoder.layers.1", "forward"),
+                ("decoder.layers.1", "backward"), ("decoder.layers.0", "backward")], 0)
+    s1 = stage([("decoder.layers.0", "forward"), ("output_layer", "forward"), ("output_layer", "backward"),
+                ("decoder.layers.0", "backward")], 0)
+    trees = []
+    for recs in (s0, s1):
+        t = Tree()
+        for r in recs:
+            t.add(r.name, None)
+        trees.append(t)
+    offs = S.offsets(trees, pattern)
+    assert offs == [0, 2]
+    relayers = [S.Relayer(o, pattern) for o in offs]
+    out = [(r.module, r.direction, r.layer) for r in S.chain([iter(s0), iter(s1)], relayers)]
+    assert out == [("embedding", "forward", None), ("decoder.layers.0", "forward", 0),
+                   ("decoder.layers.1", "forward", 1), ("decoder.layers.2", "forward", 2),
+                   ("output_layer", "forward", None), ("output_layer", "backward", None),
+                   ("decoder.layers.2", "backward", 2), ("decoder.layers.1", "backward", 1),
+                   ("decoder.layers.0", "backward", 0)]
+    merged = S.merged_tree(trees, relayers)
+    assert "decoder.layers.2" in merged.modules and "output_layer" in merged.modules
+
+
+def test_relayer_keeps_wrappers_and_other_indices():
+    from verl_pdbg_conf.compare.pipeline import stages as S
+
+    rl = S.Relayer(3, S.layer_pattern())
+    assert rl.sub("Module.0.module.decoder.layers.1.mlp.experts.2.X.forward.0") == \
+        "Module.0.module.decoder.layers.4.mlp.experts.2.X.forward.0"
+    assert rl.sub("Module.embedding.word_embeddings.X.forward.0") == "Module.embedding.word_embeddings.X.forward.0"
+
+
+def test_layer_of_path_skips_a_model_chunk_index():
+    from verl_pdbg_conf.compare.pipeline.reading import layer_of_path
+
+    assert layer_of_path("0.module.module.decoder.layers.3.mlp") == 3
+    assert layer_of_path("0.module.module.embedding") is None
+    assert layer_of_path("model.layers.2.mlp.experts.5") == 2
+    assert layer_of_path("2.0") == 2 and layer_of_path("4") == 4  # an nn.Sequential's blocks
+    assert layer_of_path("module.1.0") == 1
+
+
+def test_replicas_grouped_in_megatron_rank_order():
+    """Tensor-parallel ranks next to each other, pipeline stages outermost: with 2 data-parallel replicas
+    of 2 stages, replica 0 is ranks 0 and 2, replica 1 ranks 1 and 3."""
+    from verl_pdbg_conf.compare.layout import group_sides
+    from verl_pdbg_conf.compare.pairs import Side
+
+    sides = [Side(("step_1", "s", "step0"), f"rank{r}", f"/d/rank{r}/dump.json") for r in (3, 1, 0, 2)]
+    one, two = group_sides(sides, tp=1, pp=2)
+    assert (one.rank_dir, one.members, one.tp) == ("rank0", ("rank0", "rank2"), 1)
+    assert two.members == ("rank1", "rank3")
+    (only,) = group_sides(sides, tp=2, pp=2)
+    assert only.members == ("rank0", "rank1", "rank2", "rank3") and only.tp == 2

@@ -1,10 +1,10 @@
 """verl-pdbg-compare between verl's two training backends on real dumps: megatron-core 0.16.1's GPTModel
-(weights loaded by mbridge 0.15.1) at tensor-parallel size 1 and 2 over gloo, against transformers' Qwen2
-and its FSDP2 wrap on the same checkpoint, all dumped by this package's runtime on CPU
+(weights loaded by mbridge 0.15.1) at tensor-parallel size 1 and 2 and pipeline size 2 over gloo, against
+transformers' Qwen2 and its FSDP2 wrap on the same checkpoint, all dumped by this package's runtime on CPU
 (tests/make_megatron_dumps.py, in the megatron venv: requirements/venvs/megatron.lock). The right answer:
 the same weights are "same" wherever everything was compared, never "same" where something was not (an
 optimizer's step over parameters laid out otherwise); a change made on the Megatron side only is named in
-its layer and module; TP 2 against TP 1 is "same"."""
+its layer and module, on either pipeline stage; TP 2 against TP 1 is "same"."""
 
 from __future__ import annotations
 
@@ -23,7 +23,9 @@ from verl_pdbg_conf.compare.cli import main
 pytestmark = [pytest.mark.slow, pytest.mark.venvs("megatron")]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-LEVELS = {"mix": "hf,fsdp2,tp1,tp2,tp1-fc2,tp1-qkv,tp1-eps,tp2-fc2", "L1": "hf,tp1"}
+# directory -> (level, runs, planted layer): "mix-l4" plants on the pipeline's second stage (layers 3-5)
+DUMPS = {"mix": ("mix", "hf,fsdp2,tp1,tp2,tp1-fc2,tp1-qkv,tp1-eps,tp2-fc2,pp2,pp2-fc2", 2),
+         "mix-l4": ("mix", "pp2-fc2", 4), "L1": ("L1", "hf,tp1", 2)}
 LOG_PROB, UPDATE = "actor_compute_log_prob", "actor_update"
 
 
@@ -32,10 +34,10 @@ def dumps(tmp_path_factory):
     python = str(release_venvs.get("megatron") / "bin" / "python")
     root = tmp_path_factory.mktemp("megatron")
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.path.dirname(HERE))
-    for level, runs in LEVELS.items():  # one at a time: tp2 takes both cores
-        out = subprocess.run([python, os.path.join(HERE, "make_megatron_dumps.py"), str(root / level), "--level",
-                              level, "--runs", runs], cwd=str(root), env=env, capture_output=True, text=True,
-                             timeout=1800)
+    for name, (level, runs, layer) in DUMPS.items():  # one at a time: tp2 and pp2 take both cores
+        out = subprocess.run([python, os.path.join(HERE, "make_megatron_dumps.py"), str(root / name), "--level",
+                              level, "--runs", runs, "--layer", str(layer)], cwd=str(root), env=env,
+                             capture_output=True, text=True, timeout=1800)
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return root
 
@@ -87,20 +89,40 @@ def test_tp2_against_tp1_is_same(dumps):
     assert all(p["coverage"]["full"] for p in doc["pairs"])
 
 
-def _manifest(dumps) -> dict:
-    return json.loads((dumps / "mix" / "manifest.json").read_text())["runs"]
+def _manifest(dumps, where: str = "mix") -> dict:
+    return json.loads((dumps / where / "manifest.json").read_text())["runs"]
 
 
 @pytest.mark.parametrize("run,golden", [("tp1-fc2", "hf"), ("tp1-qkv", "hf"), ("tp1-eps", "hf"), ("tp2-fc2", "hf"),
-                                        ("tp2-fc2", "tp1"), ("tp1-qkv", "fsdp2")])
+                                        ("tp2-fc2", "tp1"), ("tp1-qkv", "fsdp2"), ("pp2-fc2", "hf"),
+                                        ("mix-l4/pp2-fc2", "tp1"), ("mix-l4/pp2-fc2", "hf")])
 def test_megatron_side_change_is_named(dumps, run, golden):
-    want = _manifest(dumps)[run]
-    code, doc = compare(dumps / "mix" / run, dumps / "mix" / golden)
+    where, _, run = run.rpartition("/")
+    want = _manifest(dumps, where or "mix")[run]
+    code, doc = compare(dumps / (where or "mix") / run, dumps / "mix" / golden)
     assert code == 1
     for pair in doc["pairs"]:
         first = pair["first_divergence"]
         assert pair["status"] == "diverged" and first is not None, pair
         assert first["module"] == want["expect_module"] and first["layer"] == want["layer"], first
+
+
+@pytest.mark.parametrize("golden", ["hf", "tp1"])
+def test_pipeline_stages_as_one_model(dumps, golden):
+    """Two pipeline stages, each numbering its layers from 0, put together: nothing diverges. What is not
+    compared is the schedule's own arithmetic outside every module (its loss scaling and token count, and
+    the optimizer's step), so the verdict says how much was compared."""
+    code, doc = compare(dumps / "mix" / "pp2", dumps / "mix" / golden)
+    assert code in (0, 3)
+    for pair in doc["pairs"]:
+        assert pair["status"] in ("same", "partial") and pair["first_divergence"] is None, pair
+        cov = pair["coverage"]["target"]
+        assert set(cov["uncompared_records"]) <= {"(outside any module)"} and not cov["uncompared_modules"], cov
+        assert cov["share"] > 0.95
+    layout = [f["message"] for f in doc["diagnostics"] if f["rule"] == "compare-layout"]
+    assert any("pipeline size 2 from the dumps" in m for m in layout), layout
+    stages = [f["message"] for p in doc["pairs"] for f in p["findings"] if "pipeline stages put together" in f["message"]]
+    assert stages and "numbered from 0, 3" in stages[0]
 
 
 def test_hf_side_names_its_own_module(dumps):

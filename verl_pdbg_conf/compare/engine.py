@@ -30,8 +30,10 @@ class PairJob:
     ignores: tuple = ()
     keep_nodes: int = 0  # keep up to this many nodes (for a per-node plot); 0 keeps none
     min_coverage: float = DEFAULT_MIN_COVERAGE  # "same" needs this share of each side compared
-    target_group: tuple = ()  # the dump.json of each rank of a tensor-parallel group, combined (first: target)
+    target_group: tuple = ()  # a Megatron replica's dump.json files, stage by stage (pipeline/sides.py)
     golden_group: tuple = ()
+    target_tp: int = 0  # of them per stage (0: all of them, one stage)
+    golden_tp: int = 0
 
 
 @dataclass

@@ -93,7 +93,8 @@ def _run_engine(cmp: Comparison, todo: list[Pair], jobs: int | None, progress, s
                 job_fn=compare_pair) -> None:
     def job(p: Pair) -> PairJob:
         return PairJob(p.target.path, p.golden.path, cmp.metric, cmp.threshold, cmp.top, cmp.ignore_dtype,
-                       cmp.dtype_aware, cmp.ignores, cmp.keep_nodes, cmp.min_coverage, p.target.group, p.golden.group)
+                       cmp.dtype_aware, cmp.ignores, cmp.keep_nodes, cmp.min_coverage, p.target.group, p.golden.group,
+                       p.target.tp, p.golden.tp)
 
     done = len(cmp.pairs) - len(todo)
     if progress:

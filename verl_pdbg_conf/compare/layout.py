@@ -1,10 +1,10 @@
-"""The parallel layout of a Megatron run, so a tensor-parallel group's ranks are compared as one model:
-from verl's megatron settings where a config is given (`actor_rollout_ref.actor.megatron.
-tensor_model_parallel_size`, pipeline and context sizes), otherwise from the dumps themselves: the ranks of
-one tensor-parallel group start on the same input (the first module call's) and hold some tensor in parts.
-Megatron's default rank order puts tensor-parallel ranks next to each other. Where the layout cannot be
-established the ranks stay rank against rank, and a finding says why: a shard is never paired with a whole
-tensor."""
+"""The parallel layout of a Megatron run, so a replica's ranks are compared as one model: from verl's
+megatron settings where a config is given (`actor_rollout_ref.actor.megatron.tensor_model_parallel_size`,
+pipeline and context sizes), otherwise from the dumps themselves: the ranks of one tensor-parallel group start
+on the same input (the first module call's) and hold some tensor in parts, and pipeline stages hold different
+parts of the model. Megatron's default rank order puts tensor-parallel ranks next to each other and stages
+outermost. Where the layout cannot be established the ranks stay rank against rank, and a finding says why:
+a shard is never paired with a whole tensor."""
 
 from __future__ import annotations
 
@@ -136,15 +136,37 @@ def from_dumps(paths: list[str]) -> tuple[int, str]:
                "all-reduces partial results in the forward pass")
 
 
-def group_sides(sides: list, tp: int) -> list:
-    """Each tensor-parallel group of a key's rank sides (rank order) as one Side named for its data-parallel
-    index, holding every member's dump."""
+def stages_from_dumps(paths: list[str], tp: int) -> tuple[int, str]:
+    """(pipeline-parallel size, why) read off the ranks' module trees, in rank order: Megatron puts the stages
+    outermost, so the first stage's replicas come first, each holding the modules only the first stage
+    holds (the embedding), and the last stage's last (the output layer)."""
+    from verl_pdbg_conf.compare.pipeline.trees import Tree
+
+    groups = [paths[i:i + tp] for i in range(0, len(paths), tp)]
+    trees = [Tree.read(g[0]) for g in groups]
+    if len(groups) < 2 or any(t is None for t in trees):
+        return 1, ""
+    kinds = [frozenset(t.modules) for t in trees]
+    dp = next((i for i, k in enumerate(kinds) if k != kinds[0]), len(kinds))
+    if dp == len(kinds) or len(kinds) % dp:
+        return 1, ""
+    pp = len(kinds) // dp
+    blocks = [kinds[s * dp:(s + 1) * dp] for s in range(pp)]
+    if any(len(set(b)) != 1 for b in blocks) or blocks[0][0] == blocks[-1][0]:
+        return 1, ""
+    return pp, f"{pp} groups of ranks hold different parts of the model ({dp} replica{'s' * (dp != 1)} each)"
+
+
+def group_sides(sides: list, tp: int, pp: int = 1) -> list:
+    """Each Megatron replica of a key's rank sides as one Side named for its data-parallel index, holding
+    its ranks' dumps stage by stage (ranks: tensor-parallel fastest, stages outermost)."""
     ranked = sorted(sides, key=lambda s: _rank(s.rank_dir))
+    dp = len(ranked) // (tp * pp)
     out = []
-    for d, start in enumerate(range(0, len(ranked), tp)):
-        members = ranked[start:start + tp]
+    for d in range(dp):
+        members = [ranked[tp * (d + dp * st) + t] for st in range(pp) for t in range(tp)]
         out.append(replace(members[0], rank_dir=f"rank{d}", group=tuple(m.path for m in members),
-                           members=tuple(m.rank_dir for m in members)))
+                           members=tuple(m.rank_dir for m in members), tp=tp))
     return out
 
 
@@ -153,58 +175,70 @@ def _rank(rank_dir: str) -> int:
     return int(digits) if digits.isdigit() else 1 << 30
 
 
-def apply(t_sides: list, g_sides: list, confs: dict | None = None) -> tuple[list, list, list]:
-    """Both runs' sides with each tensor-parallel group made one, and the findings saying which layout was
-    used and from where. `confs`: side -> verl config path (--target-conf, --golden-conf)."""
+def _finding(sev: str, message: str, path: str, hint: str = ""):
     from verl_pdbg_conf.core.findings import Finding, Severity
 
+    return Finding("compare-layout", Severity.WARNING if sev == "warning" else Severity.INFO, message, path, 1, 1,
+                   "", hint)
+
+
+def _decide(name: str, by_key: dict, conf: str | None, differ: bool) -> tuple[Layout, str, list]:
+    """One run's layout: from its verl config, else from its dumps where the runs hold different numbers of
+    ranks; (layout, why, findings)."""
+    if conf:
+        lay = from_conf(conf)
+        said = [] if lay.cp == 1 else [_finding("warning", f"{name}: context-parallel size {lay.cp} ({lay.source}): "
+                                                "context shards are not combined", conf)]
+        return lay, "", said
+    multi = next((v for v in by_key.values() if len(v) > 1), None) if differ else None
+    if multi is None:
+        return Layout(), "", []
+    paths = [s.path for s in sorted(multi, key=lambda s: _rank(s.rank_dir))]
+    tp, why = from_dumps(paths)
+    pp, why_pp = stages_from_dumps(paths, tp)
+    why = "; ".join(w for w in (why if tp > 1 else "", why_pp) if w) or why
+    return Layout(tp, pp, 1, "the dumps"), why, []
+
+
+def _grouped(name: str, sides: list, by_key: dict, lay: Layout) -> tuple[list, list]:
+    out, said = [], []
+    size = lay.tp * lay.pp
+    for key, members in by_key.items():
+        if len(members) % size:
+            said.append(_finding("warning", f"{name} {'/'.join(key)}: {len(members)} ranks, not a multiple of "
+                                 f"{size} (tensor-parallel {lay.tp} x pipeline {lay.pp}): compared rank against rank",
+                                 members[0].path))
+            out += members
+        else:
+            out += group_sides(members, lay.tp, lay.pp)
+    return out + [s for s in sides if not s.rank_dir.startswith("rank")], said
+
+
+def apply(t_sides: list, g_sides: list, confs: dict | None = None) -> tuple[list, list, list]:
+    """Both runs' sides with each Megatron replica (tensor-parallel groups, pipeline stages) made one, and
+    the findings saying which layout was used and from where. `confs`: side -> verl config path."""
     confs = confs or {}
-    findings = []
-    out = {}
+    findings, out = [], {}
     counts = {name: _per_key(sides) for name, sides in (("target", t_sides), ("golden", g_sides))}
     differ = any(len(counts["target"].get(k, [])) != len(counts["golden"].get(k, []))
                  for k in set(counts["target"]) & set(counts["golden"]))
     for name, sides in (("target", t_sides), ("golden", g_sides)):
-        by_key = counts[name]
-        tp, why, source = 1, "", ""
-        if confs.get(name):
-            lay = from_conf(confs[name])
-            tp, source = lay.tp, lay.source
-            if lay.pp > 1 or lay.cp > 1:
-                findings.append(Finding("compare-layout", Severity.WARNING,
-                                        f"{name}: pipeline size {lay.pp}, context size {lay.cp} ({source}): pipeline "
-                                        "stages and context shards are not combined; each rank is compared as it is",
-                                        confs[name], 1, 1, "", ""))
-        elif differ:
-            multi = next((v for v in by_key.values() if len(v) > 1), None)
-            if multi is not None:
-                tp, why = from_dumps([s.path for s in sorted(multi, key=lambda s: _rank(s.rank_dir))])
-                source = "the dumps"
-        if tp > 1:
-            grouped = []
-            for key, members in by_key.items():
-                if len(members) % tp:
-                    findings.append(Finding("compare-layout", Severity.WARNING,
-                                            f"{name} {'/'.join(key)}: {len(members)} ranks, not a multiple of the "
-                                            f"tensor-parallel size {tp}: compared rank against rank",
-                                            members[0].path, 1, 1, "", ""))
-                    grouped += members
-                else:
-                    grouped += group_sides(members, tp)
-            out[name] = grouped + [s for s in sides if not s.rank_dir.startswith("rank")]
-            findings.append(Finding("compare-layout", Severity.INFO,
-                                    f"{name}: tensor-parallel size {tp} from {source}"
-                                    + (f" ({why})" if why else "") + f": each group of {tp} ranks compared as one "
-                                    "model (replicated tensors once, shards concatenated)",
-                                    sides[0].path if sides else "", 1, 1, "", ""))
-        else:
-            out[name] = sides
-            if differ and not confs.get(name) and why and any(len(v) > 1 for v in by_key.values()):
-                findings.append(Finding("compare-layout", Severity.WARNING,
-                                        f"{name}: the runs hold different numbers of ranks, and the {name}'s layout "
-                                        f"could not be established from its dumps ({why}): rank against rank",
-                                        sides[0].path, 1, 1, "",
-                                        f"give --{name}-conf with the run's verl config (its megatron sizes)"))
+        lay, why, said = _decide(name, counts[name], confs.get(name), differ)
+        findings += said
+        if lay.tp * lay.pp > 1:
+            out[name], said = _grouped(name, sides, counts[name], lay)
+            findings += said
+            parts = [f"tensor-parallel size {lay.tp}"] + ([f"pipeline size {lay.pp}"] if lay.pp > 1 else [])
+            findings.append(_finding("info", f"{name}: {', '.join(parts)} from {lay.source}"
+                                     + (f" ({why})" if why else "") + f": each replica's {lay.tp * lay.pp} ranks "
+                                     "compared as one model", sides[0].path if sides else ""))
+            continue
+        out[name] = sides
+        if differ and not confs.get(name) and why and any(len(v) > 1 for v in counts[name].values()):
+            findings.append(_finding("warning", f"{name}: the runs hold different numbers of ranks, and the {name}'s "
+                                     f"layout could not be established from its dumps ({why}): rank against rank",
+                                     sides[0].path, f"give --{name}-conf with the run's verl config (its megatron "
+                                     "sizes)"))
     return out["target"], out["golden"], findings
 
 

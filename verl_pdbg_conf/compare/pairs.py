@@ -26,8 +26,9 @@ class Side:
     key: tuple  # path parts between the given root and the rank directory, e.g. (step_1, actor_update, step0)
     rank_dir: str  # rank0 or proc<pid> ("" for a dump.json given directly)
     path: str  # its dump.json (may not exist)
-    group: tuple = ()  # a tensor-parallel group's dumps, combined (layout.py); path is the first
+    group: tuple = ()  # a Megatron replica's dumps, stage by stage (layout.py); path is the first
     members: tuple = ()  # their rank directories
+    tp: int = 0  # dumps per pipeline stage (0: one stage)
 
     @property
     def label(self) -> str:

@@ -41,12 +41,17 @@ class Record:
 
 
 def layer_of_path(path: str | None) -> int | None:
-    """model.layers.3.mlp -> 3, blocks.2.fc -> 2: the first index in a module path."""
+    """model.layers.3.mlp -> 3, blocks.2.fc -> 2: the first index that follows a name. A leading index is a
+    model chunk's (verl's Megatron `0.module.decoder.layers.3`) unless only indices follow it (an
+    nn.Sequential's `2.0`)."""
     if not path:
         return None
-    for part in path.split("."):
-        if part.isdigit():
+    parts = path.split(".")
+    for i, part in enumerate(parts):
+        if part.isdigit() and i and not parts[i - 1].isdigit():
             return int(part)
+    if parts[0].isdigit() and all(p.isdigit() for p in parts):
+        return int(parts[0])
     return None
 
 

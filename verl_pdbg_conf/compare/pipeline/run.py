@@ -15,21 +15,15 @@ from verl_pdbg_conf.compare.pipeline.coverage import Coverage
 from verl_pdbg_conf.compare.pipeline.judging import Judge, Verdict
 from verl_pdbg_conf.compare.pipeline.locating import describe, spread
 from verl_pdbg_conf.compare.pipeline.pairing import Aligner, Gap, Structure, row_pairs
-from verl_pdbg_conf.compare.pipeline.reading import Reader
-from verl_pdbg_conf.compare.pipeline.stacks import Stacks, skip_foreign
+from verl_pdbg_conf.compare.pipeline.stacks import skip_foreign
 from verl_pdbg_conf.compare.megatron.table import Correspondence
 from verl_pdbg_conf.compare.nodes import module_kind
 from verl_pdbg_conf.compare.pipeline.fusion import Fuser, Group
-from verl_pdbg_conf.compare.pipeline.shards import ShardMerge
-from verl_pdbg_conf.compare.pipeline.trees import Alignment, Tree
+from verl_pdbg_conf.compare.pipeline.sides import Side, stacks_of
+from verl_pdbg_conf.compare.pipeline.trees import Alignment
 
 
 GAP_COMPARED = 64  # records of one side with no counterpart between two pairs, taken as compared at them
-
-
-def _stacks(path: str, level: str):
-    stack = os.path.join(os.path.dirname(path), "stack.json")
-    return Stacks(stack) if level in ("L1", "mix") and os.path.isfile(stack) else None
 
 
 def _calls(n: int, batch: int) -> str:
@@ -224,12 +218,12 @@ class _Backends:
                 + "; [s, b, h] against [b, s, h] is a layout, not a difference")
 
 
-def _trees(job, level: str):
+def _trees(tside, gside, level: str):
     """The two module trees aligned (mix, L0), or None where they are the same or cannot be read; and the
     two backends' correspondence, or None."""
     if level not in ("mix", "L0"):
         return None, None
-    t, g = Tree.read(_first(job.target_group) or job.target), Tree.read(_first(job.golden_group) or job.golden)
+    t, g = tside.tree(), gside.tree()
     if t is None or g is None:
         return None, None
     backends = None
@@ -262,28 +256,16 @@ def _l1_backends(job, level: str) -> str:
     return "target" if t and not g else "golden" if g and not t else ""
 
 
-def _first(group):
-    return group[0] if group else None
-
-
-def _stream(path: str, group: tuple, level: str, stacks):
-    """The records of one side: its dump's, or its tensor-parallel group's merged (shards.py)."""
-    reader = Reader(path, level, stacks)
-    if not group or len(group) < 2:
-        return reader, iter(reader), None
-    merge = ShardMerge(len(group), scoped=level in ("mix", "L0"))
-    others = [iter(Reader(p, level, None)) for p in group[1:]]
-    return reader, merge([iter(reader), *others]), merge
-
-
 def run_pipeline(job, task: str, level: str):
     """-> (Analysis, notes [(rule, message, hint)], the path of an empty dump or "")."""
-    tstacks, gstacks = _stacks(job.target, level), _stacks(job.golden, level)
+    tstacks, gstacks = stacks_of(job.target, level), stacks_of(job.golden, level)
     if tstacks is not None and gstacks is not None:
         skip_foreign(tstacks, gstacks)
-    treader, titer, tmerge = _stream(job.target, job.target_group, level, tstacks)
-    greader, giter, gmerge = _stream(job.golden, job.golden_group, level, gstacks)
-    alignment, backends = _trees(job, level)
+    tside = Side(job.target, job.target_group, job.target_tp, level, tstacks)
+    gside = Side(job.golden, job.golden_group, job.golden_tp, level, gstacks)
+    treader, greader = tside.reader, gside.reader
+    titer, giter = tside.records(), gside.records()
+    alignment, backends = _trees(tside, gside, level)
     l1_mcore = _l1_backends(job, level)
     if backends is not None:
         if backends.mcore_side == "target":
@@ -302,14 +284,14 @@ def run_pipeline(job, task: str, level: str):
         else:
             gstream = splits.combine(gstream, split)
     p = _Pair(job, task)
-    p.judge.layout_free = backends is not None or bool(l1_mcore) or tmerge is not None or gmerge is not None
+    merged = tside.merged or gside.merged
+    p.judge.layout_free = backends is not None or bool(l1_mcore) or merged
     p.bracket = not l1_mcore
     if split is not None:
         p.alone, p.split_side = split.alone, split.side
     # API calls are numbered alike only by the same code: not across backends, nor across tensor-parallel
     # sizes (a vocabulary shard masks its ids with calls of its own)
     cross = backends is not None or bool(l1_mcore)
-    merged = tmerge is not None or gmerge is not None
     aligner = Aligner(gstream, by_name=not cross and not merged, backends=cross, layout_free=merged,
                       anchored=not l1_mcore)
     for t, g, passed in aligner.pairs(tstream):
@@ -332,7 +314,7 @@ def run_pipeline(job, task: str, level: str):
         return None, [], job.target
     if greader.records == 0:
         return None, [], job.golden
-    notes = _layout_notes(backends, (("target", job.target_group, tmerge), ("golden", job.golden_group, gmerge)))
+    notes = _layout_notes(backends, (("target", tside), ("golden", gside)))
     if l1_mcore:
         notes.append(("compare-backends", f"the {l1_mcore} runs Megatron (its call stacks run {MEGATRON_FILES}), the "
                       "other does not: at L1 no module record says which op of one is which of the other, so only "
@@ -342,7 +324,7 @@ def run_pipeline(job, task: str, level: str):
     return _finish(p, treader, greader, split, task, alignment, notes)
 
 
-def _layout_notes(backends, merges) -> list:
+def _layout_notes(backends, sides) -> list:
     notes = []
     if backends is not None:
         note = backends.note()
@@ -350,16 +332,8 @@ def _layout_notes(backends, merges) -> list:
             note += (f"; {backends.fuser.left_out} gradients of a fused module's input left out (the sum of its "
                      "parts', compared where it arrives)")
         notes.append(("compare-backends", note, ""))
-    for side, group, merge in merges:
-        if merge is None:
-            continue
-        said = (f"{side}: the tensor-parallel group of {len(group)} ranks combined (replicated tensors once, "
-                f"shards concatenated)")
-        if merge.partial:
-            said += f"; {merge.partial} calls' partial results left out, compared at their modules' boundaries"
-        if merge.failed:
-            said += f"; stopped combining where {merge.failed}: past it, one rank's shards only"
-        notes.append(("compare-layout", said, ""))
+    for name, side in sides:
+        notes += [("compare-layout", said, "") for said in side.notes(name)]
     return notes
 
 

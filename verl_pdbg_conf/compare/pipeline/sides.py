@@ -1,0 +1,90 @@
+"""One side of a pair as one model's records: a rank's dump; or a Megatron replica's ranks, each
+tensor-parallel group's shards combined (shards.py) and the pipeline stages chained with their layers
+numbered as the model's (stages.py); and its module tree (construct.json), put together the same way."""
+
+from __future__ import annotations
+
+import os
+
+from verl_pdbg_conf.compare.pipeline.reading import Reader
+from verl_pdbg_conf.compare.pipeline.shards import ShardMerge
+from verl_pdbg_conf.compare.pipeline.stacks import Stacks
+from verl_pdbg_conf.compare.pipeline import stages as S
+from verl_pdbg_conf.compare.pipeline.trees import Tree
+
+
+def stacks_of(path: str, level: str):
+    stack = os.path.join(os.path.dirname(path), "stack.json")
+    return Stacks(stack) if level in ("L1", "mix") and os.path.isfile(stack) else None
+
+
+class Side:
+    """`group`: the replica's dump.json paths, stage by stage, `tp` of them per stage (empty: `path` alone)."""
+
+    def __init__(self, path: str, group: tuple, tp: int, level: str, stacks):
+        self.path, self.level = path, level
+        self.reader = Reader(path, level, stacks)  # the first rank's: says whether the dump holds records
+        group = tuple(group) or (path,)
+        tp = max(1, tp or len(group))
+        self.stages = [group[i:i + tp] for i in range(0, len(group), tp)]
+        self.merges: list[ShardMerge] = []
+        self.offsets: list[int] | None = None
+        self.failed = ""  # why the stages could not be put together
+        self._trees = None
+        if len(self.stages) > 1:
+            pattern = S.layer_pattern()
+            trees = [Tree.read(st[0]) for st in self.stages]
+            self.offsets = S.offsets(trees, pattern) if pattern else None
+            if self.offsets is None:
+                self.failed = "a stage's module tree (construct.json) cannot be read: its layers cannot be numbered"
+            else:
+                self.relayers = [S.Relayer(o, pattern) for o in self.offsets]
+                self._trees = trees
+
+    @property
+    def merged(self) -> bool:
+        return bool(self.merges) or self.offsets is not None
+
+    def records(self):
+        streams = []
+        for n, ranks in enumerate(self.stages):
+            if n and self.offsets is None:
+                break  # stages that cannot be numbered are not put together: the first one only
+            first = self.reader if n == 0 else Reader(ranks[0], self.level, stacks_of(ranks[0], self.level))
+            if len(ranks) > 1:
+                merge = ShardMerge(len(ranks), scoped=self.level in ("mix", "L0"))
+                self.merges.append(merge)
+                streams.append(merge([iter(first), *(iter(Reader(p, self.level, None)) for p in ranks[1:])]))
+            else:
+                streams.append(iter(first))
+        if len(streams) == 1:
+            return streams[0]
+        return S.chain(streams, self.relayers, S.spanning(self._trees, self.relayers))
+
+    def tree(self):
+        if self._trees is not None:
+            return S.merged_tree(self._trees, self.relayers)
+        return Tree.read(self.path)
+
+    def notes(self, name: str) -> list[str]:
+        out = []
+        tp = len(self.stages[0])
+        if self.merges:
+            said = (f"{name}: each tensor-parallel group of {tp} ranks combined (replicated tensors once, shards "
+                    "concatenated)")
+            partial = sum(m.partial for m in self.merges)
+            if partial:
+                said += f"; {partial} calls' partial results left out, compared at their modules' boundaries"
+            failed = next((m.failed for m in self.merges if m.failed), "")
+            if failed:
+                said += f"; stopped combining where {failed}: past it, one rank's shards only"
+            out.append(said)
+        if len(self.stages) > 1:
+            if self.offsets is None:
+                out.append(f"{name}: {len(self.stages)} pipeline stages not put together ({self.failed}): "
+                           "the first stage only")
+            else:
+                out.append(f"{name}: {len(self.stages)} pipeline stages put together as one model, their layers "
+                           f"numbered from {', '.join(map(str, self.offsets))}; forwards in stage order, "
+                           "backwards in reverse")
+        return out
