@@ -123,23 +123,21 @@ class _Names:
 class Correspondence:
     """Which Hugging Face modules each Megatron module of a run corresponds to: `links` (Megatron path ->
     Link) and `parents` (enclosing modules, Megatron path -> Hugging Face path). `model` is the mbridge model
-    type whose table matched the most modules; `layer_of(local)` maps a pipeline stage's local layer number
-    to the model's."""
+    type whose table matched the most modules."""
 
-    def __init__(self, mcore_paths, hf_paths, layer_of=None):
+    def __init__(self, mcore_paths, hf_paths):
         self.model = ""
         self.links: dict[str, Link] = {}
         self.parents: dict[str, str] = {}
-        doc = tables()
-        if not doc:
-            return
-        hf = list(hf_paths)
-        mc = list(mcore_paths)
-        layer_of = layer_of or (lambda n: n)
+        mc, hf = list(mcore_paths), list(hf_paths)
+        every = _all_rules()
+        if not every or _megatron_words().isdisjoint({c for p in mc for c in p.split(".")}):
+            return  # no name only Megatron uses: not a Megatron run (two transformers runs end here, at once)
+        mcn = _Names([r.mcore for rs in every.values() for r in rs], mc)
+        hfn = _Names([h for rs in every.values() for r in rs for h in r.hf], hf)
         best = None
-        for name, model in sorted(doc.get("models", {}).items()):
-            rs = rules(model, doc.get("local_spec_keys", {}), doc.get("layer_template", ""))
-            found = _links(rs, mc, hf, layer_of)
+        for name, rs in every.items():
+            found = _links(rs, mcn, hfn)
             score = (len(found), -len(rs))  # the most modules matched; of equals, the table with the fewest rules
             if found and (best is None or score > best[2]):
                 best = (name, found, score)
@@ -161,9 +159,24 @@ class Correspondence:
         return [link for link in self.links.values() if link.fused]
 
 
-def _links(rs: list[_Rule], mcore_paths: list, hf_paths, layer_of) -> dict[str, Link]:
-    mc = _Names([r.mcore for r in rs], mcore_paths)
-    hf = _Names([h for r in rs for h in r.hf], hf_paths)
+@functools.lru_cache(maxsize=1)
+def _all_rules() -> dict[str, list[_Rule]]:
+    doc = tables()
+    return {name: rules(model, doc.get("local_spec_keys", {}), doc.get("layer_template", ""))
+            for name, model in sorted(doc.get("models", {}).items())}
+
+
+@functools.lru_cache(maxsize=1)
+def _megatron_words() -> frozenset:
+    """Path components Megatron's names use and no Hugging Face name does (decoder, linear_qkv, ...)."""
+    def words(templates):
+        return {w for t in templates for w in t.split(".") if w != "{layer}"}
+
+    every = _all_rules().values()
+    return frozenset(words(r.mcore for rs in every for r in rs) - words(h for rs in every for r in rs for h in r.hf))
+
+
+def _links(rs: list[_Rule], mc: "_Names", hf: "_Names") -> dict[str, Link]:
     whole = [(r, _pattern(r.mcore)) for r in rs if not r.norm]
     norms = [(r, _pattern(r.mcore)) for r in rs if r.norm]
     out: dict[str, Link] = {}
@@ -172,7 +185,7 @@ def _links(rs: list[_Rule], mcore_paths: list, hf_paths, layer_of) -> dict[str, 
             m = pat.search(n)
             if m is None:
                 continue
-            layer = str(layer_of(int(m.group(1)))) if m.groups() else ""
+            layer = m.group(1) if m.groups() else ""
             parts = tuple(hf.find(h.replace("{layer}", layer)) for h in rule.hf)
             if None not in parts:
                 out[path] = Link(path, parts)
@@ -182,7 +195,7 @@ def _links(rs: list[_Rule], mcore_paths: list, hf_paths, layer_of) -> dict[str, 
             m = pat.search(n)
             if m is None or path not in out:
                 continue
-            layer = str(layer_of(int(m.group(1)))) if m.groups() else ""
+            layer = m.group(1) if m.groups() else ""
             norm = hf.find(rule.hf[0].replace("{layer}", layer))
             if norm is not None and not any(link.hf == (norm,) for link in out.values()):
                 out[path] = Link(path, out[path].hf, norm)
