@@ -3,8 +3,8 @@ megatron settings where a config is given (`actor_rollout_ref.actor.megatron.ten
 pipeline and context sizes), otherwise from the dumps themselves: the ranks of one tensor-parallel group start
 on the same input (the first module call's) and hold some tensor in parts, and pipeline stages hold different
 parts of the model. Megatron's default rank order puts tensor-parallel ranks next to each other and stages
-outermost. Where the layout cannot be established the ranks stay rank against rank, and a finding says why:
-a shard is never paired with a whole tensor."""
+outermost. Where the layout cannot be established the ranks stay rank against rank (as data-parallel ranks
+would), and a warning says why and asks for the run's config."""
 
 from __future__ import annotations
 
