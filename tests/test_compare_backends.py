@@ -10,6 +10,7 @@ import random
 
 import pytest
 
+from compare_cli import run_json
 from verl_pdbg_conf.compare.dumpread import Row
 from verl_pdbg_conf.compare.layout import LayoutError, from_conf
 from verl_pdbg_conf.compare.megatron.table import Correspondence, tables
@@ -164,7 +165,7 @@ def _rank_stream(rank: int):
 
 
 def test_shards_combined_replicated_once_partial_left_out():
-    merge = ShardMerge(2)
+    merge = ShardMerge()
     out = list(merge([iter(_rank_stream(0)), iter(_rank_stream(1))]))
     col, red, row = out
     assert col.rows[0].shape == [2, 1, 4] and col.rows[0].stats == _stats([1.0, 2.0, 3.0, 4.0])  # replicated: once
@@ -177,7 +178,7 @@ def test_shards_combined_replicated_once_partial_left_out():
 def test_shards_stop_where_ranks_ran_different_calls():
     a, b = _rank_stream(0), _rank_stream(1)
     b[1] = _rec("Torch.matmul.0.forward", [], 1)
-    merge = ShardMerge(2)
+    merge = ShardMerge()
     out = list(merge([iter(a), iter(b)]))
     assert len(out) == 3 and "different calls" in merge.failed
     assert out[2].rows[0].shape == [2, 1, 1]  # past it, one rank's own record
@@ -228,25 +229,12 @@ def verl_megatron(tmp_path_factory):
     return root
 
 
-def _compare(*argv):
-    import contextlib
-    import io
-    import json
-
-    from verl_pdbg_conf.compare.cli import main
-
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        code = main([*map(str, argv), "--format", "json"])
-    return code, json.loads(buf.getvalue())
-
-
 def test_verl_megatron_worker_against_transformers(verl_megatron):
     """verl's own Megatron worker (module names under `0.module.module.`, bf16) against transformers fed the
     same tensors: nothing diverges (a fused projection's bf16 statistics put together keep bf16's rounding),
     and what was not compared is said: verl's own log-prob code outside every module, and lm_head, whose
     Megatron counterpart msprobe leaves out in verl ("first or last layer")."""
-    code, doc = _compare(verl_megatron / "megatron", verl_megatron / "hf-packed")
+    code, doc = run_json(verl_megatron / "megatron", verl_megatron / "hf-packed")
     (pair,) = doc["pairs"]
     assert pair["status"] == "partial" and pair["first_divergence"] is None and code == 3
     assert pair["coverage"]["golden"]["uncompared_modules"] == {"lm_head": 1}
@@ -254,7 +242,7 @@ def test_verl_megatron_worker_against_transformers(verl_megatron):
 
 
 def test_verl_megatron_worker_change_named(verl_megatron):
-    code, doc = _compare(verl_megatron / "megatron-fc2", verl_megatron / "hf-packed")
+    code, doc = run_json(verl_megatron / "megatron-fc2", verl_megatron / "hf-packed")
     first = doc["pairs"][0]["first_divergence"]
     assert code == 1 and first["module"] == "0.module.module.decoder.layers.1.mlp.linear_fc2" and first["layer"] == 1
 
@@ -262,7 +250,7 @@ def test_verl_megatron_worker_change_named(verl_megatron):
 def test_verl_megatron_worker_other_token_layout_is_a_mismatch(verl_megatron):
     """The trainer's padded batch against what verl's Megatron engine was fed (a padding column removed):
     no tensor after the ids covers the same tokens, so nothing is compared, and it says why."""
-    code, doc = _compare(verl_megatron / "megatron", verl_megatron / "hf")
+    code, doc = run_json(verl_megatron / "megatron", verl_megatron / "hf")
     (pair,) = doc["pairs"]
     assert pair["status"] == "mismatch" and code == 2
     msg = [f["message"] for f in pair["findings"] if f["rule"] == "compare-mismatch"][0]
@@ -272,7 +260,7 @@ def test_verl_megatron_worker_other_token_layout_is_a_mismatch(verl_megatron):
 def test_megatron_scratch_buffer_ignored_by_default(verl_megatron):
     """Two runs alike but for one planted weight: the first difference is the planted layer's, not the
     uninitialised buffer Megatron's attention hands torch.baddbmm with beta=0."""
-    code, doc = _compare(verl_megatron / "megatron-fc2", verl_megatron / "megatron")
+    code, doc = run_json(verl_megatron / "megatron-fc2", verl_megatron / "megatron")
     first = doc["pairs"][0]["first_divergence"]
     assert code == 1 and first["layer"] == 1 and "baddbmm" not in first["name"]
 

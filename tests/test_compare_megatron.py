@@ -8,8 +8,6 @@ its layer and module, on either pipeline stage; TP 2 against TP 1 is "same"."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import shutil
@@ -18,7 +16,7 @@ import subprocess
 import pytest
 
 import release_venvs
-from verl_pdbg_conf.compare.cli import main
+from compare_cli import run_json as compare
 
 pytestmark = [pytest.mark.slow, pytest.mark.venvs("megatron")]
 
@@ -40,13 +38,6 @@ def dumps(tmp_path_factory):
                              capture_output=True, text=True, timeout=1800)
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return root
-
-
-def compare(*argv):
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        code = main([*map(str, argv), "--format", "json"])
-    return code, json.loads(buf.getvalue())
 
 
 def by_stage(doc) -> dict:

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 import make_cross_impl_dumps as X  # tests/ is on the path (conftest imports it the same way)
-from verl_pdbg_conf.compare.cli import main
+import compare_cli
 
 pytestmark = pytest.mark.slow
 
@@ -55,18 +55,7 @@ def dumps(tmp_path_factory):
 def compare(dumps, which: str, target: str, golden: str = "plain", *extra, golden_dir: str | None = None):
     t = dumps / which / target
     g = dumps / (golden_dir or which) / golden
-    code, out = _run([str(t), str(g), "--format", "json", *extra])
-    return code, json.loads(out)
-
-
-def _run(argv):
-    import contextlib
-    import io
-
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        code = main(argv)
-    return code, buf.getvalue()
+    return compare_cli.run_json(t, g, *extra)
 
 
 def planted(dumps, which: str) -> int:
@@ -155,7 +144,7 @@ def test_a_run_without_process_group_pairs_with_rank0(dumps):
 
 def test_text_and_html_reports_show_coverage(dumps, tmp_path):
     html = tmp_path / "r.html"
-    code, out = _run([str(dumps / "qwen2-mix" / "lora"), str(dumps / "qwen2-mix" / "plain"), "--html", str(html)])
+    code, out = compare_cli.run([dumps / "qwen2-mix" / "lora", dumps / "qwen2-mix" / "plain", "--html", html])
     assert code == 3 and "compared" in out.splitlines()[4] and "partial" in out and "% of" in out
     page = html.read_text()
     assert "partly compared" in page and "records compared" in page
@@ -240,8 +229,7 @@ def test_fuzz_renamed_module_paths_never_hide_a_planted_change(dumps, tmp_path, 
             runs[run] = tmp_path / run
         else:
             runs[run] = src
-    code, out = _run([str(runs["plain-weight"]), str(runs["plain"]), "--format", "json"])
-    doc = json.loads(out)
+    code, doc = compare_cli.run_json(runs["plain-weight"], runs["plain"])
     assert code == 1, (edits, side)
     for p in doc["pairs"]:
         assert p["status"] == "diverged", (edits, side, p["stage"], p["status"])
@@ -249,5 +237,5 @@ def test_fuzz_renamed_module_paths_never_hide_a_planted_change(dumps, tmp_path, 
     # the same weights renamed: never a divergence
     renamed = tmp_path / "plain-renamed"
     rename_run(base / "plain", renamed, rename)
-    code, out = _run([str(renamed), str(base / "plain"), "--format", "json"])
-    assert code in (0, 3) and all(p["status"] != "diverged" for p in json.loads(out)["pairs"]), edits
+    code, doc = compare_cli.run_json(renamed, base / "plain")
+    assert code in (0, 3) and all(p["status"] != "diverged" for p in doc["pairs"]), edits

@@ -26,6 +26,12 @@ def concat_stats(rows: list, sizes: list[int]) -> tuple:
             math.sqrt(sum(x * x for x in norm)) if all(map(_num, norm)) else None)
 
 
+def axis_of(row) -> int:
+    """Where parts of a tensor join: a weight (or its gradient) along its output dimension, an activation
+    along its last."""
+    return 0 if row.state in ("parameters", "parameters_grad") else -1
+
+
 def concat_rows(rows: list, axis: int = -1):
     """One row for the concatenation of `rows` along `axis` (the first row's name), or None where their
     shapes or dtypes do not concatenate there."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from verl_pdbg_conf.compare.pipeline.concat import concat_rows
+from verl_pdbg_conf.compare.pipeline.concat import axis_of, concat_rows
 
 
 @dataclass(frozen=True)
@@ -25,11 +25,6 @@ def _call(r) -> str:
     return last if last.isdigit() else ""
 
 
-def _axis(row) -> int:
-    # a weight (or its gradient) concatenates along its output dimension, an activation along its last
-    return 0 if row.state in ("parameters", "parameters_grad") else -1
-
-
 class Fuser:
     """Runs over one side's records; `left_out` counts the input gradients left out."""
 
@@ -42,7 +37,6 @@ class Fuser:
             if g.norm_in:
                 self.norms[g.norm_in] = g
         self.left_out = 0
-        self.fused = 0
 
     def __call__(self, records):
         pending: dict[tuple, dict[int, object]] = {}
@@ -86,13 +80,12 @@ class Fuser:
                 continue
             if None in same:
                 continue
-            c = concat_rows(same, _axis(row))
+            c = concat_rows(same, axis_of(row))
             if c is not None:
                 rows.append(c)
         first.rows = rows
         first.extra["parts"] = list(g.parts)
         first.order = parts[-1].order
-        self.fused += 1
         return first
 
 

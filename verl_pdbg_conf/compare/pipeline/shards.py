@@ -11,25 +11,19 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from verl_pdbg_conf.compare.pipeline.concat import concat_rows, same_rows
-
-
-def _axis(row) -> int:
-    return 0 if row.state in ("parameters", "parameters_grad") else -1
+from verl_pdbg_conf.compare.pipeline.concat import axis_of, concat_rows, same_rows
 
 
 class ShardMerge:
     """Merges the record streams of one group's ranks (rank order); `failed` says why it stopped merging
     (the ranks ran different calls), `partial` counts the API calls kept without their sharded tensors."""
 
-    def __init__(self, size: int, scoped: bool = False):
-        self.size = size
+    def __init__(self, scoped: bool = False):
         # with each call's enclosing module known (mix, L0), a call outside every module (the trainer's own:
         # gathering logits, an optimizer's step over parameter shards) concatenates as a module's tensor does
         self.scoped = scoped
         self.failed = ""
         self.partial = 0
-        self.merged = 0
 
     def __call__(self, streams):
         first, others = streams[0], streams[1:]
@@ -56,14 +50,13 @@ class ShardMerge:
             sharded = True
             if self._partial(r):
                 continue  # a partial result: compared at the module's boundary
-            c = concat_rows(group, _axis(row))
+            c = concat_rows(group, axis_of(row))
             if c is not None:
                 rows.append(c)
         if sharded and self._partial(r):
             self.partial += 1
             r.extra["sharded"] = True
         r.rows = rows
-        self.merged += 1
         return r
 
     def _partial(self, r) -> bool:

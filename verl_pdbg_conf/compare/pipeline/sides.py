@@ -52,7 +52,7 @@ class Side:
                 break  # stages that cannot be numbered are not put together: the first one only
             first = self.reader if n == 0 else Reader(ranks[0], self.level, stacks_of(ranks[0], self.level))
             if len(ranks) > 1:
-                merge = ShardMerge(len(ranks), scoped=self.level in ("mix", "L0"))
+                merge = ShardMerge(scoped=self.level in ("mix", "L0"))
                 self.merges.append(merge)
                 streams.append(merge([iter(first), *(iter(Reader(p, self.level, None)) for p in ranks[1:])]))
             else:
