@@ -31,6 +31,10 @@ def build_parser() -> argparse.ArgumentParser:
         "in one run only")
     ap.add_argument("target", help="the run under test: a save_path, a step_N/stage directory or a dump.json")
     ap.add_argument("golden", nargs="?", help="the reference run, the same kind of path (not with --ranks)")
+    ap.add_argument("--rollout", action="store_true",
+                    help="the rollout engine against the trainer: TARGET is a save_path holding the actor's "
+                    "log-prob forward (actor_compute_log_prob) and, unless GOLDEN names where it was written "
+                    "apart, the rollout's engine steps (rollout_generate); compared token by token, per request")
     ap.add_argument("--ranks", nargs="?", type=int, const=0, default=None, metavar="REF",
                     help="rank against rank in TARGET alone: every rank's dumps against rank REF's (default 0), "
                     "for every step and stage")
@@ -102,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.ray_resource and not args.ray:
         sys.stderr.write(f"{PROG}: error: --ray-resource needs --ray\n")
         return EXIT_USAGE
+    if args.rollout:
+        return _rollout(args)
     if (args.ranks is None) == (args.golden is None) or (args.ranks is not None and args.ranks < 0):
         sys.stderr.write(f"{PROG}: error: give TARGET and GOLDEN, or one run and --ranks [REF] (REF >= 0)\n")
         return EXIT_USAGE
@@ -138,6 +144,23 @@ def main(argv: list[str] | None = None) -> int:
     doc = as_dict(cmp)
     sys.stdout.write(json.dumps(doc, indent=2) + "\n" if args.format == "json" else render_text(cmp, doc))
     return cmp.exit_code
+
+
+def _rollout(args) -> int:
+    from verl_pdbg_conf.compare.rollout.run import UsageError as RolloutUsage
+    from verl_pdbg_conf.compare.rollout.run import compare_rollout, render_text as rollout_text
+
+    if args.ranks is not None:
+        sys.stderr.write(f"{PROG}: error: --rollout compares one run's two stages; not with --ranks\n")
+        return EXIT_USAGE
+    try:
+        doc = compare_rollout(args.target, args.golden, threshold=args.threshold, dtype_aware=args.dtype_aware,
+                              top=args.top, min_coverage=args.min_coverage)
+    except RolloutUsage as e:
+        sys.stderr.write(f"{PROG}: error: {e}\n")
+        return EXIT_USAGE
+    sys.stdout.write(json.dumps(doc, indent=2) + "\n" if args.format == "json" else rollout_text(doc))
+    return doc["exit_code"]
 
 
 class _progress_bar:

