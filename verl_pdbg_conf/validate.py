@@ -107,7 +107,23 @@ def _config_json(doc: Document, tc, options: Options, seen: dict) -> Report:
                                                       config_path_key=format_path(at),
                                                       msprobe=options.msprobe_release[0]))
     report.findings += _pair(doc, at, options)
+    if getattr(tc, "rollout", False):
+        report.findings += _rollout_task(doc, jdoc, tc)
     return report
+
+
+def _rollout_task(doc: Document, jdoc: Document, tc) -> list[Finding]:
+    """rollout_generate in task statistics: msprobe reduces each tensor of an engine step over every token the
+    step scheduled (all requests concatenated, [num_scheduled_tokens, hidden]), so no token can be paired with
+    the actor's forward."""
+    task = jdoc.data.get("task", "statistics") if isinstance(jdoc.data, dict) else None
+    if task != "statistics":
+        return []
+    return [doc.finding(
+        "rollout-task", Severity.WARNING, "rollout_generate is collected with msprobe task 'statistics': each "
+        "statistic of an engine step reduces over every token the step scheduled (all requests together), so the "
+        "rollout's tokens cannot be aligned with the actor's", tc.config_path_at,
+        hint="use task tensor for the rollout: +profiler=precision_debugger_rollout (msprobe/tensor_rollout.json)")]
 
 
 def _pair(doc: Document, at, options: Options) -> list[Finding]:

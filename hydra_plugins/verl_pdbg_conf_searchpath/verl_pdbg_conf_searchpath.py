@@ -13,7 +13,17 @@ msprobe config.json shipped in verl_pdbg_conf/conf/msprobe/:
 
 The profiler options select one in their defaults list. The composed config then holds a
 literal absolute config_path: nothing is left to resolve in verl's TaskRunner or its workers
-(no environment variable, no custom resolver).
+(no custom resolver).
+
+For the rollout (`+profiler=precision_debugger_rollout`) it also registers, per msprobe config.json,
+
+    verl_pdbg_conf/rollout_env/<stem> = {VERL_PDBG_CONF_ROLLOUT: '{"config_path": <absolute path>,
+                                          "save_path": "outputs/precision_debugger", "steps": [1]}'}
+
+selected at ray_kwargs.ray_init.runtime_env.env_vars: the settings this package's vLLM plugin reads,
+as a literal string. It cannot be an interpolation of global_profiler: verl's main_ppo hands
+runtime_env to ray.init unresolved (OmegaConf.to_container without resolve). save_path and steps are
+the rollout option's own; the validator's `rollout-env` says when an override made them differ.
 """
 
 from __future__ import annotations
@@ -26,6 +36,10 @@ from hydra.plugins.search_path_plugin import SearchPathPlugin
 
 PROVIDER = "verl-pdbg-conf"
 CONFIG_PATH_GROUP = "verl_pdbg_conf/config_path"
+ROLLOUT_ENV_GROUP = "verl_pdbg_conf/rollout_env"
+ROLLOUT_ENV = "VERL_PDBG_CONF_ROLLOUT"
+ROLLOUT_SAVE_PATH = "outputs/precision_debugger"  # conf/profiler/precision_debugger_rollout.yaml's
+ROLLOUT_STEPS = [1]  # idem
 
 
 def conf_dir() -> str | None:
@@ -54,10 +68,14 @@ def register_config_paths(conf: str) -> list[str]:
         names = sorted(n for n in os.listdir(msprobe) if n.endswith(".json"))
     except OSError:
         return []
+    import json
+
     cs = ConfigStore.instance()
     for n in names:
-        cs.store(group=CONFIG_PATH_GROUP, name=n[:-len(".json")],
-                 node={"config_path": os.path.join(msprobe, n)}, provider=PROVIDER)
+        path = os.path.join(msprobe, n)
+        cs.store(group=CONFIG_PATH_GROUP, name=n[:-len(".json")], node={"config_path": path}, provider=PROVIDER)
+        settings = json.dumps({"config_path": path, "save_path": ROLLOUT_SAVE_PATH, "steps": ROLLOUT_STEPS})
+        cs.store(group=ROLLOUT_ENV_GROUP, name=n[:-len(".json")], node={ROLLOUT_ENV: settings}, provider=PROVIDER)
     return [n[:-len(".json")] for n in names]
 
 

@@ -9,7 +9,8 @@ import os
 import pytest
 
 OPTIONS = ("precision_debugger_l0", "precision_debugger_l1", "precision_debugger_tensor",
-           "precision_debugger_l0_critic", "precision_debugger_l1_critic", "precision_debugger_tensor_critic")
+           "precision_debugger_l0_critic", "precision_debugger_l1_critic", "precision_debugger_tensor_critic",
+           "precision_debugger_rollout")
 ROLES = ("actor_rollout_ref.actor.profiler", "actor_rollout_ref.ref.profiler",
          "actor_rollout_ref.rollout.profiler", "critic.profiler")
 PD = "global_profiler.global_tool_config.precision_debugger"

@@ -64,7 +64,8 @@ def test_l1_role_profilers(l1):
 
 
 def test_every_option_composes_with_its_own_config_json():
-    jsons = {"l0": "statistics_l0.json", "l1": "statistics_l1.json", "tensor": "tensor_l1.json"}
+    jsons = {"l0": "statistics_l0.json", "l1": "statistics_l1.json", "tensor": "tensor_l1.json",
+             "rollout": "tensor_rollout.json"}
     for opt in OPTIONS:
         r = compose_verl([], [f"+profiler={opt}"])
         assert r.findings == [], (opt, r.findings)
@@ -74,10 +75,15 @@ def test_every_option_composes_with_its_own_config_json():
         assert os.path.basename(pd["config_path"]) == jsons[level]
         assert os.path.isfile(pd["config_path"])
         critic = opt.endswith("_critic")
+        rollout = opt.endswith("_rollout")
         assert sel(data, "critic.profiler.enable") is critic
         hook = data["ray_kwargs"]["ray_init"]["runtime_env"].get("worker_process_setup_hook")
-        assert hook == ("verl_pdbg_conf.runtime.install" if critic else None)
-        if critic:
+        assert hook == ("verl_pdbg_conf.runtime.install" if critic or rollout else None)
+        env = data["ray_kwargs"]["ray_init"]["runtime_env"].get("env_vars") or {}
+        assert ("VERL_PDBG_CONF_ROLLOUT" in env) is rollout
+        if rollout:
+            assert pd["stages"] == ["rollout_generate", "actor_compute_log_prob"]
+        elif critic:
             assert "critic_update" in pd["stages"] and "compute_values" not in pd["stages"]
         else:
             assert not {"critic_update", "compute_values"} & set(pd["stages"])

@@ -44,11 +44,20 @@ def test_search_path_and_config_store():
     assert set(OPTIONS) <= {n[:-5] for n in os.listdir(os.path.join(conf, "profiler"))}
     assert "profiler.yaml" not in os.listdir(os.path.join(conf, "profiler"))  # verl's own would shadow it
     nodes = ConfigStore.instance().repo["verl_pdbg_conf"]["config_path"]
-    assert set(nodes) == {"statistics_l0.yaml", "statistics_l1.yaml", "tensor_l1.yaml"}
+    assert set(nodes) == {"statistics_l0.yaml", "statistics_l1.yaml", "tensor_l1.yaml", "tensor_rollout.yaml"}
     for name, node in nodes.items():
         path = node.node["config_path"]
         assert os.path.isabs(path) and os.path.isfile(path), path
         assert os.path.basename(path) == name[:-5] + ".json"
+    # the rollout's settings for this package's vLLM plugin: a literal JSON string (no interpolation,
+    # main_ppo hands runtime_env to ray.init unresolved)
+    envs = ConfigStore.instance().repo["verl_pdbg_conf"]["rollout_env"]
+    assert set(envs) == set(nodes)
+    for name, node in envs.items():
+        value = node.node["VERL_PDBG_CONF_ROLLOUT"]
+        assert "${" not in value
+        assert json.loads(value) == {"config_path": nodes[name].node["config_path"],
+                                     "save_path": "outputs/precision_debugger", "steps": [1]}
 
 
 def test_options_are_global_packages(pkg_root):
@@ -61,7 +70,7 @@ def test_options_are_global_packages(pkg_root):
 def test_msprobe_configs_have_no_dump_path(pkg_root):
     d = os.path.join(pkg_root, "verl_pdbg_conf", "conf", "msprobe")
     want = {"statistics_l1.json": ("statistics", "L1"), "statistics_l0.json": ("statistics", "L0"),
-            "tensor_l1.json": ("tensor", "L1")}
+            "tensor_l1.json": ("tensor", "L1"), "tensor_rollout.json": ("tensor", "L0")}
     assert set(os.listdir(d)) >= set(want)
     for name, (task, level) in want.items():
         with open(os.path.join(d, name)) as fh:
@@ -76,10 +85,11 @@ def test_msprobe_accepts_the_shipped_configs(pkg_root):
     code = ("import sys\nfrom msprobe.pytorch.dump.pt_config import parse_json_config\n"
             "for f in sys.argv[1:]:\n    common, task = parse_json_config(f, None)\n"
             "    print(common.task, common.level)\n")
-    files = [os.path.join(d, n) for n in ("statistics_l0.json", "statistics_l1.json", "tensor_l1.json")]
+    files = [os.path.join(d, n) for n in ("statistics_l0.json", "statistics_l1.json", "tensor_l1.json",
+                                          "tensor_rollout.json")]
     out = subprocess.run([sys.executable, "-c", code, *files], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split("\n")[-4:-1] == ["statistics L0", "statistics L1", "tensor L1"]
+    assert out.stdout.split("\n")[-5:-1] == ["statistics L0", "statistics L1", "tensor L1", "tensor L0"]
 
 
 def test_import_is_cheap(pkg_root):

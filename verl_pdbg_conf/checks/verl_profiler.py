@@ -12,7 +12,7 @@ from verl_pdbg_conf.context import Options
 from verl_pdbg_conf.core.document import Document, get, is_unknown
 from verl_pdbg_conf.core.findings import Finding, Severity
 from verl_pdbg_conf.core.record import Record, factory
-from verl_pdbg_conf.verl_facts.stages import IGNORED_STAGES, STAGES, TOOL, TOOLS, gate_for
+from verl_pdbg_conf.verl_facts.stages import IGNORED_STAGES, ROLLOUT_ENV, STAGES, TOOL, TOOLS, gate_for
 from verl_pdbg_conf.core.suggest import did_you_mean
 from verl_pdbg_conf.verl_facts.verl_tree import (DEFAULT_SAVE_PATH, DUMP_PATH_CHARS, GLOBAL_PROFILER_KEYS, GLOBAL_TOOL_CONFIG_KEYS, PD,
                          PD_KEYS, PD_TARGET, ROLE_PROFILER_KEYS)
@@ -38,6 +38,8 @@ class ToolConfig(Record):
     roles: dict = factory(dict)  # role profiler path -> enabled
     selected: set = factory(set)  # stages selected that the workers run
     gates: dict = factory(dict)  # stage -> role profiler path that gates it
+    # rollout_generate is selected and this package's runtime collects it (inside vLLM)
+    rollout: bool = False
 
     @property
     def collected(self) -> list[str]:
@@ -165,6 +167,10 @@ def check_verl_config(doc: Document, options: Options) -> tuple[list[Finding], T
     out += _config_path_shape(doc, tc)
     stage_findings, selected = _stages(doc, tc, options, runtime, roles_in_use(data))
     out += stage_findings
+    if tc.rollout:
+        from verl_pdbg_conf.checks.rollout import check_rollout
+
+        out += check_rollout(doc, data, tc, options)
     out += _gating(doc, data, options, tc, selected, roles, runtime)
     out += _save_path(doc, tc, options)
     tc.runtime, tc.roles, tc.selected = runtime, roles, selected
@@ -414,9 +420,15 @@ def _stages(doc, tc, options, runtime, in_use):
                                    f"{seen[s]})", p, hint="remove the duplicate"))
             continue
         seen[s] = i
-        if s in IGNORED_STAGES:
-            out.append(doc.finding("stage-ignored", W, f"'{s}' is never collected: verl skips rollout "
-                                   "generation on purpose", p, hint="remove it; collect training-side stages"))
+        if s in IGNORED_STAGES and runtime == "pdbg":
+            tc.rollout = True  # this package's runtime collects it inside vLLM (checks/rollout.py)
+        elif s in IGNORED_STAGES:
+            out.append(doc.finding("stage-ignored", W, f"'{s}' is never collected: verl's precision_debugger "
+                                   "skips rollout generation on purpose", p,
+                                   hint="remove it, or run this package's runtime, which collects it inside vLLM: "
+                                        "+profiler=precision_debugger_rollout (or ray_kwargs.ray_init.runtime_env."
+                                        f"worker_process_setup_hook={RUNTIME_HOOK} and the rollout settings in "
+                                        f"env_vars.{ROLLOUT_ENV})"))
         elif s not in STAGES:
             crash = " With strict: True the workers raise ValueError at start." if tc.strict else ""
             out.append(doc.finding("stage-unknown", E, f"unknown stage '{s}': it is never collected.{crash}", p,
@@ -441,7 +453,7 @@ def _stages(doc, tc, options, runtime, in_use):
             out.append(doc.finding("stage-not-run", W, f"stage '{s}' is never collected: {why}", p, hint=hint))
         else:
             selected.add(s)
-    if stages and not selected and not any(f.severity is E for f in out):
+    if stages and not selected and not tc.rollout and not any(f.severity is E for f in out):
         out.append(doc.finding("stage-not-run", E, f"none of the selected stages is ever collected on "
                                f"{target.label or 'verl ' + target.version}: the run collects nothing", at,
                                hint=f"select one of {', '.join(sorted(collectable))}"))

@@ -39,7 +39,16 @@ RULES: dict[str, str] = {
     "save-path": "save_path that msprobe or the file system will refuse",
     "stage-unknown": "a stage name verl does not know",
     "stage-duplicate": "a stage listed twice",
-    "stage-ignored": "rollout_generate is never collected",
+    "stage-ignored": "rollout_generate is never collected (verl's own backend skips it)",
+    "rollout-env": "rollout_generate with this package's runtime: the vLLM side does not get VERL_PDBG_CONF_ROLLOUT, "
+                   "gets settings it cannot read or that differ from the trainer's, or the engine is not vLLM",
+    "rollout-eager": "rollout_generate collected while the rollout captures CUDA graphs / torch.compile "
+                     "(enforce_eager not True)",
+    "rollout-log-probs": "rollout_generate collected with calculate_log_probs False: no rollout_log_probs",
+    "rollout-logprobs-mode": "the rollout's log-probs (logprobs_mode, temperature, top_k/top_p) are not comparable "
+                             "with the actor's",
+    "rollout-dtype": "the rollout and the actor's forward run in different dtypes",
+    "rollout-task": "rollout_generate collected with msprobe task statistics: tokens cannot be aligned",
     "stages-empty": "stages: [] collects nothing (null collects all)",
     "stages-type": "stages is not a list of strings",
     "stage-not-run": "a stage the target verl's workers never run",

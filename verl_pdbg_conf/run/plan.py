@@ -10,12 +10,21 @@ from dataclasses import dataclass, field
 
 from verl_pdbg_conf.context import Options
 from verl_pdbg_conf.core.document import Document, get, is_unknown
+from verl_pdbg_conf.verl_facts.stages import ROLLOUT_ENV, ROLLOUT_ENV_AT, ROLLOUT_STAGE
 
-# The order verl's trainer runs the stages within a step: reward scoring, old log prob, ref log
-# prob, critic values, critic update, actor update (trainer/ppo/v1/trainer_base.py).
-RUN_ORDER = ("compute_rm_score", "actor_compute_log_prob", "ref_compute_log_prob", "compute_values",
-             "critic_update", "actor_update")
+# The order verl's trainer runs the stages within a step: generation, reward scoring, old log prob,
+# ref log prob, critic values, critic update, actor update (trainer/ppo/v1/trainer_base.py).
+RUN_ORDER = ("rollout_generate", "compute_rm_score", "actor_compute_log_prob", "ref_compute_log_prob",
+             "compute_values", "critic_update", "actor_update")
 MSPROBE_LEAF = "step0/rank{rank}/dump.json"  # msprobe's own layout inside a stage directory
+# rollout_generate: one msprobe step per vLLM engine step (step0 the prefill, step1.. the decode steps)
+ROLLOUT_LEAF = "step<K>/rank{rank}/dump.json"
+
+
+def gate_text(gate: str) -> str:
+    """What decides a stage: a role profiler's enable flag, or (rollout_generate) the environment
+    variable that hands the settings to this package's vLLM plugin."""
+    return gate if gate.endswith(ROLLOUT_ENV) else gate + ".enable"
 
 
 @dataclass
@@ -65,12 +74,20 @@ def build_plan(doc: Document, options: Options, params=None, source: str | None 
                     and not (isinstance(total, int) and s > total)})
     runtime, gates = tc.runtime, tc.gates
     stages = [s for s in RUN_ORDER if s in tc.collected]
+    gates = dict(gates)
+    if tc.rollout and isinstance(get(data, ROLLOUT_ENV_AT), str):  # collected inside vLLM (checks/rollout.py)
+        stages.insert(0, ROLLOUT_STAGE)
+        gates[ROLLOUT_STAGE] = ".".join(ROLLOUT_ENV_AT)
     named = tc.stages if isinstance(tc.stages, list) else []
     not_collected = [s for s in named if isinstance(s, str) and s not in stages]
     save_path = tc.save_path if isinstance(tc.save_path, str) and tc.save_path else "outputs/profile"
     plan = Plan(source or doc.file, str(save_path), not os.path.isabs(str(save_path)), steps, stages,
                 {s: gates[s] for s in stages}, [], runtime=runtime, stages_known=not is_unknown(tc.stages))
     plan.not_collected = list(dict.fromkeys(not_collected))
+    if ROLLOUT_STAGE in stages:
+        plan.notes.append("rollout_generate is dumped inside vLLM, one msprobe step per engine step (the prefill, "
+                          "then one per decoded token, up to actor_rollout_ref.rollout.response_length), by the "
+                          "vLLM engine's ranks; the estimate counts it as one forward")
     if is_unknown(save_path):
         plan.notes.append(f"save_path {save_path!r} is not known before the run ({save_path.reason})")
     if plan.save_path_relative:
@@ -200,7 +217,7 @@ def as_dict(plan: Plan) -> dict:
         "source": plan.source,
         "save_path": plan.save_path,
         "steps": plan.steps,
-        "stages": [{"stage": s, "gated_by": plan.gates[s] + ".enable"} for s in plan.stages],
+        "stages": [{"stage": s, "gated_by": gate_text(plan.gates[s])} for s in plan.stages],
         "stages_known": plan.stages_known,
         "named_but_not_collected": plan.not_collected,
         "directories": [f"{plan.save_path.rstrip('/')}/{d}" for d in plan.dirs],
@@ -223,7 +240,7 @@ def render_text(plan: Plan) -> str:
     if plan.stages:
         L.append("  stages (in run order):")
         for s in plan.stages:
-            L.append(f"    {s:24} gated by {plan.gates[s]}.enable")
+            L.append(f"    {s:24} gated by {gate_text(plan.gates[s])}")
     else:
         L.append("  stages: none is collected")
     if plan.not_collected:
@@ -237,7 +254,8 @@ def render_text(plan: Plan) -> str:
     L.append(f"  writes under {plan.save_path}/ ({len(plan.dirs)} stage directories, each with msprobe's "
              f"{MSPROBE_LEAF.format(rank='<R>')}):")
     for d in plan.dirs:
-        L.append(f"    {d}/")
+        L.append(f"    {d}/" + (f" (msprobe's {ROLLOUT_LEAF.format(rank='<R>')}: one step per vLLM engine step)"
+                               if d.endswith("/" + ROLLOUT_STAGE) else ""))
     for d, why in plan.skipped:
         L.append(f"    ({d}: not written: {why})")
     for n in plan.notes:

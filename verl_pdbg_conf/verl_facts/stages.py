@@ -42,8 +42,18 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
     Stage("compute_rm_score", "reward", _RM, _RM_MODELS),
 )}
 
-# Annotated but never collected: verl skips rollout generation on purpose.
+# Annotated but never collected by verl: its precision_debugger backend drops rollout generation on
+# purpose (`_SKIP_STAGES` in verl/utils/profiler/precision_debugger_profile.py).
 IGNORED_STAGES = frozenset({"rollout_generate"})
+
+# This package's runtime collects rollout_generate inside vLLM (the engine steps of its model runner,
+# under {save_path}/step_N/rollout_generate/step<K>/rank<R>/) when the vLLM processes get the profiler
+# settings in this environment variable: the JSON {"config_path", "save_path", "steps"} or a path to
+# such a JSON file. verl's own vLLM server never drives precision_debugger (it keeps only the torch and
+# npu profilers: workers/rollout/vllm_rollout/vllm_async_server.py).
+ROLLOUT_STAGE = "rollout_generate"
+ROLLOUT_ENV = "VERL_PDBG_CONF_ROLLOUT"
+ROLLOUT_ENV_AT = ("ray_kwargs", "ray_init", "runtime_env", "env_vars", ROLLOUT_ENV)
 
 # Role profiler sections that exist in verl's PPO config tree.
 ROLE_PROFILERS = (
