@@ -75,17 +75,23 @@ def pytest_collection_modifyitems(session, config, items):
 
 
 def pytest_collection_finish(session):
-    """Start building, in the background, every venv the selected tests ask for."""
+    """Start building, in the background, every venv the selected tests ask for, and then the data their
+    modules make in it (a module's BACKGROUND_JOBS: name -> (venv, make), see release_venvs.start_job)."""
     if session.config.option.collectonly:
         return
+    jobs = {}
     for item in session.items:
         mark = item.get_closest_marker("venvs")
         if mark is not None and mark.args:
             release_venvs.prebuild(*mark.args)
+            jobs.update(getattr(item.module, "BACKGROUND_JOBS", {}))
+    for name, (venv_name, make) in jobs.items():
+        release_venvs.start_job(name, venv_name, make)
 
 
 def pytest_sessionfinish(session):
     release_venvs.stop_builds()
+    release_venvs.remove_job_dirs()
 
 
 # ---------------------------------------------------------------- two identical 2-rank FSDP2 runs

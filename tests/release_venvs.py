@@ -19,6 +19,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import Future
@@ -201,3 +202,55 @@ def get(name: str, python_version: str | None = None) -> Path:
     Raises NoInterpreter or BuildError."""
     prebuild(name, python_version)
     return _BUILDS[(name, python_version)].result()
+
+
+# ---------------------------------------------------------------- data made in a venv, in the background
+
+_JOBS: dict[str, Future] = {}
+_TEMP: list[str] = []
+
+
+def start_job(name: str, venv_name: str, make) -> None:
+    """Run make(venv_dir, work_dir) in a daemon thread as soon as venv `venv_name` is built: data a test
+    module needs (real dumps made in that venv), made while the rest of the suite runs. `job` waits."""
+    with _QUEUE_LOCK:
+        if name in _JOBS:
+            return
+        future: Future = Future()
+        _JOBS[name] = future
+        work_dir = tempfile.mkdtemp(prefix=f"verl-pdbg-{name}-")
+        _TEMP.append(work_dir)
+
+    def work():
+        try:
+            future.set_result(make(get(venv_name), Path(work_dir)))
+        except BaseException as e:  # handed to the test that waits for it
+            future.set_exception(e)
+
+    threading.Thread(target=work, name=f"job-{name}", daemon=True).start()
+
+
+def job(name: str, venv_name: str, make):
+    """What make returned (see start_job), started now if it was not yet."""
+    start_job(name, venv_name, make)
+    return _JOBS[name].result()
+
+
+def run_niced(cmd: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
+    """A background job's step: niced like the builds, so the suite's own tests go first. Killed with them."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: os.nice(10), **kwargs)
+    _RUNNING.add(proc)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    finally:
+        _RUNNING.discard(proc)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, "")
+
+
+def remove_job_dirs() -> None:
+    for d in _TEMP:
+        shutil.rmtree(d, ignore_errors=True)

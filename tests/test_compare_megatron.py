@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 
 import pytest
 
@@ -27,16 +26,28 @@ DUMPS = {"mix": ("mix", "hf,fsdp2,tp1,tp2,tp1-fc2,tp1-qkv,tp1-eps,tp2-fc2,pp2,pp
 LOG_PROB, UPDATE = "actor_compute_log_prob", "actor_update"
 
 
-@pytest.fixture(scope="module")
-def dumps(tmp_path_factory):
-    python = str(release_venvs.get("megatron") / "bin" / "python")
-    root = tmp_path_factory.mktemp("megatron")
+def make_dumps(venv, root):
+    """Every run of DUMPS (make_megatron_dumps.py), one invocation at a time (tp2 and pp2 take both cores):
+    made in the background while the suite runs (conftest.py)."""
+    python = str(venv / "bin" / "python")
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.path.dirname(HERE))
-    for name, (level, runs, layer) in DUMPS.items():  # one at a time: tp2 and pp2 take both cores
-        out = subprocess.run([python, os.path.join(HERE, "make_megatron_dumps.py"), str(root / name), "--level",
-                              level, "--runs", runs, "--layer", str(layer)], cwd=str(root), env=env,
-                             capture_output=True, text=True, timeout=1800)
-        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    for name, (level, runs, layer) in DUMPS.items():
+        out = release_venvs.run_niced([python, os.path.join(HERE, "make_megatron_dumps.py"), str(root / name),
+                                       "--level", level, "--runs", runs, "--layer", str(layer)], 1800,
+                                      cwd=str(root), env=env)
+        if out.returncode != 0:
+            return RuntimeError(f"make_megatron_dumps.py {name} failed:\n{out.stdout[-4000:]}")
+    return root
+
+
+BACKGROUND_JOBS = {"megatron-dumps": ("megatron", make_dumps)}
+
+
+@pytest.fixture(scope="module")
+def dumps():
+    root = release_venvs.job("megatron-dumps", "megatron", make_dumps)
+    if isinstance(root, Exception):
+        pytest.fail(str(root))
     return root
 
 

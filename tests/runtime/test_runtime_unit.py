@@ -83,8 +83,9 @@ def test_tool_config_hand_over():
 def test_selected_stages():
     assert _selected_stages(None) is None
     assert _selected_stages([]) == frozenset()
+    # rollout_generate is kept: it is collected inside vLLM (runtime/rollout.py), never on verl's annotation
     assert _selected_stages(["actor_update", "train_batch", "rollout_generate", "bogus"]) == {
-        "actor_update", "critic_update"}
+        "actor_update", "critic_update", "rollout_generate"}
 
 
 def test_not_profiled_is_a_plain_call():

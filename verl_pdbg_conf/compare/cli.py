@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.threshold < 0 or math.isnan(args.threshold) or args.top < 0 or (args.jobs is not None and args.jobs < 1):
         sys.stderr.write(f"{PROG}: error: --threshold and --top must be >= 0, --jobs >= 1\n")
         return EXIT_USAGE
-    if args.html:
+    if args.html and not args.rollout:
         from verl_pdbg_conf.compare.report_html import matplotlib_missing
 
         missing = matplotlib_missing()
@@ -148,17 +148,26 @@ def main(argv: list[str] | None = None) -> int:
 
 def _rollout(args) -> int:
     from verl_pdbg_conf.compare.rollout.run import UsageError as RolloutUsage
-    from verl_pdbg_conf.compare.rollout.run import compare_rollout, render_text as rollout_text
+    from verl_pdbg_conf.compare.rollout.report import render_html, render_text as rollout_text
+    from verl_pdbg_conf.compare.rollout.run import compare_rollout
 
-    if args.ranks is not None:
-        sys.stderr.write(f"{PROG}: error: --rollout compares one run's two stages; not with --ranks\n")
+    unused = [o for o, v in (("--ranks", args.ranks is not None), ("-o", args.output), ("--msprobe-csv", args.msprobe_csv),
+                             ("--ray", args.ray), ("--target-conf", args.target_conf), ("--golden-conf", args.golden_conf))
+              if v]
+    if unused:
+        sys.stderr.write(f"{PROG}: error: --rollout compares one run's two stages from its tensor dumps; not with "
+                         f"{', '.join(unused)}\n")
         return EXIT_USAGE
     try:
+        refuse_inside({"--html": args.html}, tuple(p for p in (args.target, args.golden) if p))
         doc = compare_rollout(args.target, args.golden, threshold=args.threshold, dtype_aware=args.dtype_aware,
                               top=args.top, min_coverage=args.min_coverage)
-    except RolloutUsage as e:
+    except (RolloutUsage, UsageError) as e:
         sys.stderr.write(f"{PROG}: error: {e}\n")
         return EXIT_USAGE
+    if args.html:
+        with open(args.html, "w", encoding="utf-8") as fh:
+            fh.write(render_html(doc))
     sys.stdout.write(json.dumps(doc, indent=2) + "\n" if args.format == "json" else rollout_text(doc))
     return doc["exit_code"]
 

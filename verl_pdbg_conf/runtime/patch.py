@@ -5,7 +5,7 @@ process of a verl run, so it must be cheap, idempotent and harmless without verl
 verl costs seconds, so nothing is imported here: a patch is applied at once to a verl module
 already loaded, and otherwise right after the module's first import (a meta-path hook).
 
-Two patches:
+Three patches:
 - `verl.utils.profiler.precision_debugger_profile.PrecisionDebuggerProfiler`: DistProfiler
   imports it lazily when it is constructed, so every DistProfiler built afterwards uses ours.
 - `verl.trainer.ppo.v1.trainer_base.PPOTrainer._start_profiling` (the trainer runs in a Ray
@@ -13,7 +13,10 @@ Two patches:
   start_profile only on the first step of a window, and 0.9.1's batches carry no global step,
   so a worker cannot know the later steps' numbers. For precision_debugger only, the patched
   trainer sends start_profile(profile_step=N) on every step of the window; the worker-side
-  effect of that call is only the new step tag."""
+  effect of that call is only the new step tag.
+- `verl.workers.rollout.vllm_rollout.vllm_async_server.vLLMHttpServer.start_profile/stop_profile`:
+  verl drops the engine profiler for any tool but torch and npu; with this package's vLLM plugin
+  switched on, a profiled step's start/stop reach the engine (vllm_plugin.py)."""
 
 from __future__ import annotations
 
@@ -90,7 +93,51 @@ def _unpatch_trainer(module) -> None:
         cls._start_profiling = getattr(patched, _MARK)
 
 
-_PATCHES = {PROFILER_MODULE: (_patch_profiler, _unpatch_profiler), TRAINER_MODULE: (_patch_trainer, _unpatch_trainer)}
+ROLLOUT_SERVER_MODULE = "verl.workers.rollout.vllm_rollout.vllm_async_server"
+
+
+def _patch_rollout_server(module) -> None:
+    """verl's vLLM server keeps the engine profiler for tools torch and npu only (any other tool's config is
+    dropped at construction, so start_profile never reaches the engine). Where this package's vLLM plugin
+    is switched on (VERL_PDBG_CONF_ROLLOUT in the server's environment), the trainer's start_profile /
+    stop_profile on a profiled step go to the engine, whose workers collect rollout_generate."""
+    import os
+
+    from verl_pdbg_conf.runtime.vllm_plugin import ENV
+
+    cls = getattr(module, "vLLMHttpServer", None)
+    if cls is None or hasattr(cls.start_profile, _MARK):
+        return
+    start, stop = cls.start_profile, cls.stop_profile
+
+    def ours(self) -> bool:
+        tool = getattr(getattr(getattr(self, "config", None), "profiler", None), "tool", None)
+        return bool(os.environ.get(ENV)) and tool in (None, "precision_debugger") and getattr(self, "node_rank", 0) == 0
+
+    async def start_profile(self, **kwargs):
+        if ours(self):
+            return await self.engine.start_profile(**kwargs)
+        return await start(self, **kwargs)
+
+    async def stop_profile(self):
+        if ours(self):
+            return await self.engine.stop_profile()
+        return await stop(self)
+
+    setattr(start_profile, _MARK, start)
+    setattr(stop_profile, _MARK, stop)
+    cls.start_profile, cls.stop_profile = start_profile, stop_profile
+
+
+def _unpatch_rollout_server(module) -> None:
+    cls = getattr(module, "vLLMHttpServer", None)
+    if cls is not None and hasattr(cls.start_profile, _MARK):
+        cls.start_profile = getattr(cls.start_profile, _MARK)
+        cls.stop_profile = getattr(cls.stop_profile, _MARK)
+
+
+_PATCHES = {PROFILER_MODULE: (_patch_profiler, _unpatch_profiler), TRAINER_MODULE: (_patch_trainer, _unpatch_trainer),
+            ROLLOUT_SERVER_MODULE: (_patch_rollout_server, _unpatch_rollout_server)}
 
 
 def _apply(name: str, module) -> None:

@@ -16,9 +16,9 @@ from typing import Any
 
 from verl_pdbg_conf.runtime import model as _model
 from verl_pdbg_conf.runtime import session as _session
+from verl_pdbg_conf.verl_facts.stages import ROLLOUT_STAGE as STAGE
 
 log = logging.getLogger("verl_pdbg_conf.runtime")
-STAGE = "rollout_generate"
 TOKENS = "tokens.json"
 FORMAT = 1
 # Where an in-process vLLM LLM (VLLM_ENABLE_V1_MULTIPROCESSING=0) keeps its model runner, newest first.

@@ -5,11 +5,14 @@ environment variable VERL_PDBG_CONF_ROLLOUT names the profiler settings, as JSON
     {"config_path": "/abs/msprobe/config.json", "save_path": "/abs/outputs/precision_debugger",
      "trigger": "profile", "strict": false}
 
-- trigger "profile" (the default): collected between the engine's start_profile and stop_profile, which
-  verl main calls on its rollout servers around generation on profiled steps. vLLM's own Worker.profile
+- trigger "profile" (the default): collected between the engine's start_profile and stop_profile. verl
+  main's trainer calls them on its rollout servers on profiled steps (with no arguments); its server
+  forwards them to the engine only for torch and npu, so this package's runtime (installed in the Ray
+  workers) lets them through where this plugin is on (runtime/patch.py). vLLM's own Worker.profile
   refuses to run without --profiler-config; with the plugin active, the call is this package's instead.
-  The dump goes to step_{N}/rollout_generate, N read off the profile prefix (its last number), else
-  counted from 1 per start.
+  The dump goes to step_{N}/rollout_generate: N is the profile prefix's last number where it has one,
+  else the n-th entry of the settings' `steps` at the n-th start (verl starts only on profiled steps),
+  else n.
 - trigger "always": every engine step from the first on, under step_{"step" setting, default 0}.
 
 No source of verl or vLLM is patched: the worker class's `profile` method is replaced in the process."""
@@ -21,8 +24,9 @@ import logging
 import os
 import re
 
+from verl_pdbg_conf.verl_facts.stages import ROLLOUT_ENV as ENV
+
 log = logging.getLogger("verl_pdbg_conf.runtime")
-ENV = "VERL_PDBG_CONF_ROLLOUT"
 _STATE: dict = {}
 
 
@@ -103,6 +107,8 @@ def _profile(self, is_start: bool = True, profile_prefix: str | None = None, **k
         _end()  # a start without a stop: the earlier session ends here
         _STATE["count"] += 1
         found = re.findall(r"\d+", profile_prefix or "")
-        _begin(self, int(found[-1]) if found else _STATE["count"])
+        steps = sorted(int(s) for s in _STATE["cfg"].get("steps") or () if str(s).lstrip("-").isdigit())
+        n = _STATE["count"]
+        _begin(self, int(found[-1]) if found else steps[n - 1] if n <= len(steps) else n)
     else:
         _end()

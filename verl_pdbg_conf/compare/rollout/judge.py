@@ -33,6 +33,7 @@ class Gap:
     carried: float  # the error at the last point that agreed (0 at the first)
     span: list[str] = field(default_factory=list)  # engine modules run between that point and this one
     record: str = ""
+    at: str = ""  # the point where it shows: a module's input or output
 
 
 @dataclass
@@ -145,7 +146,8 @@ class Judge:
             over = err > limit + (carried if self.dtype_aware else 0.0)
             if res.gap is None and over:
                 span = _span(engine_order, last_module, pt)
-                res.gap = Gap(_common(span) if span else pt.module, pt.io, err, carried, span, pt.engine.record.name)
+                res.gap = Gap(_common(span) if span else pt.module, pt.io, err, carried, span, pt.engine.record.name,
+                              f"{pt.module} {pt.io}")
             elif res.gap is None:
                 carried, last_module = err, pt.module
         if res.gap is None and res.logprob_engine is not None and res.logprob_engine_logits is not None:

@@ -141,7 +141,8 @@ def _pair(key: str, rollout_dir: str, actor_dir: str, judge: Judge, top: int, mi
         return pair
     requests, problems = K.rollout_requests([(k, d.tokens) for k, d in engine])
     for p in problems:
-        findings.append(_f("compare-tokens", Severity.WARNING, p, rollout_dir))
+        findings.append(_f("compare-tokens", Severity.WARNING, p, rollout_dir,
+                           "those tokens are not compared; collect the whole generation"))
     sequences: list[K.Sequence] = []
     for i, d in enumerate(trainer):
         for seq in K.trainer_sequences(d.tokens.get("calls") or []):
@@ -183,6 +184,7 @@ def _gap_dict(t: TokenResult) -> dict:
          "token_id": t.token_id, "logprob_gap": t.logprob_gap, "layer": int(layer.group(1)) if layer else None}
     if g.span:
         d["span"] = g.span
+        d["compared_at"] = g.at
     return d
 
 
@@ -239,36 +241,3 @@ def _summarize(pair, results, al, requests, sequences, findings, top, min_covera
         pair["status"] = "partial"
     pair["findings"] = [f.to_dict() for f in findings]
     return pair
-
-
-def render_text(doc: dict) -> str:
-    lines = []
-    for p in doc["pairs"]:
-        cov = p.get("coverage") or {}
-        head = f"step {p['step']}: {p['stage']}: {p['status']}"
-        if cov:
-            head += (f" (tokens compared {cov['tokens_compared']} of {cov['rollout_tokens']} rollout rows, "
-                     f"{100 * cov['target']:.1f}% / {100 * cov['golden']:.1f}% of the actor's; "
-                     f"{cov['requests_aligned']} of {cov['rollout_requests']} requests aligned, "
-                     f"{cov['engine_steps'] if 'engine_steps' in cov else p.get('engine_steps')} engine steps)")
-        lines.append(head)
-        if p.get("max_logprob_gap") is not None:
-            lines.append(f"  max |log-prob gap| (engine's returned vs the actor's, from the dumps): "
-                         f"{p['max_logprob_gap']:.3g}")
-        fd = p.get("first_divergence")
-        if fd:
-            where = f" (engine modules run since the last agreeing point: {', '.join(fd['span'])})" if fd.get("span") else ""
-            lines.append(f"  first divergence: {fd['module']} {fd['kind']} error {100 * fd['value']:.4g}% "
-                         f"(carried in {100 * fd['carried']:.3g}%) at request {fd['request']} position "
-                         f"{fd['position']}{where}")
-            for t in p.get("top") or []:
-                lines.append(f"    {t['module']}: {t['tokens']} token(s) part here")
-        for r in p.get("requests") or []:
-            g = f", max |log-prob gap| {r['max_logprob_gap']:.3g}" if r["max_logprob_gap"] is not None else ""
-            d = f", parts at {r['first_divergence']['module']}" if r["first_divergence"] else ""
-            lines.append(f"  request {r['request']}: {r['compared']}/{r['tokens']} tokens compared{g}{d}")
-        for f in p.get("findings") or []:
-            lines.append(f"  {f['severity']} {f['rule']}: {f['message']}" + (f"\n    hint: {f['hint']}" if f.get("hint") else ""))
-    for f in doc.get("diagnostics") or []:
-        lines.append(f"{f['severity']} {f['rule']}: {f['message']}")
-    return "\n".join(lines) + "\n"

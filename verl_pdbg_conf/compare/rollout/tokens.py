@@ -22,13 +22,23 @@ class Request:
     sampled: dict[int, dict] = field(default_factory=dict)  # position of the sampled token -> its record
 
     def sequence(self) -> list[int]:
-        """Computed tokens in order, then the last sampled one (never fed back)."""
+        """Computed tokens in order, then the last sampled one (never fed back); [] where a position is missing."""
         n = len(self.tokens)
         seq = [self.tokens[p] for p in range(n)] if all(p in self.tokens for p in range(n)) else []
         last = self.sampled.get(n)
         if seq and last is not None:
             seq.append(last["token_id"])
         return seq
+
+    def known(self) -> dict[int, int]:
+        """Every position whose token is known: the computed ones and each sampled one."""
+        out = {p: s["token_id"] for p, s in self.sampled.items()}
+        out.update(self.tokens)
+        return out
+
+    def missing(self) -> list[int]:
+        """Positions below the last computed one that no collected engine step computed."""
+        return [p for p in range(max(self.tokens, default=-1) + 1) if p not in self.tokens]
 
 
 @dataclass
@@ -60,7 +70,21 @@ def rollout_requests(steps: list[tuple[int, dict]]) -> tuple[dict[str, Request],
             if tok is not None and positions:
                 r.sampled[positions[-1] + 1] = {"token_id": tok, "logprob": s.get("logprob"), "step": k,
                                                 "logits_row": i}
+    for r in out.values():
+        gap = r.missing()
+        if gap:
+            problems.append(f"request {r.id}: positions {_ranges(gap)} were computed in no collected engine step "
+                            "(a step's dump or token record is missing)")
     return out, problems
+
+
+def _ranges(values: list[int]) -> str:
+    out, start = [], values[0]
+    for a, b in zip(values, values[1:] + [None]):
+        if b != a + 1:
+            out.append(f"{start}" if start == a else f"{start}-{a}")
+            start = b
+    return ", ".join(out)
 
 
 def trainer_sequences(calls: list[dict]) -> list[Sequence]:
@@ -94,14 +118,16 @@ class Alignment:
 
 
 def align(requests: dict[str, Request], sequences: list[Sequence]) -> Alignment:
-    """Each request with the trainer sequence that starts with its tokens (prompt + response); requests
-    with the same tokens (n samples of one prompt that happened to agree) pair in order."""
+    """Each request with the trainer sequence holding its tokens at their positions (prompt + response; a
+    position no collected step computed is left open); requests with the same tokens (n samples of one
+    prompt that happened to agree) pair in order."""
     free = list(range(len(sequences)))
     pairs, alone = [], []
     for rid in sorted(requests, key=_natural):
         r = requests[rid]
-        seq = r.sequence()
-        hit = next((i for i in free if seq and sequences[i].tokens[:len(seq)] == seq), None)
+        known = r.known()
+        hit = next((i for i in free if known and all(p < len(sequences[i].tokens) and sequences[i].tokens[p] == t
+                                                     for p, t in known.items())), None)
         if hit is None:
             alone.append(r)
             continue

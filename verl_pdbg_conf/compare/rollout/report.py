@@ -1,0 +1,88 @@
+"""The rollout comparison's reports: text for the terminal, one self-contained HTML page (no plotting
+library needed); both read compare_rollout's dict and nothing else."""
+
+from __future__ import annotations
+
+import html
+
+
+def render_text(doc: dict) -> str:
+    lines = []
+    for p in doc["pairs"]:
+        cov = p.get("coverage") or {}
+        head = f"step {p['step']}: {p['stage']}: {p['status']}"
+        if cov:
+            head += (f" (tokens compared {cov['tokens_compared']} of {cov['rollout_tokens']} rollout rows, "
+                     f"{100 * cov['target']:.1f}% / {100 * cov['golden']:.1f}% of the actor's; "
+                     f"{cov['requests_aligned']} of {cov['rollout_requests']} requests aligned, "
+                     f"{cov['engine_steps'] if 'engine_steps' in cov else p.get('engine_steps')} engine steps)")
+        lines.append(head)
+        if p.get("max_logprob_gap") is not None:
+            lines.append(f"  max |log-prob gap| (engine's returned vs the actor's, from the dumps): "
+                         f"{p['max_logprob_gap']:.3g}")
+        fd = p.get("first_divergence")
+        if fd:
+            where = f" {fd['kind']}"
+            if fd["kind"] == "logprob":
+                where = (f": the engine's returned log-prob is {fd['value']:.3g} off the log-softmax of its own logits "
+                         "(which agree with the actor's): taken after temperature or top-k/top-p (logprobs_mode)")
+            elif fd.get("span"):
+                where = (f": {', '.join(m.rpartition('.')[2] for m in fd['span'])}, no trainer module; compared at "
+                         f"{fd['compared_at']}")
+            size = "" if fd["kind"] == "logprob" else f", error {100 * fd['value']:.4g}% (carried in {100 * fd['carried']:.3g}%)"
+            lines.append(f"  first divergence: {fd['module']}{where}{size} at request {fd['request']} position "
+                         f"{fd['position']}")
+            for t in p.get("top") or []:
+                lines.append(f"    {t['module']}: {t['tokens']} token(s) part here")
+        for r in p.get("requests") or []:
+            g = f", max |log-prob gap| {r['max_logprob_gap']:.3g}" if r["max_logprob_gap"] is not None else ""
+            d = f", parts at {r['first_divergence']['module']}" if r["first_divergence"] else ""
+            lines.append(f"  request {r['request']}: {r['compared']}/{r['tokens']} tokens compared{g}{d}")
+        for f in p.get("findings") or []:
+            lines.append(f"  {f['severity']} {f['rule']}: {f['message']}" + (f"\n    hint: {f['hint']}" if f.get("hint") else ""))
+    for f in doc.get("diagnostics") or []:
+        lines.append(f"{f['severity']} {f['rule']}: {f['message']}")
+    return "\n".join(lines) + "\n"
+
+
+def render_html(doc: dict) -> str:
+    e = html.escape
+    out = ["<!doctype html><html><head><meta charset='utf-8'><title>rollout vs actor</title><style>"
+           "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
+           "td,th{border:1px solid #ccc;padding:.2em .6em;text-align:left}.diverged{color:#b00}"
+           ".same{color:#070}.partial,.mismatch,.error{color:#a60}</style></head><body>",
+           f"<h1>Rollout against the actor</h1><p>rollout: {e(doc['target'])}<br>actor: {e(doc['golden'])}<br>"
+           f"threshold {doc['threshold']:g} ({e(doc['metric'])}){' , dtype-aware' if doc.get('dtype_aware') else ''}</p>"]
+    for p in doc["pairs"]:
+        cov = p.get("coverage") or {}
+        out.append(f"<h2>step {e(str(p['step']))}: <span class='{e(p['status'])}'>{e(p['status'])}</span></h2>")
+        if cov:
+            out.append(f"<p>{cov['tokens_compared']} of {cov['rollout_tokens']} rollout rows compared "
+                       f"({100 * cov['target']:.1f}% / {100 * cov['golden']:.1f}% of the actor's), "
+                       f"{cov['requests_aligned']} of {cov['rollout_requests']} requests aligned, "
+                       f"{p.get('engine_steps')} engine steps</p>")
+        fd = p.get("first_divergence")
+        if fd:
+            span = f" (engine modules: {e(', '.join(fd['span']))})" if fd.get("span") else ""
+            out.append(f"<p>first divergence: <b>{e(fd['module'])}</b> {e(fd['kind'])}, error "
+                       f"{100 * fd['value']:.4g}% with {100 * fd['carried']:.3g}% carried in, request "
+                       f"{e(fd['request'])} position {fd['position']}{span}</p>")
+        out.append("<table><tr><th>request</th><th>tokens compared</th><th>diverged tokens</th>"
+                   "<th>max |log-prob gap|</th><th>parts at</th></tr>")
+        for r in p.get("requests") or []:
+            gap = f"{r['max_logprob_gap']:.3g}" if r["max_logprob_gap"] is not None else ""
+            at = e(r["first_divergence"]["module"]) if r["first_divergence"] else ""
+            out.append(f"<tr><td>{e(r['request'])}</td><td>{r['compared']}/{r['tokens']}</td>"
+                       f"<td>{r['diverged_tokens']}</td><td>{gap}</td><td>{at}</td></tr>")
+        out.append("</table><table><tr><th>request</th><th>position</th><th>token</th><th>log-prob engine</th>"
+                   "<th>log-prob actor</th><th>gap</th><th>parts at</th></tr>")
+        for t in p.get("tokens") or []:
+            at = e(t["first_divergence"]["module"]) if t["first_divergence"] else ""
+            out.append(f"<tr><td>{e(t['request'])}</td><td>{t['position']}</td><td>{t['token_id']}</td>"
+                       f"<td>{t['logprob_engine']:.6g}</td><td>{t['logprob_trainer']:.6g}</td>"
+                       f"<td>{t['logprob_gap']:.3g}</td><td>{at}</td></tr>")
+        out.append("</table>")
+        for f in p.get("findings") or []:
+            out.append(f"<p class='partial'>{e(f['severity'])} {e(f['rule'])}: {e(f['message'])}</p>")
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
