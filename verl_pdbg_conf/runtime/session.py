@@ -269,6 +269,39 @@ def _guard(dbg) -> None:
     setattr(collector, _GUARDED, True)
 
 
+def _take_dir(stage: str, base_dir: str, config_path: str, continue_key: Any, iter_dir: str | None,
+           nested: str) -> tuple[Any, str] | None:
+    """The debugger and the directory a new session writes to (a continued stage's own, or a fresh one
+    claimed for this process); None when another stage's session is open (`nested` says what happens)."""
+    if _state.active is not None:
+        warn_once(("nested", stage, _state.active.stage),
+                  f"stage {stage!r} ran inside stage {_state.active.stage!r}; {nested}")
+        return None
+    try:
+        dbg = debugger(config_path, base_dir)
+    except SingletonConflict:
+        raise
+    except Exception as e:
+        raise MsprobeError("start", stage, None, e) from e
+    pending, _state.pending = _state.pending, None
+    if pending is not None and continue_key is not None and pending.continue_key == continue_key:
+        return dbg, pending.dump_dir
+    if pending is not None:
+        _state.dirty = True  # the continued stage has ended: its records go
+        release(pending.dump_dir)
+    if _state.dirty:
+        # Never start on records an earlier session left: they would land in this dump.
+        try:
+            _reset(dbg)
+        except Exception as e:
+            raise MsprobeError("reset", stage, None, e) from e
+        _state.dirty = False
+    try:
+        return dbg, fresh_dir(base_dir, iter_dir or _iter_dir(dbg))
+    except OSError as e:
+        raise MsprobeError("start", stage, None, e) from e
+
+
 def open_session(stage: str, base_dir: str, model: Any, config_path: str, profiler_id: int,
                  continue_key: Any = None) -> Session | None:
     """Start msprobe for one stage, writing under `base_dir` (or a fresh sibling of it).
@@ -279,35 +312,11 @@ def open_session(stage: str, base_dir: str, model: Any, config_path: str, profil
     Returns None when another stage's session is already open: the nested call is part of it.
     Raises MsprobeError (phase start or reset) when msprobe cannot start; nothing is left running."""
     with _LOCK:
-        if _state.active is not None:
-            warn_once(("nested", stage, _state.active.stage),
-                      f"stage {stage!r} ran inside stage {_state.active.stage!r}; it is collected as part of "
-                      f"{_state.active.stage!r}'s dump")
+        claimed = _take_dir(stage, base_dir, config_path, continue_key, None,
+                         f"it is collected as part of {_state.active.stage!r}'s dump" if _state.active else "")
+        if claimed is None:
             return None
-        try:
-            dbg = debugger(config_path, base_dir)
-        except SingletonConflict:
-            raise
-        except Exception as e:
-            raise MsprobeError("start", stage, None, e) from e
-        pending, _state.pending = _state.pending, None
-        if pending is not None and continue_key is not None and pending.continue_key == continue_key:
-            dump_dir = pending.dump_dir
-        else:
-            if pending is not None:
-                _state.dirty = True  # the continued stage has ended: its records go
-                release(pending.dump_dir)
-            if _state.dirty:
-                # Never start on records an earlier session left: they would land in this dump.
-                try:
-                    _reset(dbg)
-                except Exception as e:
-                    raise MsprobeError("reset", stage, None, e) from e
-                _state.dirty = False
-            try:
-                dump_dir = fresh_dir(base_dir, _iter_dir(dbg))
-            except OSError as e:
-                raise MsprobeError("start", stage, None, e) from e
+        dbg, dump_dir = claimed
         session = Session(stage, dump_dir, profiler_id, continue_key)
         try:
             _guard(dbg)
@@ -380,30 +389,10 @@ def open_steps(stage: str, base_dir: str, config_path: str, profiler_id: int) ->
     """Claim `base_dir` (or a fresh sibling) for a stage whose calls are msprobe steps step0, step1, ...
     (one per engine step); nothing is collected until step_start. None when another stage is open."""
     with _LOCK:
-        if _state.active is not None:
-            warn_once(("nested", stage, _state.active.stage),
-                      f"stage {stage!r} ran inside stage {_state.active.stage!r}; it is not collected")
+        claimed = _take_dir(stage, base_dir, config_path, None, "step0", "it is not collected")
+        if claimed is None:
             return None
-        try:
-            dbg = debugger(config_path, base_dir)
-        except SingletonConflict:
-            raise
-        except Exception as e:
-            raise MsprobeError("start", stage, None, e) from e
-        pending, _state.pending = _state.pending, None
-        if pending is not None:
-            _state.dirty = True
-            release(pending.dump_dir)
-        if _state.dirty:
-            try:
-                _reset(dbg)
-            except Exception as e:
-                raise MsprobeError("reset", stage, None, e) from e
-            _state.dirty = False
-        try:
-            dump_dir = fresh_dir(base_dir, "step0")
-        except OSError as e:
-            raise MsprobeError("start", stage, None, e) from e
+        dbg, dump_dir = claimed
         session = Session(stage, dump_dir, profiler_id, None, loop=getattr(dbg.service, "loop", 0))
         _state.active = session
         return session
