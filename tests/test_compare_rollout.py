@@ -14,7 +14,7 @@ import shutil
 import pytest
 
 import release_venvs
-from compare_cli import run_json as compare
+from compare_cli import run
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -56,7 +56,9 @@ def dumps(made):
 
 
 def rollout(*paths, options=()):
-    return compare("--rollout", *[str(p) for p in paths], *options)
+    """(exit code, the JSON report, or None where the command refused with a usage error)."""
+    code, out = run(["--rollout", *[str(p) for p in paths], *options, "--format", "json"])
+    return code, json.loads(out) if out.strip() else None
 
 
 def rules(pair) -> dict:
@@ -110,14 +112,14 @@ def test_a_change_on_the_rollout_side_is_named(dumps, run):
     assert pair["max_logprob_gap"] == pytest.approx(manifest[run]["max_logprob_gap"], rel=1e-3)
 
 
-def test_text_report_names_requests_and_module(dumps):
-    from compare_cli import run
-
+def test_text_report_names_requests_and_module(dumps, tmp_path):
     root, _ = dumps
-    code, text = run("--rollout", str(root / "weight"))
+    code, text = run(["--rollout", root / "weight", "--html", tmp_path / "r.html"])
     assert code == 1
     assert "first divergence: model.layers.1.mlp.down_proj output" in text
     assert text.count("  request ") == 3 and "max |log-prob gap|" in text
+    page = (tmp_path / "r.html").read_text()
+    assert "model.layers.1.mlp.down_proj" in page and page.count("<tr>") >= 4
 
 
 # ------------------------------------------------------------------ bad input: copies of the real dumps, broken
@@ -191,10 +193,11 @@ def test_statistics_cannot_be_aligned(broken):
     assert "task tensor" in hint and "precision_debugger_rollout" in hint
 
 
-def test_one_stage_only(broken, tmp_path):
+def test_one_stage_only(broken, capsys):
     shutil.rmtree(broken / "step_1" / "actor_compute_log_prob")
     code, out = rollout(broken)
-    assert code == 2 and out is None or out.get("pairs") == []
+    assert code == 2 and out is None
+    assert "no step holds both rollout_generate" in capsys.readouterr().err
 
 
 def test_plugin_in_vllm_processes(made):

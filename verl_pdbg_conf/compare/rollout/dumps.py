@@ -72,6 +72,7 @@ def _split_name(name: str) -> tuple[str, str, int] | None:
 
 def read(rank_dir: str) -> Dump:
     dump = Dump(rank_dir)
+    dump.tokens = _read_tokens(rank_dir, dump.findings)  # its own file: readable whatever dump.json is
     path = os.path.join(rank_dir, "dump.json")
     try:
         with open(path, encoding="utf-8") as fh:
@@ -102,7 +103,6 @@ def read(rank_dir: str) -> Dump:
         records.append(Record(name, split[0], split[1], split[2], ins, outs))
     parents = {p for r in records for p in _ancestors(r.path)}
     dump.records = [r for r in records if r.path not in parents]
-    dump.tokens = _read_tokens(rank_dir, dump.findings)
     return dump
 
 

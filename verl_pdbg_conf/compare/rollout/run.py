@@ -126,8 +126,9 @@ def _pair(key: str, rollout_dir: str, actor_dir: str, judge: Judge, top: int, mi
                            "rank directory with a dump", rollout_dir if not engine else actor_dir))
         pair["findings"] = [f.to_dict() for f in findings]
         return pair
-    tasks = {d.task for _, d in engine} | {d.task for d in trainer}
-    if tasks != {"tensor"}:
+    # a dump that could not be read has said so already; the others decide whether tokens can be told apart
+    tasks = {d.task for _, d in engine if d.task} | {d.task for d in trainer if d.task}
+    if tasks - {"tensor"}:
         findings.append(_f("compare-rollout-align", Severity.ERROR, f"cannot align tokens: the dumps hold task "
                            f"{', '.join(sorted(str(t) for t in tasks))}; statistics reduce each tensor over every "
                            "token of an engine step (all requests scheduled in it) and of the whole trainer batch, "
