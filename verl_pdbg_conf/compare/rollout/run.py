@@ -161,6 +161,7 @@ def _pair(key: str, rollout_dir: str, actor_dir: str, judge: Judge, top: int, mi
                            "the rollout dump misses it: another rank, or an engine step not collected"))
     info = engine[0][1].tokens or {}
     packed = T.packed_for(info.get("architectures") or [])
+    findings += _dtypes(info, trainer, judge, rollout_dir)
     trainer_paths = [d.by_path() for d in trainer]
     per_step = {}
     for k, d in engine:
@@ -175,6 +176,21 @@ def _pair(key: str, rollout_dir: str, actor_dir: str, judge: Judge, top: int, mi
             pts, order = per_step[k]
             results.append(judge.token(req, seq, p, pts, order, trainer_paths))
     return _summarize(pair, results, al, requests, sequences, findings, top, min_coverage)
+
+
+def _dtypes(info: dict, trainer: list[D.Dump], judge: Judge, where: str) -> list[Finding]:
+    """The engine's dtype against the trainer's activations': a difference on purpose wants --dtype-aware."""
+    engine = info.get("dtype")
+    found = {t.dtype.replace("torch.", "") for d in trainer for r in d.records[:8] for t in r.outputs if t.dtype}
+    floats = {x for x in found if "float" in x}
+    if not engine or not floats or engine in floats:
+        return []
+    if judge.dtype_aware:
+        return [_f("compare-dtype", Severity.INFO, f"the rollout runs {engine}, the actor {', '.join(sorted(floats))}: "
+                   "judged by growth, the lower precision's rounding is not a divergence", where)]
+    return [_f("compare-dtype", Severity.WARNING, f"the rollout runs {engine}, the actor {', '.join(sorted(floats))}: "
+               "their rounding differs, and is judged as a divergence", where,
+               "add --dtype-aware where the two run in different precisions on purpose")]
 
 
 def _gap_dict(t: TokenResult) -> dict:
