@@ -3,6 +3,8 @@
 
     python bench/real_workers.py --out DIR [--level L0|L1] [--runtime pdbg|verl] [--strict] [--nproc N] [--steps 1,2]
                                  [--attn eager|sdpa] [--dtype bf16|fp32] [--plant-layer K]
+                                 [--checkpoint DIR] [--sequences FILE] [--stages all|actor_compute_log_prob]
+                                 [--msprobe-config PATH] [--remove-padding]
 
 Builds a tiny random Qwen2 causal LM from a transformers config (no download), then verl's own
 worker classes (verl/workers/engine_workers.py): ActorRolloutRefWorker with role "actor" and with
@@ -20,6 +22,19 @@ train_mini_batch (-> train_batch per mini-batch), update_actor; then stop_profil
 mixed_precision.param_dtype (verl's default bf16; fp32 runs them unmixed). --plant-layer K: a planted
 change, the actor's model.layers.K.mlp.down_proj.weight scaled by 1.01 in place after init_model (the ref
 keeps the loaded weights), for compares that must name layer K.
+
+The actor against a rollout (docs/compare-rollout.md): --checkpoint DIR loads the weights from that HF
+checkpoint instead of the random model (copied, with a word-level tokenizer over its vocabulary added when it
+has none). --sequences FILE (with --stages actor_compute_log_prob) is a JSON list of {"prompt": [ids],
+"response": [ids]} (manifest.json's samples of tests/make_rollout_dumps.py; a "logprobs" list there is compared
+with the actor's output), laid out as the trainer holds it after generation (left-padded prompts, right-padded
+responses, attention_mask, position_ids, responses, response_mask) and run as one log-prob micro-batch.
+--stages actor_compute_log_prob builds the actor alone and runs its compute_log_prob only (step 1 unless
+--steps). --msprobe-config PATH replaces statistics_<level>.json (e.g. conf/msprobe/tensor_rollout.json: task
+tensor, L0, forward). --remove-padding sets actor_rollout_ref.model.use_remove_padding=True (verl packs the
+batch into one row). The summary then adds `log_probs` (the actor's, per sequence, response tokens only),
+`max_logprob_gap` (against the sequences' log-probs, where given) and `model_inputs`. msprobe itself skips the
+model's first child and last module when verl is imported (module_processor.py): the dump has no lm_head.
 
 --runtime pdbg: this package's runtime, installed as a user does (verl_pdbg_conf.runtime.install()
 before verl is imported). --runtime verl: verl 0.9.1's own precision_debugger backend (baseline).
@@ -60,6 +75,7 @@ NOT_RESOLVED = "model not resolved"
 # stage dir -> the worker (built in the run) whose model it binds; the attribute is checked against stages.py
 WORKER_OF_STAGE = {"actor_compute_log_prob": "actor", "actor_update": "actor", "ref_compute_log_prob": "ref",
                    "critic_update": "critic"}
+STAGE_SETS = ("all", "actor_compute_log_prob")  # --stages: every stage, or the actor's log-prob forward alone
 
 
 # ---------------------------------------------------------------------------------------------
@@ -239,7 +255,8 @@ PLANT_SCALE = 1.01
 
 
 def _overrides(model_dir: str, save_path: str, config_path: str, strict: bool, steps=STEPS,
-               attn: str = "eager", dtype: str = "bf16") -> list[str]:
+               attn: str = "eager", dtype: str = "bf16", remove_padding: bool = False,
+               log_prob_micro_batch: int = 2, mini_batch: int = MINI_BATCH) -> list[str]:
     pd = "global_profiler.global_tool_config.precision_debugger"
     out = [
         f"actor_rollout_ref.model.path={model_dir}", f"critic.model.path={model_dir}",
@@ -248,16 +265,16 @@ def _overrides(model_dir: str, save_path: str, config_path: str, strict: bool, s
         f"actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype={dtype}",
         f"actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype={dtype}",
         "critic.model.override_config.attn_implementation=eager",
-        "actor_rollout_ref.model.use_remove_padding=False", "critic.model.use_remove_padding=False",
+        f"actor_rollout_ref.model.use_remove_padding={remove_padding}", "critic.model.use_remove_padding=False",
         "actor_rollout_ref.model.enable_gradient_checkpointing=False",
         "critic.model.enable_gradient_checkpointing=False",
         "actor_rollout_ref.actor.fsdp_config.use_torch_compile=False",
         "actor_rollout_ref.ref.fsdp_config.use_torch_compile=False", "critic.fsdp.use_torch_compile=False",
         "actor_rollout_ref.actor.use_torch_compile=False", "actor_rollout_ref.ref.use_torch_compile=False",
         "actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.ref.strategy=fsdp2", "critic.strategy=fsdp2",
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={MINI_BATCH}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={mini_batch}",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={log_prob_micro_batch}",
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2",
         f"critic.ppo_mini_batch_size={MINI_BATCH}", "critic.ppo_micro_batch_size_per_gpu=2",
         "actor_rollout_ref.rollout.n=1", "actor_rollout_ref.actor.use_kl_loss=True",
@@ -293,6 +310,67 @@ def _batch(step: int):
         non_tensors={"uid": np.array([f"uid-{step}-{i // 2}" for i in range(BATCH)], dtype=object)},
         meta_info={"temperature": 1.0, "global_token_num": attention_mask.sum(-1).tolist()})
     return batch
+
+
+def _read_sequences(path: str) -> list[dict]:
+    """--sequences: a JSON list of {"prompt": [ids], "response": [ids], ...}."""
+    with open(path) as f:
+        seqs = json.load(f)
+    if not isinstance(seqs, list) or not seqs or not all(
+            isinstance(x, dict) and x.get("prompt") and x.get("response") for x in seqs):
+        raise SystemExit(f"{path}: expected a JSON list of {{\"prompt\": [ids], \"response\": [ids]}}")
+    return seqs
+
+
+def _batch_of(sequences: list[dict], pad_token_id: int = 0):
+    """The DataProto the trainer holds after generation, of given token ids: prompts left-padded to the
+    longest prompt, responses right-padded to the longest response (agent loop / vLLM rollout layout),
+    attention_mask over both, position_ids = cumsum(mask) - 1 clipped at 0 (compute_position_id_with_mask)."""
+    import numpy as np
+    import torch
+    from verl import DataProto
+
+    n = len(sequences)
+    plen = max(len(x["prompt"]) for x in sequences)
+    rlen = max(len(x["response"]) for x in sequences)
+    prompts = torch.full((n, plen), pad_token_id, dtype=torch.long)
+    responses = torch.full((n, rlen), pad_token_id, dtype=torch.long)
+    p_mask = torch.zeros((n, plen), dtype=torch.long)
+    r_mask = torch.zeros((n, rlen), dtype=torch.long)
+    for i, x in enumerate(sequences):
+        p, r = list(map(int, x["prompt"])), list(map(int, x["response"]))
+        prompts[i, plen - len(p):] = torch.tensor(p)
+        p_mask[i, plen - len(p):] = 1
+        responses[i, :len(r)] = torch.tensor(r)
+        r_mask[i, :len(r)] = 1
+    attention_mask = torch.cat([p_mask, r_mask], dim=1)
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    return DataProto.from_dict(
+        tensors={"input_ids": torch.cat([prompts, responses], 1), "attention_mask": attention_mask,
+                 "position_ids": position_ids, "prompts": prompts, "responses": responses,
+                 "response_mask": r_mask},
+        non_tensors={"uid": np.array([f"uid-{i}" for i in range(n)], dtype=object)},
+        meta_info={"temperature": 1.0, "global_token_num": attention_mask.sum(-1).tolist()})
+
+
+def _model_from_checkpoint(src: str, dst: str) -> None:
+    """The checkpoint's files copied where verl loads them from, with a word-level tokenizer over its
+    vocabulary (pad 0) added when it has none (verl's HFModelConfig loads a tokenizer from the model path)."""
+    import shutil
+
+    shutil.copytree(src, dst)
+    if any(os.path.exists(os.path.join(dst, f)) for f in ("tokenizer.json", "tokenizer_config.json")):
+        return
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from transformers import PreTrainedTokenizerFast
+
+    with open(os.path.join(dst, "config.json")) as f:
+        size = int(json.load(f)["vocab_size"])
+    vocab = {"<pad>": 0, "<eos>": 1, "<unk>": 2, **{f"w{i}": i for i in range(3, size)}}
+    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel(vocab, unk_token="<unk>")),
+                                  pad_token="<pad>", eos_token="<eos>", unk_token="<unk>", bos_token="<eos>")
+    tok.save_pretrained(dst)
 
 
 def _td(batch, **non_tensor):
@@ -340,13 +418,23 @@ def child(args) -> dict:
     shims = _shims()
     t_import = time.perf_counter()
 
-    _tiny_model(args.model_dir)
-    config_path = os.path.join(MSPROBE_CONFIGS, f"statistics_{args.level.lower()}.json")
+    if args.checkpoint:
+        _model_from_checkpoint(args.checkpoint, args.model_dir)
+    else:
+        _tiny_model(args.model_dir)
+    sequences = _read_sequences(args.sequences) if args.sequences else None
+    config_path = args.msprobe_config or os.path.join(MSPROBE_CONFIGS, f"statistics_{args.level.lower()}.json")
     trainer_yaml = os.path.join(os.path.dirname(verl.__file__), "trainer", "config", "_generated_ppo_trainer.yaml")
+    sizes = {}
+    if sequences is not None:  # one log-prob micro-batch per rank holds its whole share: one forward
+        share = -(-len(sequences) // world)
+        sizes = dict(log_prob_micro_batch=share, mini_batch=len(sequences))
     cfg = OmegaConf.merge(OmegaConf.load(trainer_yaml),
                           OmegaConf.from_dotlist(_overrides(args.model_dir, args.out, config_path, args.strict, steps,
-                                                             args.attn, args.dtype)))
+                                                             args.attn, args.dtype, args.remove_padding, **sizes)))
     OmegaConf.resolve(cfg)  # main_ppo.py does this; unresolved, every role profiler is a no-op
+    if args.stages == "actor_compute_log_prob":
+        return _child_log_prob_only(args, cfg, steps, sequences, capture, shims, t0, t_import)
 
     ref = ActorRolloutRefWorker(config=cfg.actor_rollout_ref, role="ref")
     ref.init_model()
@@ -438,6 +526,61 @@ def child(args) -> dict:
                         "steps": round(t_steps - t_build, 2)}}
 
 
+def _child_log_prob_only(args, cfg, steps, sequences, capture, shims, t0, t_import) -> dict:
+    """--stages actor_compute_log_prob: the actor alone, its compute_log_prob in each profiled step."""
+    import torch.distributed as dist
+    from verl.workers.engine_workers import ActorRolloutRefWorker
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    actor = ActorRolloutRefWorker(config=cfg.actor_rollout_ref, role="actor")
+    actor.init_model()
+    planted = _plant(actor, args.plant_layer) if args.plant_layer is not None else None
+    t_build = time.perf_counter()
+    impl = actor.profiler._impl
+    errors, log_probs = [], {}
+    for step in steps:
+        batch = _batch(step) if sequences is None else _batch_of(sequences)
+        if world > 1:
+            batch = batch.chunk(world)[rank]
+        actor.start_profile(role="train", profile_step=step)
+        try:
+            out = actor.compute_log_prob(_td(batch, calculate_entropy=True, calculate_sum_pi_squared=False,
+                                             compute_loss=False))
+            padded = _padded(out, "log_probs", _td(batch))
+            mask = batch.batch["response_mask"].bool()
+            log_probs[f"step_{step}"] = [row[m].tolist() for row, m in zip(padded, mask)]
+        except Exception:
+            import traceback
+
+            errors.append(f"step {step}: {traceback.format_exc(limit=8)}")
+        finally:
+            actor.stop_profile(run_command=step == steps[-1])
+    t_steps = time.perf_counter()
+    from verl_pdbg_conf.runtime.model import resolve_model
+    from verl_pdbg_conf.verl_facts.stages import STAGES
+
+    model, path = resolve_model(actor, STAGES["actor_compute_log_prob"].models)
+    found = {"actor_compute_log_prob": {"worker": type(actor).__name__, "path": path, "model": type(model).__name__,
+                                        "is_engine_module": model is not None and model is actor.actor.engine.module}}
+    gap = None
+    if sequences is not None and log_probs and all("logprobs" in x for x in sequences) and world == 1:
+        last = log_probs[f"step_{steps[-1]}"]
+        gap = max(abs(a - float(b)) for got, x in zip(last, sequences) for a, b in zip(got, x["logprobs"]))
+    dist.destroy_process_group()
+    import tensordict
+
+    return {"impl": {"actor": f"{type(impl).__module__}.{type(impl).__name__}"}, "attn": _attn_of(actor, None),
+            "planted": planted, "tensordict": tensordict.__version__, "shims": shims, "errors": errors,
+            "metrics": {}, "warnings": capture.warnings, "runtime_resolved": capture.resolved, "resolver": found,
+            "log_probs": log_probs, "max_logprob_gap": gap,
+            "model_inputs": {"use_remove_padding": bool(cfg.actor_rollout_ref.model.use_remove_padding),
+                             "param_dtype": str(cfg.actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype),
+                             "log_prob_micro_batch_size_per_gpu":
+                                 cfg.actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu},
+            "seconds": {"import": round(t_import - t0, 2), "build": round(t_build - t_import, 2),
+                        "steps": round(t_steps - t_build, 2)}}
+
+
 def _plant(actor, layer: int) -> str:
     """Scale one decoder layer's down_proj weight of the actor's own engine module (FSDP2: a DTensor,
     scaled shard by shard) by PLANT_SCALE; the name of the parameter changed."""
@@ -452,7 +595,8 @@ def _plant(actor, layer: int) -> str:
 
 def _attn_of(actor, ref) -> dict:
     """The attention implementation each model really runs (transformers' config._attn_implementation)."""
-    return {who: w.engine.module.config._attn_implementation for who, w in (("actor", actor.actor), ("ref", ref.ref))}
+    pairs = (("actor", actor.actor),) + ((("ref", ref.ref),) if ref is not None else ())
+    return {who: w.engine.module.config._attn_implementation for who, w in pairs}
 
 
 def _engine(worker, who):
@@ -513,6 +657,8 @@ def _matches_stages_py(resolver: dict, resolved: dict, runtime: str) -> dict:
 
     out = {}
     for stage, (worker, path) in VERL_TARGETS["0.9.1"].model_at.items():
+        if resolver and stage not in resolver:  # a stage this run did not build (--stages)
+            continue
         r = resolver.get(stage) or {}
         ok = r.get("worker") == worker and r.get("path") == path and r.get("is_engine_module") is True
         if runtime == "pdbg":
@@ -523,7 +669,8 @@ def _matches_stages_py(resolver: dict, resolved: dict, runtime: str) -> dict:
 
 def run(out: str, level: str = "L1", runtime: str = "pdbg", strict: bool = False, timeout: float = 600,
         nproc: int = 1, steps: tuple = STEPS, attn: str = "eager", plant_layer: int | None = None,
-        dtype: str = "bf16") -> dict:
+        dtype: str = "bf16", checkpoint: str | None = None, sequences: str | None = None, stages: str = "all",
+        msprobe_config: str | None = None, remove_padding: bool = False) -> dict:
     """One child per rank (all at once, one gloo world); the summary is rank 0's, errors are every rank's."""
     out = os.path.abspath(out)
     os.makedirs(out, exist_ok=True)
@@ -543,6 +690,10 @@ def run(out: str, level: str = "L1", runtime: str = "pdbg", strict: bool = False
                    "--steps", ",".join(map(str, steps)), "--attn", attn, "--dtype", dtype]
             cmd += ["--strict"] if strict else []
             cmd += ["--plant-layer", str(plant_layer)] if plant_layer is not None else []
+            cmd += ["--checkpoint", os.path.abspath(checkpoint)] if checkpoint else []
+            cmd += ["--sequences", os.path.abspath(sequences)] if sequences else []
+            cmd += ["--msprobe-config", os.path.abspath(msprobe_config)] if msprobe_config else []
+            cmd += ["--stages", stages] + (["--remove-padding"] if remove_padding else [])
             procs.append((result_path, subprocess.Popen(cmd, env=env, cwd=tmp, stdout=subprocess.PIPE,
                                                         stderr=subprocess.STDOUT, text=True)))
         outputs, children, codes = [], [], []
@@ -576,6 +727,8 @@ def run(out: str, level: str = "L1", runtime: str = "pdbg", strict: bool = False
         "tensordict": child_result.get("tensordict"), "attn": child_result.get("attn"),
         "planted": child_result.get("planted"),
         "metrics": child_result.get("metrics"), "errors": errors,
+        **({k: child_result.get(k) for k in ("log_probs", "max_logprob_gap", "model_inputs")}
+           if stages != "all" else {}),
         "seconds": round(time.perf_counter() - t0, 2), "child_seconds": child_result.get("seconds"),
     }
 
@@ -588,17 +741,31 @@ def main(argv=None) -> int:
                    help="pdbg: this package's runtime (install()); verl: verl 0.9.1's own backend")
     p.add_argument("--strict", action="store_true", help="precision_debugger.strict: True")
     p.add_argument("--nproc", type=int, default=1, help="ranks (processes) of the gloo world (FSDP2 shards over them)")
-    p.add_argument("--steps", default=",".join(map(str, STEPS)), help="global steps to run and profile "
-                   f"(default {','.join(map(str, STEPS))})")
+    p.add_argument("--steps", default=None, help="global steps to run and profile "
+                   f"(default {','.join(map(str, STEPS))}; 1 with --stages actor_compute_log_prob)")
     p.add_argument("--attn", choices=ATTN, default="eager",
                    help="actor_rollout_ref.model.override_config.attn_implementation (actor and ref; default eager)")
     p.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16",
                    help="the actor's and the ref's fsdp_config.mixed_precision.param_dtype (verl's default bf16)")
     p.add_argument("--plant-layer", type=int, metavar="K", help="planted change: the actor's "
                    f"model.layers.K.mlp.down_proj.weight x{PLANT_SCALE} after load (the ref keeps the loaded weights)")
+    p.add_argument("--checkpoint", metavar="DIR", help="load the models' weights from this HF checkpoint "
+                   "(instead of the random tiny Qwen2)")
+    p.add_argument("--sequences", metavar="FILE", help='a JSON list of {"prompt": [ids], "response": [ids]}: '
+                   "the batch (trainer layout, one log-prob micro-batch) instead of random tokens")
+    p.add_argument("--stages", choices=STAGE_SETS, default="all", help="all (default) or actor_compute_log_prob: "
+                   "the actor alone, its compute_log_prob only (step 1 unless --steps)")
+    p.add_argument("--msprobe-config", metavar="PATH", help="the msprobe config (default "
+                   "conf/msprobe/statistics_<level>.json), e.g. verl_pdbg_conf/conf/msprobe/tensor_rollout.json")
+    p.add_argument("--remove-padding", action="store_true",
+                   help="actor_rollout_ref.model.use_remove_padding=True (the actor's batch packed in one row)")
     p.add_argument("--child", metavar="RESULT", help=argparse.SUPPRESS)
     p.add_argument("--model-dir", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.sequences and args.stages == "all":
+        p.error("--sequences needs --stages actor_compute_log_prob (the update's mini-batches assume the random batch)")
+    if args.steps is None:
+        args.steps = "1" if args.stages == "actor_compute_log_prob" else ",".join(map(str, STEPS))
     if args.child:
         args.out = os.path.abspath(args.out)
         result = child(args)
@@ -607,7 +774,9 @@ def main(argv=None) -> int:
         return 0
     result = run(args.out, args.level, args.runtime, args.strict, nproc=args.nproc,
                  steps=tuple(int(s) for s in args.steps.split(",")), attn=args.attn,
-                 plant_layer=args.plant_layer, dtype=args.dtype)
+                 plant_layer=args.plant_layer, dtype=args.dtype, checkpoint=args.checkpoint,
+                 sequences=args.sequences, stages=args.stages, msprobe_config=args.msprobe_config,
+                 remove_padding=args.remove_padding)
     print(json.dumps(result, sort_keys=True))
     return 0 if result["exit"] == 0 and not result["errors"] else 1
 

@@ -92,6 +92,7 @@ def test_bf16_rollout_is_rounding_with_dtype_aware(dumps):
     assert 1e-4 < pair["max_logprob_gap"] < 0.05  # the gap is there, and it is rounding
     code, doc = rollout(root / "bf16")  # without it, bf16's rounding of the embedding table is a divergence
     assert doc["pairs"][0]["status"] == "diverged" and code == 1
+    assert "add --dtype-aware" in [f["hint"] for f in doc["pairs"][0]["findings"] if f["rule"] == "compare-dtype"][0]
 
 
 @pytest.mark.parametrize("run", ["weight", "eps", "rope", "temp"])
