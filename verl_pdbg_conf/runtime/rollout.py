@@ -114,6 +114,21 @@ def _sampled(output: Any) -> dict:
     return out
 
 
+def _own_logprobs(record: dict) -> None:
+    """Per sampled request, the log-softmax of the engine's own logits at the sampled token: what its
+    returned log-prob is without temperature and top-k/top-p (logits rows follow the requests' order)."""
+    logits = record.get("_logits")
+    if logits is None or not hasattr(logits, "float"):
+        return
+    import torch
+
+    rows = torch.log_softmax(logits.detach().float(), dim=-1)
+    for i, req in enumerate(record.get("requests") or ()):
+        entry = (record.get("sampled") or {}).get(req["request"])
+        if entry and entry.get("token_ids") and i < rows.shape[0]:
+            entry["logprob_logits"] = float(rows[i, entry["token_ids"][0]])
+
+
 def engine_info(runner: Any) -> dict:
     """The engine and its settings that decide how its numbers come out."""
     info: dict = {"engine": "vllm"}
@@ -141,6 +156,7 @@ class EngineSteps:
     def __init__(self, runner: Any, session: _session.Session, on_error):
         self.runner, self.session, self.on_error = runner, session, on_error
         self.k = 0
+        self._last_logits = None
         self.pending: tuple[str, dict] | None = None  # the step whose sampled tokens are still to come
         self.info = engine_info(runner)
 
@@ -148,6 +164,10 @@ class EngineSteps:
         runner = self.runner
         self._execute = runner.execute_model
         runner.execute_model = self.execute_model
+        model = runner.model
+        self._logits_fn = getattr(model, "compute_logits", None)
+        if callable(self._logits_fn):
+            model.compute_logits = self.compute_logits
         self._sample = getattr(runner, "sample_tokens", None)
         if callable(self._sample):
             runner.sample_tokens = self.sample_tokens
@@ -158,6 +178,8 @@ class EngineSteps:
         for name in ("execute_model", "sample_tokens"):
             if name in vars(runner):
                 delattr(runner, name)  # the class's own method is back
+        if "compute_logits" in vars(runner.model):
+            delattr(runner.model, "compute_logits")
         self._flush()
         return False
 
@@ -166,6 +188,7 @@ class EngineSteps:
         if not getattr(scheduler_output, "total_num_scheduled_tokens", 0):
             return self._execute(scheduler_output, *args, **kwargs)
         k, self.k = self.k, self.k + 1
+        self._last_logits = None
         try:
             rank_dir = _session.step_start(self.session, k, self.runner.model)
         except _session.MsprobeError as e:
@@ -183,10 +206,19 @@ class EngineSteps:
         except Exception as e:  # the dump is still written; the compare says the record is incomplete
             record["error"] = f"token rows not read: {e!r}"
         self._stop()
+        record["_logits"] = self._last_logits
         self.pending = (rank_dir, record)
         if output is not None and getattr(output, "sampled_token_ids", None) is not None:
             self._answer(output)
         return output
+
+    def compute_logits(self, *args, **kwargs):
+        """The engine's logits, one row per request of the step: kept for the step's log-probs of its own
+        (msprobe skips the model's last module where verl is imported, the logits processor among them)."""
+        logits = self._logits_fn(*args, **kwargs)
+        # a copy: the sampler divides the logits by the temperature in place before the step's record is written
+        self._last_logits = logits.detach().clone() if hasattr(logits, "detach") else None
+        return logits
 
     def sample_tokens(self, *args, **kwargs):
         output = self._sample(*args, **kwargs)
@@ -196,10 +228,12 @@ class EngineSteps:
     def _answer(self, output) -> None:
         if self.pending is None:
             return
+        record = self.pending[1]
         try:
-            self.pending[1]["sampled"] = _sampled(output)
+            record["sampled"] = _sampled(output)
+            _own_logprobs(record)
         except Exception as e:
-            self.pending[1]["error"] = f"sampled tokens not read: {e!r}"
+            record["error"] = f"sampled tokens not read: {e!r}"
         self._flush()
 
     def _stop(self, failed: bool = False) -> None:
@@ -214,6 +248,7 @@ class EngineSteps:
             return
         rank_dir, record = self.pending
         self.pending = None
+        record.pop("_logits", None)
         if not os.path.isdir(rank_dir):
             return  # msprobe wrote nothing for this step (its rank or step filter)
         write_record(os.path.join(rank_dir, TOKENS), record)
@@ -239,13 +274,30 @@ class ForwardTokens:
     stage's model was called with, written beside the stage's dump.json at close."""
 
     def __init__(self, model: Any):
-        self.model, self.calls, self.handle = model, [], None
+        self.model, self.calls, self.handles = model, [], []
 
     def __enter__(self):
         register = getattr(self.model, "register_forward_pre_hook", None)
         if callable(register):
-            self.handle = register(self._hook, with_kwargs=True)
+            self.handles = [register(self._hook, with_kwargs=True),
+                            self.model.register_forward_hook(self._logits, with_kwargs=True)]
         return self
+
+    def _logits(self, module, args, kwargs, output):
+        """Each position's log-prob of the next token from the forward's logits: the actor's log-probs as the
+        dump's token record holds them (msprobe skips lm_head where verl is imported)."""
+        logits = getattr(output, "logits", output if hasattr(output, "dim") else None)
+        if not self.calls or logits is None or not hasattr(logits, "dim") or logits.dim() != 3:
+            return None
+        import torch
+
+        ids = torch.as_tensor(self.calls[-1]["input_ids"], device=logits.device)
+        if ids.shape != logits.shape[:2]:
+            return None
+        with torch.no_grad():
+            logp = torch.log_softmax(logits[:, :-1].detach().float(), dim=-1)
+            self.calls[-1]["next_logprobs"] = logp.gather(-1, ids[:, 1:, None]).squeeze(-1).cpu().tolist()
+        return None
 
     def _hook(self, module, args, kwargs):
         ids = kwargs.get("input_ids", args[0] if args else None)
@@ -261,9 +313,9 @@ class ForwardTokens:
         return None
 
     def close(self, rank_dir: str) -> None:
-        if self.handle is not None:
-            self.handle.remove()
-            self.handle = None
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
         if self.calls and os.path.isdir(rank_dir):
             write_record(os.path.join(rank_dir, TOKENS), {"format": FORMAT, "engine": "trainer",
                                                           "calls": self.calls})

@@ -100,6 +100,8 @@ class Judge:
     threshold: float
     dtype_aware: bool = False
     tensors: Tensors = field(default_factory=Tensors)
+    engine_dtype: str = ""  # the engine's dtype (its token record): the log-probs' rounding with dtype_aware
+    logits_path: str = "logits"  # the engine module whose output is the logits
 
     def limit(self, point: Point, trainer_rec: D.Record) -> float:
         if not self.dtype_aware:
@@ -150,12 +152,41 @@ class Judge:
                               f"{pt.module} {pt.io}")
             elif res.gap is None:
                 carried, last_module = err, pt.module
+        if sampled is not None and logits_here:
+            self._recorded_logprobs(res, sampled, seq.next_logprob[position] if position < len(seq.next_logprob)
+                                    else None)
+        if res.gap is None and res.logprob_engine_logits is not None and res.logprob_trainer is not None:
+            # the logits themselves, where no dumped point holds them on both sides (lm_head left out)
+            diff = abs(res.logprob_engine_logits - res.logprob_trainer)
+            if diff > self._lp_limit(res.logprob_trainer, engine_points):
+                res.compared += 1
+                res.gap = Gap(self.logits_path, "logprob", diff, carried, [],
+                              "log-softmax of the engine's logits against the actor's")
         if res.gap is None and res.logprob_engine is not None and res.logprob_engine_logits is not None:
             own = abs(res.logprob_engine - res.logprob_engine_logits)
             if own > max(self.threshold, 1e-6) * max(1.0, abs(res.logprob_engine_logits)):
                 res.gap = Gap("sampler", "logprob", own, carried, [],
                               "the engine's returned log-prob is not the log-softmax of its logits")
         return res
+
+    def _lp_limit(self, lp: float, engine_points: list[Point]) -> float:
+        limit = max(self.threshold, 1e-6)
+        if self.dtype_aware:
+            limit = max(limit, EPS.get(f"torch.{self.engine_dtype}", 0.0))
+        return limit * max(1.0, abs(lp))
+
+
+    @staticmethod
+    def _recorded_logprobs(res: TokenResult, sampled: dict, trainer_lp: float | None) -> None:
+        """The log-probs the token records hold (the runtime takes them from each side's logits, which msprobe
+        does not dump where verl is imported); the dumped logits, where both sides have them, come first."""
+        lp, own = sampled.get("logprob"), sampled.get("logprob_logits")
+        if res.logprob_engine is None and isinstance(lp, (int, float)):
+            res.logprob_engine = float(lp)
+        if res.logprob_engine_logits is None and isinstance(own, (int, float)):
+            res.logprob_engine_logits = float(own)
+        if res.logprob_trainer is None and isinstance(trainer_lp, (int, float)):
+            res.logprob_trainer = float(trainer_lp)
 
     @staticmethod
     def _logprobs(res: TokenResult, engine_logits, trainer_logits, sampled: dict) -> None:

@@ -162,11 +162,15 @@ def _pair(key: str, rollout_dir: str, actor_dir: str, judge: Judge, top: int, mi
     info = engine[0][1].tokens or {}
     packed = T.packed_for(info.get("architectures") or [])
     findings += _dtypes(info, trainer, judge, rollout_dir)
+    judge.engine_dtype = str(info.get("dtype") or "")
+    judge.logits_path = next((r.path for _, d in engine for r in d.records if T.is_logits(r.cls)), "logits")
     trainer_paths = [d.by_path() for d in trainer]
     per_step = {}
+    unpaired: dict[str, str] = {}  # path -> class
     for k, d in engine:
-        pts, unpaired = T.points(d.records, trainer_paths[0], packed)
+        pts, alone = T.points(d.records, trainer_paths[0], packed)
         per_step[k] = (pts, [r.path for r in d.records])
+        unpaired.update({r.path: r.cls for r in d.records if r.path in alone})
     results: list[TokenResult] = []
     for req, seq in al.pairs:
         for p in sorted(req.rows):
@@ -175,7 +179,25 @@ def _pair(key: str, rollout_dir: str, actor_dir: str, judge: Judge, top: int, mi
             k = req.rows[p][0]
             pts, order = per_step[k]
             results.append(judge.token(req, seq, p, pts, order, trainer_paths))
-    return _summarize(pair, results, al, requests, sequences, findings, top, min_coverage)
+    return _summarize(pair, results, al, requests, sequences, findings, top, min_coverage,
+                      _unpaired(unpaired, results, actor_dir, findings))
+
+
+def _unpaired(modules: dict[str, str], results: list[TokenResult], where: str, findings: list[Finding]) -> list[str]:
+    """Engine modules no trainer record matches, said once; the logits processor is accounted for where every
+    sampled token's log-probs were compared from the token records. Returns those left uncompared."""
+    if not modules:
+        return []
+    sampled = [t for t in results if t.logprob_engine is not None or t.logprob_engine_logits is not None]
+    compared = sampled and all(t.logprob_trainer is not None and t.logprob_engine_logits is not None for t in sampled)
+    left = [m for m, cls in modules.items() if not (compared and T.is_logits(cls))]
+    why = (" (msprobe leaves a model's first child and last module out of its dump where verl is imported: "
+           "lm_head in verl's actor)") if any(T.is_logits(c) for c in modules.values()) else ""
+    said = "; its log-probs are compared from the token records" if compared and len(left) < len(modules) else ""
+    findings.append(_f("compare-rollout-unpaired", Severity.WARNING if left else Severity.INFO,
+                       f"engine modules with no counterpart in the actor's dump: {', '.join(modules)}{why}{said}",
+                       where, "" if not left else "these modules are not compared"))
+    return left
 
 
 def _dtypes(info: dict, trainer: list[D.Dump], judge: Judge, where: str) -> list[Finding]:
@@ -205,7 +227,7 @@ def _gap_dict(t: TokenResult) -> dict:
     return d
 
 
-def _summarize(pair, results, al, requests, sequences, findings, top, min_coverage) -> dict:
+def _summarize(pair, results, al, requests, sequences, findings, top, min_coverage, uncompared=()) -> dict:
     rollout_tokens = sum(len(r.rows) for r in requests.values())
     trainer_tokens = sum(len(s.tokens) for s in sequences)
     compared_tokens = [t for t in results if t.compared]
@@ -218,6 +240,7 @@ def _summarize(pair, results, al, requests, sequences, findings, top, min_covera
                         "tokens_compared": len(compared_tokens), "target": round(min(cov_r, 1.0), 4),
                         "golden": round(min(cov_t, 1.0), 4), "points_compared": points, "points_skipped": skipped,
                         "requests_aligned": len(al.pairs), "rollout_requests": len(requests),
+                        "uncompared_modules": list(uncompared),
                         "trainer_sequences": len(sequences)}
     diverged = [t for t in results if t.gap is not None]
     gaps = [t for t in results if t.logprob_gap is not None]
@@ -252,7 +275,7 @@ def _summarize(pair, results, al, requests, sequences, findings, top, min_covera
         pair["status"] = "mismatch"
         findings.append(_f("compare-rollout-align", Severity.ERROR, "no token of the rollout could be aligned with "
                            "the actor's forward", pair["target"], ALIGN_HINT))
-    elif min(cov_r, cov_t) >= min_coverage and not skipped:
+    elif min(cov_r, cov_t) >= min_coverage and not skipped and not uncompared:
         pair["status"] = "same"
     else:
         pair["status"] = "partial"

@@ -56,6 +56,11 @@ class Point:
     rows: str = "tokens"  # "tokens": one row per scheduled token; "sampled": one per request sampled from
 
 
+def is_logits(cls: str) -> bool:
+    """An engine class whose output is the logits: the trainer's counterpart is its lm_head."""
+    return bool(facts()["classes"].get(cls, {}).get("counterpart"))
+
+
 def packed_for(architectures: list[str]) -> dict[str, list[str]]:
     packed = facts()["packed"]
     for arch in architectures or ():
@@ -67,15 +72,14 @@ def packed_for(architectures: list[str]) -> dict[str, list[str]]:
 def points(engine: list[Record], trainer: dict[str, list[Record]], packed: dict[str, list[str]]) -> \
         tuple[list[Point], list[str]]:
     """The comparison points of one engine step, in the engine's execution order, and the engine modules
-    left without a counterpart (fused, or named nowhere in the trainer)."""
+    that should have a counterpart but have none in the trainer's dump."""
     classes = facts()["classes"]
     out: list[Point] = []
     unpaired: list[str] = []
     for rec in engine:
         role = classes.get(rec.cls, {})
         if role.get("fused"):
-            unpaired.append(rec.path)
-            continue
+            continue  # compared where its result is used
         head, _, leaf = rec.path.rpartition(".")
         if role.get("counterpart"):
             mate = _join(head, role["counterpart"])

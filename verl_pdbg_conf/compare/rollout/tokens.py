@@ -47,6 +47,7 @@ class Sequence:
 
     tokens: list[int]
     at: list[tuple[int, int, int]]
+    next_logprob: list[float | None] = field(default_factory=list)  # per position: the next token's log-prob
 
 
 def rollout_requests(steps: list[tuple[int, dict]]) -> tuple[dict[str, Request], list[str]]:
@@ -69,7 +70,7 @@ def rollout_requests(steps: list[tuple[int, dict]]) -> tuple[dict[str, Request],
             tok = (s.get("token_ids") or [None])[0]
             if tok is not None and positions:
                 r.sampled[positions[-1] + 1] = {"token_id": tok, "logprob": s.get("logprob"), "step": k,
-                                                "logits_row": i}
+                                                "logits_row": i, "logprob_logits": s.get("logprob_logits")}
     for r in out.values():
         gap = r.missing()
         if gap:
@@ -92,6 +93,8 @@ def trainer_sequences(calls: list[dict]) -> list[Sequence]:
     for c, call in enumerate(calls):
         ids = call.get("input_ids") or []
         mask, pos = call.get("attention_mask"), call.get("position_ids")
+        lps = call.get("next_logprobs")
+        start = len(out)
         for b, row in enumerate(ids):
             if mask is not None:
                 cols = [s for s, m in enumerate(mask[b]) if m]
@@ -107,7 +110,17 @@ def trainer_sequences(calls: list[dict]) -> list[Sequence]:
                     current.at.append((c, b, s))
             else:
                 out.append(Sequence(list(row), [(c, b, s) for s in range(len(row))]))
+        for seq in out[start:]:
+            seq.next_logprob = [_next(lps, b, s, seq.at[j + 1][2] if j + 1 < len(seq.at) else None)
+                                for j, (_, b, s) in enumerate(seq.at)]
     return out
+
+
+def _next(lps, b: int, s: int, following: int | None) -> float | None:
+    """The log-prob the forward gave the sequence's next token: the one at column s + 1 of its row."""
+    if lps is None or following != s + 1 or b >= len(lps) or s >= len(lps[b]):
+        return None
+    return lps[b][s]
 
 
 @dataclass
