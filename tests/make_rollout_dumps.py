@@ -20,6 +20,9 @@ rollout's own prompts and responses, left-padded prompts and right-padded respon
   rope     the engine's config has rope_theta 100
   temp     the engine returns log-probs after temperature 0.7 (logprobs_mode processed_logprobs)
   packed   as `same`, the actor's batch packed into one row
+  chunked  as `same`, the engine's prefills chunked to 8 tokens a step (max_num_batched_tokens 8): one
+           request's prefill chunk beside another's decode in one engine step; unseeded (vLLM's CPU
+           sampler cannot seed a request whose prefill is chunked: "CPU Generator does not use offset")
 
 OUT/manifest.json says per run what a compare must name (`expect_module`: None for no divergence) and the
 max |log-prob gap| of the engine's returned log-probs against the actor's, measured here."""
@@ -43,9 +46,9 @@ MAX_TOKENS = 4
 RUNS = {
     "same": {}, "bf16": {"dtype": "bfloat16"}, "weight": {"weight": 1.01}, "eps": {"config": {"rms_norm_eps": 0.1}},
     "rope": {"config": {"rope_theta": 100.0}}, "temp": {"temperature": 0.7, "logprobs_mode": "processed_logprobs"},
-    "packed": {"packed": True},
+    "packed": {"packed": True}, "chunked": {"chunked": True},
 }
-EXPECT = {"same": None, "bf16": None, "packed": None, "weight": "model.layers.1.mlp.down_proj",
+EXPECT = {"same": None, "bf16": None, "packed": None, "chunked": None, "weight": "model.layers.1.mlp.down_proj",
           "eps": "model.layers.0.input_layernorm", "rope": "model.layers.0.self_attn",
           "temp": "sampler"}
 CONFIG = {"task": "tensor", "level": "L0", "rank": [], "step": [],
@@ -102,14 +105,15 @@ def rollout(llm_cache: dict, out: str, run: str, spec: dict, ckpt: str, config_p
         # in the checkpoint the engine loads: vLLM's CPU linears repack their weights at load time
         model_dir = os.path.join(out, f"checkpoint-{run}")
         _scale_weight(ckpt, model_dir, WEIGHT, spec["weight"])
-    key = (model_dir, spec.get("dtype", "float32"), spec.get("logprobs_mode", "raw_logprobs"))
+    key = (model_dir, spec.get("dtype", "float32"), spec.get("logprobs_mode", "raw_logprobs"), bool(spec.get("chunked")))
     llm = llm_cache.get(key)
     if llm is None:
+        chunks = {"max_num_batched_tokens": 8, "enable_chunked_prefill": True} if key[3] else {}
         llm = LLM(model_dir, dtype=key[1], enforce_eager=True, max_model_len=128, skip_tokenizer_init=True,
-                  seed=0, logprobs_mode=key[2], gpu_memory_utilization=0.5)
+                  seed=0, logprobs_mode=key[2], gpu_memory_utilization=0.5, **chunks)
         llm_cache[key] = llm
-    params = SamplingParams(max_tokens=MAX_TOKENS, temperature=spec.get("temperature", 1.0), seed=0, logprobs=0,
-                            ignore_eos=True)
+    params = SamplingParams(max_tokens=MAX_TOKENS, temperature=spec.get("temperature", 1.0),
+                            seed=None if spec.get("chunked") else 0, logprobs=0, ignore_eos=True)
     prof = PrecisionDebuggerProfiler({"config_path": config_path, "strict": True}, rank=0,
                                      save_path=os.path.join(out, run))
     prof.start(profile_step=1)
