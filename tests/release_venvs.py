@@ -251,6 +251,27 @@ def run_niced(cmd: list[str], timeout: float, **kwargs) -> subprocess.CompletedP
     return subprocess.CompletedProcess(cmd, proc.returncode, out, "")
 
 
+def run_scripts(venv: Path, root: Path, scripts: list[list[str]], env: dict) -> Path | Exception:
+    """A background job's make: each script (with its arguments) in turn with the venv's python, in `root`;
+    returns `root`, or the first failure as an exception for the waiting test to report (job_root)."""
+    python = str(venv / "bin" / "python")
+    for script in scripts:
+        out = run_niced([python, *script], 1800, cwd=str(root), env=env)
+        if out.returncode != 0:
+            return RuntimeError(f"{os.path.basename(script[0])} failed:\n{out.stdout[-4000:]}")
+    return root
+
+
+def job_root(name: str, venv_name: str, make) -> Path:
+    """The directory job `name` made, waited for; its failure fails the test."""
+    import pytest
+
+    root = job(name, venv_name, make)
+    if isinstance(root, Exception):
+        pytest.fail(str(root))
+    return root
+
+
 def remove_job_dirs() -> None:
     for d in _TEMP:
         shutil.rmtree(d, ignore_errors=True)

@@ -29,15 +29,10 @@ LOG_PROB, UPDATE = "actor_compute_log_prob", "actor_update"
 def make_dumps(venv, root):
     """Every run of DUMPS (make_megatron_dumps.py), one invocation at a time (tp2 and pp2 take both cores):
     made in the background while the suite runs (conftest.py)."""
-    python = str(venv / "bin" / "python")
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.path.dirname(HERE))
-    for name, (level, runs, layer) in DUMPS.items():
-        out = release_venvs.run_niced([python, os.path.join(HERE, "make_megatron_dumps.py"), str(root / name),
-                                       "--level", level, "--runs", runs, "--layer", str(layer)], 1800,
-                                      cwd=str(root), env=env)
-        if out.returncode != 0:
-            return RuntimeError(f"make_megatron_dumps.py {name} failed:\n{out.stdout[-4000:]}")
-    return root
+    return release_venvs.run_scripts(venv, root, [
+        [os.path.join(HERE, "make_megatron_dumps.py"), str(root / name), "--level", level, "--runs", runs,
+         "--layer", str(layer)] for name, (level, runs, layer) in DUMPS.items()], env)
 
 
 BACKGROUND_JOBS = {"megatron-dumps": ("megatron", make_dumps)}
@@ -45,10 +40,7 @@ BACKGROUND_JOBS = {"megatron-dumps": ("megatron", make_dumps)}
 
 @pytest.fixture(scope="module")
 def dumps():
-    root = release_venvs.job("megatron-dumps", "megatron", make_dumps)
-    if isinstance(root, Exception):
-        pytest.fail(str(root))
-    return root
+    return release_venvs.job_root("megatron-dumps", "megatron", make_dumps)
 
 
 def by_stage(doc) -> dict:

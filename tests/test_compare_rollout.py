@@ -25,16 +25,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.venvs("vllm")]
 def make_dumps(venv, root):
     """The runs (make_rollout_dumps.py), then vLLM's multiprocess engine through the plugin on the same
     checkpoint (rollout_plugin_run.py): made in the background while the suite runs (conftest.py)."""
-    python = str(venv / "bin" / "python")
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE))
-    steps = [[os.path.join(HERE, "make_rollout_dumps.py"), str(root / "runs"), "--runs", RUNS],
-             [os.path.join(HERE, "rollout_plugin_run.py"), str(root / "runs" / "checkpoint"), str(root / "plugin"),
-              str(root / "runs" / "config.json")]]
-    for step in steps:
-        out = release_venvs.run_niced([python, *step], 1800, cwd=str(root), env=env)
-        if out.returncode != 0:
-            return RuntimeError(f"{step[0]} failed:\n{out.stdout[-4000:]}")
-    return root
+    return release_venvs.run_scripts(venv, root, [
+        [os.path.join(HERE, "make_rollout_dumps.py"), str(root / "runs"), "--runs", RUNS],
+        [os.path.join(HERE, "rollout_plugin_run.py"), str(root / "runs" / "checkpoint"), str(root / "plugin"),
+         str(root / "runs" / "config.json")]], dict(os.environ, PYTHONPATH=os.path.dirname(HERE)))
 
 
 BACKGROUND_JOBS = {"rollout-dumps": ("vllm", make_dumps)}
@@ -42,10 +36,7 @@ BACKGROUND_JOBS = {"rollout-dumps": ("vllm", make_dumps)}
 
 @pytest.fixture(scope="module")
 def made():
-    root = release_venvs.job("rollout-dumps", "vllm", make_dumps)
-    if isinstance(root, Exception):
-        pytest.fail(str(root))
-    return root
+    return release_venvs.job_root("rollout-dumps", "vllm", make_dumps)
 
 
 @pytest.fixture(scope="module")
