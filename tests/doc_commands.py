@@ -51,6 +51,8 @@ NOT_RUN = {
     "tests": "test files of the suite: the suite itself runs them",
     "long": "a campaign or bench of many minutes (its figures are quoted beside it, with the machine's load)",
     "network": "downloads from a package index or clones a repository",
+    "rollout": "a rollout's dumps made by vLLM in its own venv (tests/test_compare_rollout.py makes them and runs "
+               "these commands on them)",
 }
 
 _MARK = re.compile(r"^<!--\s*(run|not-run:)\s*(.*?)\s*-->\s*$")

@@ -305,13 +305,14 @@ class PrecisionDebuggerProfiler:
 
     def _close(self, session: _session.Session, failed: bool = False) -> None:
         if session.tokens is not None:
-            session.tokens.close(os.path.join(session.dump_dir, "step0", _session.rank_dir_name()))
+            session.tokens.detach()
         try:
             _session.close_session(session, failed=failed)
-            return
         except _session.MsprobeError as e:
-            error = e
-        self._msprobe_failed(error, stage_failed=failed)
+            self._msprobe_failed(e, stage_failed=failed)
+            return  # the dump is incomplete and said so: no token record beside it (one cause, one warning)
+        if session.tokens is not None and not failed:
+            session.tokens.write(os.path.join(session.dump_dir, "step0", _session.rank_dir_name()))
 
     def _msprobe_failed(self, e: _session.MsprobeError, stage_failed: bool = False) -> None:
         """One warning per cause; strict raises msprobe's own exception, with a note saying where."""

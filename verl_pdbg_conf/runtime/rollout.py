@@ -205,7 +205,8 @@ class EngineSteps:
             record["sampling"] = _sampling(self.runner, [r["request"] for r in record["requests"]])
         except Exception as e:  # the dump is still written; the compare says the record is incomplete
             record["error"] = f"token rows not read: {e!r}"
-        self._stop()
+        if not self._stop():
+            return output  # msprobe failed on this step and said so: no token record beside its dump
         record["_logits"] = self._last_logits
         self.pending = (rank_dir, record)
         if output is not None and getattr(output, "sampled_token_ids", None) is not None:
@@ -236,11 +237,13 @@ class EngineSteps:
             record["error"] = f"sampled tokens not read: {e!r}"
         self._flush()
 
-    def _stop(self, failed: bool = False) -> None:
+    def _stop(self, failed: bool = False) -> bool:
         try:
             _session.step_stop(self.session)
+            return True
         except _session.MsprobeError as e:
             self.on_error(e, failed)
+            return False
 
     def _flush(self) -> None:
         """Write the pending step's token record beside its dump.json."""
@@ -312,10 +315,12 @@ class ForwardTokens:
         self.calls.append(call)
         return None
 
-    def close(self, rank_dir: str) -> None:
+    def detach(self) -> None:
         for handle in self.handles:
             handle.remove()
         self.handles = []
+
+    def write(self, rank_dir: str) -> None:
         if self.calls and os.path.isdir(rank_dir):
             write_record(os.path.join(rank_dir, TOKENS), {"format": FORMAT, "engine": "trainer",
                                                           "calls": self.calls})
