@@ -292,20 +292,30 @@ class ForwardTokens:
         logits = getattr(output, "logits", output if hasattr(output, "dim") else None)
         if not self.calls or logits is None or not hasattr(logits, "dim") or logits.dim() != 3:
             return None
-        import torch
+        try:  # a hook in the model's forward: nothing here may reach training
+            import torch
 
-        ids = torch.as_tensor(self.calls[-1]["input_ids"], device=logits.device)
-        if ids.shape != logits.shape[:2]:
-            return None
-        with torch.no_grad():
-            logp = torch.log_softmax(logits[:, :-1].detach().float(), dim=-1)
-            self.calls[-1]["next_logprobs"] = logp.gather(-1, ids[:, 1:, None]).squeeze(-1).cpu().tolist()
+            ids = torch.as_tensor(self.calls[-1]["input_ids"], device=logits.device)
+            if ids.shape != logits.shape[:2] or ids.numel() == 0 or int(ids.max()) >= logits.shape[-1]:
+                return None  # not a language model's logits over these ids (a value head, a classifier)
+            with torch.no_grad():
+                logp = torch.log_softmax(logits[:, :-1].detach().float(), dim=-1)
+                self.calls[-1]["next_logprobs"] = logp.gather(-1, ids[:, 1:, None]).squeeze(-1).cpu().tolist()
+        except Exception as e:
+            _session.warn_once(("tokens-logprobs", type(e).__name__), f"the forward's log-probs are not recorded ({e!r})")
         return None
 
     def _hook(self, module, args, kwargs):
+        try:  # a hook in the model's forward: nothing here may reach training
+            self._record(args, kwargs)
+        except Exception as e:
+            _session.warn_once(("tokens-ids", type(e).__name__), f"the forward's token ids are not recorded ({e!r})")
+        return None
+
+    def _record(self, args, kwargs) -> None:
         ids = kwargs.get("input_ids", args[0] if args else None)
-        if ids is None or not hasattr(ids, "tolist"):
-            return None
+        if ids is None or not hasattr(ids, "tolist") or ids.dim() != 2:
+            return None  # token ids are [batch, seq]: anything else is not a language model's batch
         call = {"input_ids": ids.tolist()}
         for key in ("attention_mask", "position_ids"):
             value = kwargs.get(key)

@@ -121,8 +121,7 @@ class Judge:
         for pt in engine_points:
             if pt.rows == "sampled" and not logits_here:
                 continue
-            mates = [(trainer[src].get(m.path) or [None])[c] if c < len(trainer[src].get(m.path) or ()) else None
-                     for m in pt.trainer]
+            mates = [_call(trainer[src].get(m.path), c) for m in pt.trainer]
             if any(m is None for m in mates):
                 res.skipped += 1
                 continue
@@ -158,8 +157,8 @@ class Judge:
         if res.gap is None and res.logprob_engine_logits is not None and res.logprob_trainer is not None:
             # the logits themselves, where no dumped point holds them on both sides (lm_head left out)
             diff = abs(res.logprob_engine_logits - res.logprob_trainer)
+            res.compared += 1
             if diff > self._lp_limit(res.logprob_trainer, engine_points):
-                res.compared += 1
                 res.gap = Gap(self.logits_path, "logprob", diff, carried, [],
                               "log-softmax of the engine's logits against the actor's")
         if res.gap is None and res.logprob_engine is not None and res.logprob_engine_logits is not None:
@@ -199,6 +198,11 @@ class Judge:
         res.logprob_trainer = float(torch.log_softmax(trainer_logits.flatten(), -1)[tok])
         lp = sampled.get("logprob")
         res.logprob_engine = float(lp) if isinstance(lp, (int, float)) else None
+
+
+def _call(records: list[D.Record] | None, c: int) -> D.Record | None:
+    """The record of a trainer module's c-th forward call (one per forward of the stage)."""
+    return records[c] if records and c < len(records) else None
 
 
 def _row(t, row: int):

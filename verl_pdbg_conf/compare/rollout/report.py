@@ -23,7 +23,10 @@ def render_text(doc: dict) -> str:
         fd = p.get("first_divergence")
         if fd:
             where = f" {fd['kind']}"
-            if fd["kind"] == "logprob":
+            if fd["kind"] == "logprob" and fd["module"] != "sampler":
+                where = (f": the log-softmax of the engine's logits is {fd['value']:.3g} off the actor's (no dumped "
+                         "logits on both sides; from the token records)")
+            elif fd["kind"] == "logprob":
                 where = (f": the engine's returned log-prob is {fd['value']:.3g} off the log-softmax of its own logits "
                          "(which agree with the actor's): taken after temperature or top-k/top-p (logprobs_mode)")
             elif fd.get("span"):

@@ -95,6 +95,9 @@ def trainer_sequences(calls: list[dict]) -> list[Sequence]:
         mask, pos = call.get("attention_mask"), call.get("position_ids")
         lps = call.get("next_logprobs")
         start = len(out)
+        if not _rows_of_ints(ids) or (mask is not None and not _rows_of_ints(mask)) or \
+                (pos is not None and not _rows_of_ints(pos)):
+            continue  # not a [batch, seq] record: nothing to align (the caller counts what aligned)
         for b, row in enumerate(ids):
             if mask is not None:
                 cols = [s for s, m in enumerate(mask[b]) if m]
@@ -114,6 +117,10 @@ def trainer_sequences(calls: list[dict]) -> list[Sequence]:
             seq.next_logprob = [_next(lps, b, s, seq.at[j + 1][2] if j + 1 < len(seq.at) else None)
                                 for j, (_, b, s) in enumerate(seq.at)]
     return out
+
+
+def _rows_of_ints(value) -> bool:
+    return isinstance(value, list) and all(isinstance(r, list) and all(isinstance(x, int) for x in r) for r in value)
 
 
 def _next(lps, b: int, s: int, following: int | None) -> float | None:
