@@ -148,3 +148,33 @@ print(heavy)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_token_record_of_a_forward_never_reaches_it():
+    """The log-prob stages' token record (rollout.ForwardTokens) hooks the model's forward: a value head's output
+    is not taken for logits, 1-D ids are not a batch, and a language model's next-token log-probs are kept."""
+    import torch
+
+    from verl_pdbg_conf.runtime.rollout import ForwardTokens
+
+    class Head(torch.nn.Module):
+        def __init__(self, width):
+            super().__init__()
+            self.width = width
+
+        def forward(self, input_ids):
+            return torch.arange(input_ids.numel() * self.width, dtype=torch.float32).reshape(*input_ids.shape,
+                                                                                              self.width)
+
+    value = Head(4)
+    rec = ForwardTokens(value).__enter__()
+    assert value(torch.tensor([[5, 29, 3]])).shape == (1, 3, 4)  # ids past the head's width: no error
+    value(torch.tensor([5, 6]))
+    rec.detach()
+    assert rec.calls == [{"input_ids": [[5, 29, 3]]}]
+    lm = Head(30)
+    rec = ForwardTokens(lm).__enter__()
+    logits = lm(torch.tensor([[5, 29, 3]]))
+    rec.detach()
+    want = torch.log_softmax(logits[0, :2], -1)[[0, 1], [29, 3]].tolist()
+    assert rec.calls[0]["next_logprobs"] == [want]
