@@ -90,10 +90,11 @@ def _config_json(doc: Document, tc, options: Options, seen: dict) -> Report:
             "refuses in a file path: PrecisionDebugger fails to open it", at,
             hint="move or link the file to a path of letters, digits and _ . : / - only"))
     key = (real, tc.strict)
-    if key in seen:
+    if key in seen:  # the file's own findings are said once; what this conf does with it, per conf
+        if getattr(tc, "rollout", False) and seen[key].ok:
+            report.findings += _rollout_task(doc, seen[key], tc)
         return report
-    seen[key] = True
-    jdoc = load_json(resolved, text)
+    jdoc = seen[key] = load_json(resolved, text)
     report.files.append(resolved)
     if not jdoc.ok:
         report.findings += jdoc.findings
