@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.util
+import json
 import logging
 import os
 import threading
@@ -67,8 +68,7 @@ def _selected_stages(stages: Any) -> frozenset[str] | None:
         return None
     if isinstance(stages, str):
         stages = [stages]
-    names = (_rollout.STAGE if str(s).strip() == _rollout.STAGE else stage_for_annotation(str(s).strip())
-             for s in stages)
+    names = (_rollout.STAGE if n == _rollout.STAGE else stage_for_annotation(n) for n in (str(s).strip() for s in stages))
     return frozenset(n for n in names if n is not None)
 
 
@@ -92,7 +92,8 @@ class PrecisionDebuggerProfiler:
         self._profile_step: int | None = None
         self._can_collect = self._preflight()
         self._task = _task_of(self.config_path) if self._can_collect else None
-        self._tokens: dict[str, _rollout.ForwardTokens] = {}  # per dump: the token ids its forwards ran on
+        # the token ids the current log-prob dump's forwards ran on; kept while its stage continues
+        self._tokens: tuple[str, _rollout.ForwardTokens] | None = None
 
     # ---- construction: everything that can be known before step N --------------------------
 
@@ -246,14 +247,11 @@ class PrecisionDebuggerProfiler:
             return None
         if session is None:
             return None
-        return _rollout.EngineSteps(runner, session, self._step_failed).__enter__()
+        return _rollout.EngineSteps(runner, session, self._msprobe_failed).__enter__()
 
     def _close_rollout(self, steps: _rollout.EngineSteps) -> None:
         steps.__exit__(None, None, None)
         _session.close_steps(steps.session)
-
-    def _step_failed(self, e: _session.MsprobeError, stage_failed: bool = False) -> None:
-        self._msprobe_failed(e, stage_failed=stage_failed)
 
     def _tag(self, step: Any, owner: Any, args: tuple, kwargs: dict) -> str:
         """The global step: the caller's, the batch's, the worker's, then the trainer's start_profile."""
@@ -288,10 +286,9 @@ class PrecisionDebuggerProfiler:
         try:
             session = _session.open_session(stage, base, model, self.config_path, id(self), continue_key)
             if session is not None and self._task == "tensor" and stage in _TOKEN_STAGES:
-                recorder = self._tokens.get(session.dump_dir)
-                if recorder is None:
-                    recorder = self._tokens[session.dump_dir] = _rollout.ForwardTokens(model)
-                session.tokens = recorder.__enter__()
+                if self._tokens is None or self._tokens[0] != session.dump_dir:
+                    self._tokens = (session.dump_dir, _rollout.ForwardTokens(model))
+                session.tokens = self._tokens[1].__enter__()
             return session
         except _session.SingletonConflict as e:
             self._fail(("singleton",), f"{e}; not collected")
@@ -342,8 +339,6 @@ _TOKEN_STAGES = ("actor_compute_log_prob", "ref_compute_log_prob")
 
 
 def _task_of(config_path: str | None) -> str | None:
-    import json
-
     try:
         with open(config_path, encoding="utf-8") as fh:
             task = json.load(fh).get("task")

@@ -10,7 +10,6 @@ imported here; its objects are read by attribute."""
 from __future__ import annotations
 
 import json
-import logging
 import os
 from typing import Any
 
@@ -18,7 +17,6 @@ from verl_pdbg_conf.runtime import model as _model
 from verl_pdbg_conf.runtime import session as _session
 from verl_pdbg_conf.verl_facts.stages import ROLLOUT_STAGE as STAGE
 
-log = logging.getLogger("verl_pdbg_conf.runtime")
 TOKENS = "tokens.json"
 FORMAT = 1
 # Where an in-process vLLM LLM (VLLM_ENABLE_V1_MULTIPROCESSING=0) keeps its model runner, newest first.
@@ -45,10 +43,6 @@ def model_runner(obj: Any) -> Any:
 
 def _ints(values, n: int | None = None) -> list[int]:
     """The first n of a CPU tensor, numpy array or list, as ints."""
-    for attr in ("cpu",):  # vLLM keeps CpuGpuBuffers: .cpu is the host tensor
-        inner = getattr(values, attr, None)
-        if inner is not None and not callable(inner):
-            values = inner
     if hasattr(values, "tolist"):
         values = values[:n].tolist() if n is not None else values.tolist()
     else:
@@ -56,8 +50,11 @@ def _ints(values, n: int | None = None) -> list[int]:
     return [int(v) for v in values]
 
 
-def _host(buffer: Any) -> Any:
+def _host(runner: Any, name: str) -> Any:
     """A runner buffer's host copy: CpuGpuBuffer.cpu (vLLM >= 0.10) or the `<name>_cpu` tensor before."""
+    if not hasattr(runner, name):
+        return getattr(runner, f"{name}_cpu")
+    buffer = getattr(runner, name)
     inner = getattr(buffer, "cpu", None)
     return buffer if inner is None or callable(inner) else inner
 
@@ -68,10 +65,8 @@ def step_rows(runner: Any, scheduler_output: Any) -> list[dict]:
     counts = dict(getattr(scheduler_output, "num_scheduled_tokens", {}) or {})
     req_ids = [r for r in list(getattr(runner.input_batch, "req_ids", []) or []) if r in counts]
     total = sum(counts[r] for r in req_ids)
-    positions = _ints(_host(getattr(runner, "positions", None) if hasattr(runner, "positions") else
-                            getattr(runner, "positions_cpu")), total)
-    ids = _ints(_host(getattr(runner, "input_ids", None) if hasattr(runner, "input_ids") else
-                      getattr(runner, "input_ids_cpu")), total)
+    positions = _ints(_host(runner, "positions"), total)
+    ids = _ints(_host(runner, "input_ids"), total)
     rows, start = [], 0
     for r in req_ids:
         n = counts[r]
@@ -99,7 +94,6 @@ def _sampled(output: Any) -> dict:
     if not req_ids or tokens is None:
         return {}
     logprobs = getattr(output, "logprobs", None)
-    lp_ids = getattr(logprobs, "sampled_token_ranks", None)  # noqa: F841 (kept for the format's future)
     values = getattr(logprobs, "logprobs", None)
     ids = getattr(logprobs, "logprob_token_ids", None)
     out = {}
@@ -114,10 +108,9 @@ def _sampled(output: Any) -> dict:
     return out
 
 
-def _own_logprobs(record: dict) -> None:
+def _own_logprobs(record: dict, logits: Any) -> None:
     """Per sampled request, the log-softmax of the engine's own logits at the sampled token: what its
     returned log-prob is without temperature and top-k/top-p (logits rows follow the requests' order)."""
-    logits = record.get("_logits")
     if logits is None or not hasattr(logits, "float"):
         return
     import torch
@@ -157,7 +150,8 @@ class EngineSteps:
         self.runner, self.session, self.on_error = runner, session, on_error
         self.k = 0
         self._last_logits = None
-        self.pending: tuple[str, dict] | None = None  # the step whose sampled tokens are still to come
+        # the step whose sampled tokens are still to come: its rank dir, token record and logits
+        self.pending: tuple[str, dict, Any] | None = None
         self.info = engine_info(runner)
 
     def __enter__(self):
@@ -207,8 +201,7 @@ class EngineSteps:
             record["error"] = f"token rows not read: {e!r}"
         if not self._stop():
             return output  # msprobe failed on this step and said so: no token record beside its dump
-        record["_logits"] = self._last_logits
-        self.pending = (rank_dir, record)
+        self.pending = (rank_dir, record, self._last_logits)
         if output is not None and getattr(output, "sampled_token_ids", None) is not None:
             self._answer(output)
         return output
@@ -229,10 +222,10 @@ class EngineSteps:
     def _answer(self, output) -> None:
         if self.pending is None:
             return
-        record = self.pending[1]
+        _, record, logits = self.pending
         try:
             record["sampled"] = _sampled(output)
-            _own_logprobs(record)
+            _own_logprobs(record, logits)
         except Exception as e:
             record["error"] = f"sampled tokens not read: {e!r}"
         self._flush()
@@ -249,9 +242,8 @@ class EngineSteps:
         """Write the pending step's token record beside its dump.json."""
         if self.pending is None:
             return
-        rank_dir, record = self.pending
+        rank_dir, record, _ = self.pending
         self.pending = None
-        record.pop("_logits", None)
         if not os.path.isdir(rank_dir):
             return  # msprobe wrote nothing for this step (its rank or step filter)
         write_record(os.path.join(rank_dir, TOKENS), record)
