@@ -78,9 +78,9 @@ def compare_rollout(actor_root: str, rollout_root: str | None = None, threshold:
     if not keys:
         raise UsageError(f"no step holds both {ROLLOUT} (under {rollout_root}) and {ACTOR} (under {actor_root}): "
                          f"collect both on the same step")
-    judge = Judge(threshold, dtype_aware)
-    pairs = [_pair(k, os.path.join(r_steps[k], ROLLOUT), os.path.join(a_steps[k], ACTOR), judge, top, min_coverage)
-             for k in keys]
+    # one Judge per pair: its tensor cache goes with the pair
+    pairs = [_pair(k, os.path.join(r_steps[k], ROLLOUT), os.path.join(a_steps[k], ACTOR), threshold, dtype_aware, top,
+                   min_coverage) for k in keys]
     return {"mode": "rollout", "target": os.path.abspath(rollout_root), "golden": os.path.abspath(actor_root),
             "metric": "NormRelativeErr (per token)", "threshold": threshold, "dtype_aware": dtype_aware,
             "min_coverage": min_coverage, "pairs": pairs, "diagnostics": [f.to_dict() for f in findings],
@@ -102,8 +102,31 @@ def _step_number(key: str) -> int | None:
     return int(tail) if tail.isdigit() else None
 
 
-def _pair(key: str, rollout_dir: str, actor_dir: str, judge: Judge, top: int, min_coverage: float) -> dict:
+def _pair(key: str, rollout_dir: str, actor_dir: str, threshold: float, dtype_aware: bool, top: int,
+          min_coverage: float) -> dict:
+    """One profiled step: read both sides, refuse what cannot be aligned, align, judge every token, sum up."""
     findings: list[Finding] = []
+    engine, trainer = _read(rollout_dir, actor_dir, findings)
+    pair = {"step": _step_number(key), "stage": f"{ROLLOUT} vs {ACTOR}", "rank": None,
+            "target": rollout_dir, "golden": actor_dir, "status": "error", "first_divergence": None, "top": [],
+            "coverage": None, "requests": [], "tokens": [], "engine_steps": len(engine)}
+    refused = _refusal(engine, trainer, rollout_dir, actor_dir, findings)
+    if refused:
+        pair["status"] = refused
+        pair["findings"] = [f.to_dict() for f in findings]
+        return pair
+    requests, sequences, al = _align(engine, trainer, rollout_dir, actor_dir, findings)
+    info = engine[0][1].tokens or {}
+    judge = Judge(threshold, dtype_aware, engine_dtype=str(info.get("dtype") or ""),
+                  logits_path=next((r.path for _, d in engine for r in d.records if T.is_logits(r.cls)), "logits"))
+    findings += _dtypes(info, trainer, judge, rollout_dir)
+    results, unpaired = _judge(engine, trainer, al, judge, T.packed_for(info.get("architectures") or []))
+    return _summarize(pair, results, al, requests, sequences, findings, top, min_coverage,
+                      _unpaired(unpaired, results, actor_dir, findings))
+
+
+def _read(rollout_dir: str, actor_dir: str, findings: list[Finding]) -> tuple[list[tuple[int, D.Dump]], list[D.Dump]]:
+    """The rollout's engine steps (the first rank of each) and the actor's ranks, their reading problems said."""
     engine: list[tuple[int, D.Dump]] = []
     for k, path in _engine_steps(rollout_dir):
         ranks = _rank_dirs(path)
@@ -114,18 +137,17 @@ def _pair(key: str, rollout_dir: str, actor_dir: str, judge: Judge, top: int, mi
         for name in sorted(ranks)[:1]:
             engine.append((k, D.read(ranks[name])))
     trainer = [D.read(p) for _, p in sorted(_rank_dirs(os.path.join(actor_dir, "step0")).items())]
-    pair = {"step": _step_number(key), "stage": f"{ROLLOUT} vs {ACTOR}", "rank": None,
-            "target": rollout_dir, "golden": actor_dir, "status": "error", "first_divergence": None, "top": [],
-            "coverage": None, "requests": [], "tokens": [], "engine_steps": len(engine)}
-    for _, d in engine:
+    for d in [d for _, d in engine] + trainer:
         findings += d.findings
-    for d in trainer:
-        findings += d.findings
+    return engine, trainer
+
+
+def _refusal(engine, trainer, rollout_dir: str, actor_dir: str, findings: list[Finding]) -> str | None:
+    """The pair's status where its tokens cannot be aligned at all (said in a finding), else None."""
     if not engine or not trainer:
-        findings.append(_f("compare-missing", Severity.ERROR, f"{rollout_dir if not engine else actor_dir}: no "
-                           "rank directory with a dump", rollout_dir if not engine else actor_dir))
-        pair["findings"] = [f.to_dict() for f in findings]
-        return pair
+        where = rollout_dir if not engine else actor_dir
+        findings.append(_f("compare-missing", Severity.ERROR, f"{where}: no rank directory with a dump", where))
+        return "error"
     # a dump that could not be read has said so already; the others decide whether tokens can be told apart
     tasks = {d.task for _, d in engine if d.task} | {d.task for d in trainer if d.task}
     if tasks - {"tensor"}:
@@ -133,13 +155,14 @@ def _pair(key: str, rollout_dir: str, actor_dir: str, judge: Judge, top: int, mi
                            f"{', '.join(sorted(str(t) for t in tasks))}; statistics reduce each tensor over every "
                            "token of an engine step (all requests scheduled in it) and of the whole trainer batch, "
                            "so tokens cannot be told apart", rollout_dir, ALIGN_HINT))
-        pair["status"] = "mismatch"
-        pair["findings"] = [f.to_dict() for f in findings]
-        return pair
+        return "mismatch"
     if any(d.tokens is None for _, d in engine) or any(d.tokens is None for d in trainer):
-        pair["status"] = "mismatch"
-        pair["findings"] = [f.to_dict() for f in findings]
-        return pair
+        return "mismatch"  # compare-tokens says which
+    return None
+
+
+def _align(engine, trainer, rollout_dir: str, actor_dir: str, findings: list[Finding]):
+    """Requests, the actor's sequences (their rows tagged with the rank they came from) and the two paired."""
     requests, problems = K.rollout_requests([(k, d.tokens) for k, d in engine])
     for p in problems:
         findings.append(_f("compare-tokens", Severity.WARNING, p, rollout_dir,
@@ -159,14 +182,15 @@ def _pair(key: str, rollout_dir: str, actor_dir: str, judge: Judge, top: int, mi
         findings.append(_f("compare-rollout-request", Severity.WARNING, f"an actor sequence of {len(s.tokens)} tokens "
                            f"(starting {s.tokens[:6]}) is in no rollout request", actor_dir,
                            "the rollout dump misses it: another rank, or an engine step not collected"))
-    info = engine[0][1].tokens or {}
-    packed = T.packed_for(info.get("architectures") or [])
-    findings += _dtypes(info, trainer, judge, rollout_dir)
-    judge.engine_dtype = str(info.get("dtype") or "")
-    judge.logits_path = next((r.path for _, d in engine for r in d.records if T.is_logits(r.cls)), "logits")
+    return requests, sequences, al
+
+
+def _judge(engine, trainer, al, judge: Judge, packed: dict) -> tuple[list[TokenResult], dict[str, str]]:
+    """Every aligned token through its engine step's comparison points; and the engine modules (path -> class)
+    that have no counterpart in the actor's dump."""
     trainer_paths = [d.by_path() for d in trainer]
     per_step = {}
-    unpaired: dict[str, str] = {}  # path -> class
+    unpaired: dict[str, str] = {}
     for k, d in engine:
         pts, alone = T.points(d.records, trainer_paths[0], packed)
         per_step[k] = (pts, [r.path for r in d.records])
@@ -174,13 +198,10 @@ def _pair(key: str, rollout_dir: str, actor_dir: str, judge: Judge, top: int, mi
     results: list[TokenResult] = []
     for req, seq in al.pairs:
         for p in sorted(req.rows):
-            if p >= len(seq.at):
-                continue
-            k = req.rows[p][0]
-            pts, order = per_step[k]
-            results.append(judge.token(req, seq, p, pts, order, trainer_paths))
-    return _summarize(pair, results, al, requests, sequences, findings, top, min_coverage,
-                      _unpaired(unpaired, results, actor_dir, findings))
+            if p < len(seq.at):
+                pts, order = per_step[req.rows[p][0]]
+                results.append(judge.token(req, seq, p, pts, order, trainer_paths))
+    return results, unpaired
 
 
 def _unpaired(modules: dict[str, str], results: list[TokenResult], where: str, findings: list[Finding]) -> list[str]:
