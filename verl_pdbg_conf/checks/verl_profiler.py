@@ -107,42 +107,9 @@ def check_verl_config(doc: Document, options: Options) -> tuple[list[Finding], T
                            "nothing is collected", GP, key=True, at=set_at[0] if set_at else None,
                            hint=f"profile with {verl_support.with_backend()}, or drop these settings")]
         return out, None
-    tools = target.tools or TOOLS
-    if is_unknown(tool):
-        if not pd_present:
-            return out, None
-    elif tool is None:
-        if pd_present:
-            out.append(doc.finding(
-                "tool-missing", E, "precision_debugger is configured but global_profiler.tool is not set: "
-                "no profiler runs and nothing is collected", GP + ("tool",), key=True,
-                hint="set global_profiler.tool: precision_debugger"))
-            # go on: report every other mistake in the same pass
-        elif not gp:
-            out.append(doc.finding("no-profiler-config", I, "no global_profiler section: nothing to check", ()))
-            return out, None
-        else:
-            return out, None
-    elif tool == TOOL and verl_support.lacks_backend(target):
-        knows = f"its DistProfiler knows {', '.join(target.tools)}" if target.tools else \
-            "it has no verl/utils/profiler/precision_debugger_profile.py"
-        out.append(doc.finding(
-            verl_support.RULE, E, f"global_profiler.tool {tool!r}: {target.label} has no precision_debugger "
-            f"profiler ({knows}); {verl_support.unknown_tool_effect(target)}",
-            GP + ("tool",), hint=f"profile with {verl_support.with_backend()}"))
-        return out, None
-    elif not isinstance(tool, str) or tool not in tools:
-        close = did_you_mean(str(tool), tools)
-        out.append(doc.finding(
-            "tool-unknown", E, f"global_profiler.tool {tool!r} is not a verl profiler tool; verl falls back to a "
-            "no-op profiler and collects nothing", GP + ("tool",), hint=f"one of {', '.join(tools)}{close}"))
-        if not (pd_present or f"'{TOOL}'" in close):  # meant precision_debugger: check the rest too
-            return out, None
-    elif tool != TOOL:
-        if pd_present:
-            out.append(doc.finding(
-                "tool-missing", W, f"precision_debugger is configured but global_profiler.tool is {tool!r}: "
-                "those settings are unused", GP + ("tool",), hint="set global_profiler.tool: precision_debugger"))
+    found, go_on = _tool_in_use(doc, gp, tool, pd_present, target)
+    out += found
+    if not go_on:
         return out, None
 
     pd = get(data, PD)
@@ -177,6 +144,49 @@ def check_verl_config(doc: Document, options: Options) -> tuple[list[Finding], T
     tc.hybrid = get(data, ("actor_rollout_ref", "hybrid_engine"), True) is not False
     tc.gates = {st: gate_for(st, options.target, tc.hybrid) for st in selected}
     return out, tc
+
+
+def _tool_in_use(doc: Document, gp: dict, tool, pd_present: bool, target) -> tuple[list[Finding], bool]:
+    """What global_profiler.tool says, and whether precision_debugger's settings are to be checked further."""
+    out: list[Finding] = []
+    tools = target.tools or TOOLS
+    if is_unknown(tool):
+        if not pd_present:
+            return out, False
+    elif tool is None:
+        if pd_present:
+            out.append(doc.finding(
+                "tool-missing", E, "precision_debugger is configured but global_profiler.tool is not set: "
+                "no profiler runs and nothing is collected", GP + ("tool",), key=True,
+                hint="set global_profiler.tool: precision_debugger"))
+            # go on: report every other mistake in the same pass
+        elif not gp:
+            out.append(doc.finding("no-profiler-config", I, "no global_profiler section: nothing to check", ()))
+            return out, False
+        else:
+            return out, False
+    elif tool == TOOL and verl_support.lacks_backend(target):
+        knows = f"its DistProfiler knows {', '.join(target.tools)}" if target.tools else \
+            "it has no verl/utils/profiler/precision_debugger_profile.py"
+        out.append(doc.finding(
+            verl_support.RULE, E, f"global_profiler.tool {tool!r}: {target.label} has no precision_debugger "
+            f"profiler ({knows}); {verl_support.unknown_tool_effect(target)}",
+            GP + ("tool",), hint=f"profile with {verl_support.with_backend()}"))
+        return out, False
+    elif not isinstance(tool, str) or tool not in tools:
+        close = did_you_mean(str(tool), tools)
+        out.append(doc.finding(
+            "tool-unknown", E, f"global_profiler.tool {tool!r} is not a verl profiler tool; verl falls back to a "
+            "no-op profiler and collects nothing", GP + ("tool",), hint=f"one of {', '.join(tools)}{close}"))
+        if not (pd_present or f"'{TOOL}'" in close):  # meant precision_debugger: check the rest too
+            return out, False
+    elif tool != TOOL:
+        if pd_present:
+            out.append(doc.finding(
+                "tool-missing", W, f"precision_debugger is configured but global_profiler.tool is {tool!r}: "
+                "those settings are unused", GP + ("tool",), hint="set global_profiler.tool: precision_debugger"))
+        return out, False
+    return out, True
 
 
 def _runtime(data, options: Options) -> str:
