@@ -89,6 +89,18 @@ def pytest_collection_finish(session):
         release_venvs.start_job(name, venv_name, make)
 
 
+_STARTED = time.monotonic()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The background builds and jobs with their times (bench/ci_phases.py reads these lines)."""
+    lines = release_venvs.phase_lines(_STARTED)
+    if lines:
+        terminalreporter.section("background phases (from the session's start)")
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
 def pytest_sessionfinish(session):
     release_venvs.stop_builds()
     release_venvs.remove_job_dirs()

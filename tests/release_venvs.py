@@ -156,6 +156,29 @@ class NoInterpreter(LookupError):
 
 
 _BUILDS: dict[tuple, Future] = {}
+# What ran in the background this session, for the phase times printed at the end (conftest):
+# label -> [started, ended or None, how it ended]
+PHASES: dict[str, list] = {}
+
+
+def _timed(label: str, fn):
+    PHASES[label] = [time.monotonic(), None, "running"]
+    try:
+        out = fn()
+    except BaseException as e:
+        PHASES[label][1:] = [time.monotonic(), f"failed: {type(e).__name__}"]
+        raise
+    PHASES[label][1:] = [time.monotonic(), "ok"]
+    return out
+
+
+def phase_lines(since: float) -> list[str]:
+    """One line per background build or job: when it started and how long it took, from `since`."""
+    out = []
+    for label, (start, end, how) in sorted(PHASES.items(), key=lambda kv: kv[1][0]):
+        took = f"{end - start:7.1f} s" if end is not None else "  (still running)"
+        out.append(f"{label:40} started at {start - since:7.1f} s, took {took}  {how}")
+    return out
 _QUEUE_LOCK = threading.Lock()
 _ONE_AT_A_TIME = threading.Lock()
 
@@ -176,7 +199,8 @@ def _spec(name: str, python_version: str | None) -> tuple[Path, str | None, bool
 def _build(name: str, python_version: str | None) -> Path:
     lock, python, torch = _spec(name, python_version)
     with _ONE_AT_A_TIME:
-        return venv(name, lock, python=python, torch=torch)
+        label = f"venv {name}" + (f" (Python {python_version})" if python_version else "")
+        return _timed(label, lambda: venv(name, lock, python=python, torch=torch))
 
 
 def prebuild(name: str, python_version: str | None = None) -> None:
@@ -223,7 +247,8 @@ def start_job(name: str, venv_name: str, make) -> None:
 
     def work():
         try:
-            future.set_result(make(get(venv_name), Path(work_dir)))
+            built = get(venv_name)
+            future.set_result(_timed(f"job {name}", lambda: make(built, Path(work_dir))))
         except BaseException as e:  # handed to the test that waits for it
             future.set_exception(e)
 

@@ -81,7 +81,10 @@ class Probe:
 
 for option in options:
     with initialize_config_dir(verl_config_dir(), version_base=None):
-        config = compose("ppo_trainer", overrides=["+profiler=" + option, "ray_kwargs.ray_init.num_cpus=2"])
+        config = compose("ppo_trainer", overrides=["+profiler=" + option, "ray_kwargs.ray_init.num_cpus=2",
+                                                  # a cluster of its own: ray.init() would join one another test
+                                                  # (or another process) started, and refuse num_cpus there
+                                                  "+ray_kwargs.ray_init.address=local"])
     raw = OmegaConf.to_container(config, resolve=False)
     run_ppo(config, task_runner_class=Probe)  # verl's own ray.init(**ray_kwargs.ray_init + its runtime_env)
     res = json.load(open(out_file + ".actor"))
