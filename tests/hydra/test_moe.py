@@ -183,6 +183,10 @@ def test_dense_or_unknown_model_is_quiet(tmp_path):
     l1 = _msprobe(tmp_path, "l1.json", level="L1")
     assert found(f"actor_rollout_ref.model.path={_model(tmp_path, 'd', {'model_type': 'qwen3'})}", l1) == []
     assert found("actor_rollout_ref.model.path=Org/not-on-this-machine", l1) == []
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"num_experts": 8')  # not JSON: verl fails on it, not judged here
+    assert found(f"actor_rollout_ref.model.path={broken}", l1) == []
     # the shipped config collects every module at L0: quiet on an MoE model
     assert found(f"actor_rollout_ref.model.path={_model(tmp_path, 'm', QWEN3_MOE)}") == []
 

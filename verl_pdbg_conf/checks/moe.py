@@ -33,6 +33,7 @@ import re
 from verl_pdbg_conf.context import Options
 from verl_pdbg_conf.core.document import Document, get, is_unknown
 from verl_pdbg_conf.core.findings import Finding, Severity
+from verl_pdbg_conf.core.reading import read_text
 
 E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
 ACTOR = ("actor_rollout_ref", "actor")
@@ -98,7 +99,8 @@ def check_routing_replay(doc: Document, tc, options: Options) -> list[Finding]:
     if mode == "R3" and flag is not True:
         out.append(doc.finding(
             "routing-replay-rollout", E, f"{'.'.join(read_at)} is R3, which replays the experts the rollout chose, "
-            f"but enable_rollout_routing_replay is {flag!r}: the rollout returns no routed_experts and the actor's "
+            "but enable_rollout_routing_replay is " + ("not set (verl's default is False)" if flag is None else
+                                                       repr(flag)) + ": the rollout returns no routed_experts and the actor's "
             "first compute_log_prob fails (there is nothing to replay)", read_at,
             hint="actor_rollout_ref.rollout.enable_rollout_routing_replay=True"))
     elif mode == "R3" and _known(name) and engines and name not in engines:
@@ -181,12 +183,15 @@ def num_experts(data, options: Options) -> int | None:
                 and model.get(k) and not is_unknown(model.get(k))), None)
     override = model.get("override_config") if isinstance(model.get("override_config"), dict) else {}
     candidates = [override, override.get("model_config"), override.get("text_config")]
-    path = hf_config_file(ref, options.base_dir) if ref else None
+    try:
+        path = hf_config_file(ref, options.base_dir) if ref else None
+    except (OSError, ValueError):  # a path the OS cannot look at (a NUL character): not known here
+        path = None
     if path:
+        text, _ = read_text(path, "config.json")  # the model's own file: unreadable means not known here
         try:
-            with open(path, encoding="utf-8") as f:
-                hf = json.load(f)
-        except (OSError, ValueError):
+            hf = json.loads(text) if text is not None else None
+        except ValueError:
             hf = None
         if isinstance(hf, dict):
             candidates += [hf, hf.get("text_config")]
@@ -197,7 +202,7 @@ def num_experts(data, options: Options) -> int | None:
             v = c.get(key)
             if isinstance(v, int) and not isinstance(v, bool):
                 return v
-    return 0 if path else None
+    return 0 if path and isinstance(hf, dict) else None
 
 
 def rollout_routers(doc: Document, jdoc: Document, tc, options: Options) -> list[Finding]:

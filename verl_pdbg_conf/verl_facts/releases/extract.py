@@ -18,8 +18,10 @@ What is extracted (nothing is typed by hand, no file of verl is stored):
   precision_debugger backend, whether it binds the first Megatron chunk of a list, the
   profiler tools, which role profiler gates the hybrid worker, which trainer call reaches an
   annotation that is not a stage name (the critic's `train_batch` -> `critic_update`), whether
-  profile_continuous_steps keeps the first step's tag, and the role profiler sections of the
-  composed ppo_trainer.
+  profile_continuous_steps keeps the first step's tag, the role profiler sections of the
+  composed ppo_trainer, and routing replay (`routing_replay`: the config path of the actor's
+  replay mode each strategy's workers read, the rollout engines that return routed experts, the
+  legal modes).
 """
 
 from __future__ import annotations
