@@ -125,6 +125,19 @@ def test_r3_with_a_rollout_that_never_returns_routes():
     assert "'trtllm'" in f.message and f.hint == f"{RO}.name=vllm"
 
 
+def test_rollout_routes_need_prefix_caching_in_vllm():
+    f = only(found("model_engine=megatron", f"{MEG}=R3", f"{FLAG}=True", f"{RO}.enable_prefix_caching=False"),
+             "routing-replay-rollout")
+    assert f.severity is Severity.WARNING and "prefix caching" in f.message and f.path == f"{RO}.enable_prefix_caching"
+    # engine_kwargs.vllm is spread over verl's own engine arguments: it wins
+    f = only(found("model_engine=megatron", f"{MEG}=R3", f"{FLAG}=True",
+                   f"+{RO}.engine_kwargs.vllm.enable_prefix_caching=False"), "routing-replay-rollout")
+    assert f.path == f"{RO}.engine_kwargs.vllm.enable_prefix_caching"
+    assert [x.rule for x in found("model_engine=megatron", f"{MEG}=R3", f"{FLAG}=True",
+                                  f"{RO}.enable_prefix_caching=False",
+                                  f"+{RO}.engine_kwargs.vllm.enable_prefix_caching=True")] == ["routing-replay-compare"]
+
+
 @pytest.mark.parametrize("engine, at", [("megatron", MEG), ("veomni", VEO)])
 def test_r2_with_the_rollouts_routes_conflicts(engine, at):
     f = only(found(f"model_engine={engine}", f"{at}=R2", f"{FLAG}=True"), "routing-replay-conflict")

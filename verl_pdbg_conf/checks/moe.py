@@ -10,7 +10,9 @@ What they rest on (verl 0.8.0, 0.9.0, 0.9.1; their code, read):
   `routed_experts` in the batch the actor's first compute_log_prob fails (0.9.1: RuntimeError
   "router_replay REPLAY: micro_batch has no routed_experts"). The rollout returns them only with
   `rollout.enable_rollout_routing_replay` and only from the engines whose server reads it (vLLM sets
-  enable_return_routed_experts; sglang).
+  enable_return_routed_experts; sglang). vLLM 0.32 refuses enable_return_routed_experts without
+  prefix caching, on a dense model, and without Model Runner V2 (VllmConfig.
+  _verify_aux_output_compatibility); only the first is a verl setting.
 - R2 records compute_log_prob's own routes and replays them in the update. With the rollout's
   routes in the batch too, the trainer raises ValueError ("Detected conflicting router replay
   configuration", trainer/ppo/ray_trainer.py) once compute_log_prob returns routes of its own
@@ -126,7 +128,10 @@ def check_routing_replay(doc: Document, tc, options: Options) -> list[Finding]:
                    "replay)") + ": the rollout captures and returns routed_experts that nothing uses", FLAG,
                 hint=(f"{'.'.join(read_at)}=R3" if read_at else "actor strategy " + " or ".join(sorted(reads)))
                 + " to replay them, or enable_rollout_routing_replay=False"))
-    if mode == "R3" and flag is True and not any(f.severity is E for f in out) and tc.rollout \
+    if flag is True and (name == "vllm" or not _known(name)) and not out:
+        out += _prefix_caching(doc, data)
+    fails = any(f.rule != "routing-replay-ignored" for f in out)  # the run does not get as far as a compare
+    if mode == "R3" and flag is True and not fails and tc.rollout \
             and "actor_compute_log_prob" in tc.collected:
         out.append(doc.finding(
             "routing-replay-compare", I, "R3 routes actor_compute_log_prob's tokens to the experts the rollout "
@@ -136,6 +141,24 @@ def check_routing_replay(doc: Document, tc, options: Options) -> list[Finding]:
             hint=f"to measure the trainer's own routing, profile a step with {'.'.join(read_at)}=disabled (R2 "
                  "replays only in actor_update)"))
     return out
+
+
+def _prefix_caching(doc, data) -> list[Finding]:
+    """verl's vLLM server passes rollout.enable_prefix_caching (engine_kwargs.vllm wins) and, for the
+    rollout's routes, enable_return_routed_experts; vLLM 0.32 refuses the second without the first
+    (VllmConfig._verify_aux_output_compatibility: "AuxOutput Connector requires prefix caching")."""
+    at = ROLLOUT + ("engine_kwargs", "vllm", "enable_prefix_caching")
+    value = get(data, at)
+    if value is None:
+        at = ROLLOUT + ("enable_prefix_caching",)
+        value = get(data, at)
+    if value is not False:
+        return []
+    return [doc.finding(
+        "routing-replay-rollout", W, "enable_rollout_routing_replay makes verl start vLLM with "
+        f"enable_return_routed_experts, which vLLM 0.32 refuses without prefix caching ({'.'.join(at)} is False): "
+        "the rollout server fails to start ('AuxOutput Connector requires prefix caching')", at,
+        hint=f"{'.'.join(at)}=True")]
 
 
 def _ignored(doc, path, value, strategy, read_at, reads, label, mode) -> Finding:
