@@ -54,7 +54,9 @@ RULES: dict[str, str] = {
     # routing replay (MoE)
     "routing-replay-mode": "a router_replay.mode verl refuses (not one of its modes)",
     "routing-replay-ignored": "a routing-replay setting the workers never read, or rollout routes nothing replays",
-    "routing-replay-rollout": "R3 without the rollout's routed experts: the actor's compute_log_prob fails",
+    "routing-replay-rollout": "the rollout will not return the routed experts routing replay asks of it (R3 "
+                              "without enable_rollout_routing_replay, an engine that never returns them, vLLM "
+                              "without prefix caching)",
     "routing-replay-conflict": "R2 beside the rollout's routed experts, a combination verl refuses",
     "routing-replay-compare": "R3 replays the rollout's routes in actor_compute_log_prob: the routing compare "
                               "checks the replay",
