@@ -59,6 +59,10 @@ def validate_document(doc: Document, options: Options | None = None, _seen_json:
     interpolation.resolve(doc)
     findings, tc = check_verl_config(doc, options)
     report.findings += findings
+    if tc is not None:
+        from verl_pdbg_conf.checks.moe import check_routing_replay
+
+        report.findings += check_routing_replay(doc, tc, options)
     if tc is not None and isinstance(tc.config_path, str) and tc.config_path and not is_unknown(tc.config_path):
         report.extend(_config_json(doc, tc, options, _seen_json if _seen_json is not None else {}))
     return report
@@ -92,7 +96,7 @@ def _config_json(doc: Document, tc, options: Options, seen: dict) -> Report:
     key = (real, tc.strict)
     if key in seen:  # the file's own findings are said once; what this conf does with it, per conf
         if getattr(tc, "rollout", False) and seen[key].ok:
-            report.findings += _rollout_task(doc, seen[key], tc)
+            report.findings += _rollout_json(doc, seen[key], tc, options)
         return report
     jdoc = seen[key] = load_json(resolved, text)
     report.files.append(resolved)
@@ -109,8 +113,15 @@ def _config_json(doc: Document, tc, options: Options, seen: dict) -> Report:
                                                       msprobe=options.msprobe_release[0]))
     report.findings += _pair(doc, at, options)
     if getattr(tc, "rollout", False):
-        report.findings += _rollout_task(doc, jdoc, tc)
+        report.findings += _rollout_json(doc, jdoc, tc, options)
     return report
+
+
+def _rollout_json(doc: Document, jdoc: Document, tc, options: Options) -> list[Finding]:
+    """What this conf's rollout collection needs of the config.json it names."""
+    from verl_pdbg_conf.checks.moe import rollout_routers
+
+    return _rollout_task(doc, jdoc, tc) + rollout_routers(doc, jdoc, tc, options)
 
 
 def _rollout_task(doc: Document, jdoc: Document, tc) -> list[Finding]:

@@ -49,6 +49,17 @@ RULES: dict[str, str] = {
                              "with the actor's",
     "rollout-dtype": "the rollout and the actor's forward run in different dtypes",
     "rollout-task": "rollout_generate collected with msprobe task statistics: tokens cannot be aligned",
+    "rollout-moe-routing": "an MoE model's rollout collected without its router modules: the routing cannot be "
+                           "compared",
+    # routing replay (MoE)
+    "routing-replay-mode": "a router_replay.mode verl refuses (not one of its modes)",
+    "routing-replay-ignored": "a routing-replay setting the workers never read, or rollout routes nothing replays",
+    "routing-replay-rollout": "the rollout will not return the routed experts routing replay asks of it (R3 "
+                              "without enable_rollout_routing_replay, an engine that never returns them, vLLM "
+                              "without prefix caching)",
+    "routing-replay-conflict": "R2 beside the rollout's routed experts, a combination verl refuses",
+    "routing-replay-compare": "R3 replays the rollout's routes in actor_compute_log_prob: the routing compare "
+                              "checks the replay",
     "stages-empty": "stages: [] collects nothing (null collects all)",
     "stages-type": "stages is not a list of strings",
     "stage-not-run": "a stage the target verl's workers never run",

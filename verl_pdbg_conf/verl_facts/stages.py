@@ -87,6 +87,9 @@ class VerlTarget(Record, frozen=True):
     unknown_tool: str | None = "no-op"  # what its DistProfiler does with any other tool
     backend: bool = True  # it has the precision_debugger backend
     global_profiler: bool | None = True  # its ppo_trainer has a global_profiler section
+    # where its workers read the actor's routing-replay mode ({strategy: config path}) and which rollout
+    # engines return routed experts (releases/extract.py: _routing_replay); None where not read
+    routing_replay: dict | None = None
     label: str = ""  # how a finding names it: `verl 0.5.0 (repository copy at ./verl)`
 
 
@@ -119,6 +122,7 @@ def target_from_facts(version: str, facts: dict) -> VerlTarget:
         unknown_tool=st.get("unknown_tool"),
         backend=bool(st.get("backend", True)),
         global_profiler=st.get("global_profiler", True),
+        routing_replay=st.get("routing_replay"),
         label=f"verl {facts.get('version') or version}",
     )
 

@@ -18,8 +18,10 @@ What is extracted (nothing is typed by hand, no file of verl is stored):
   precision_debugger backend, whether it binds the first Megatron chunk of a list, the
   profiler tools, which role profiler gates the hybrid worker, which trainer call reaches an
   annotation that is not a stage name (the critic's `train_batch` -> `critic_update`), whether
-  profile_continuous_steps keeps the first step's tag, and the role profiler sections of the
-  composed ppo_trainer.
+  profile_continuous_steps keeps the first step's tag, the role profiler sections of the
+  composed ppo_trainer, and routing replay (`routing_replay`: the config path of the actor's
+  replay mode each strategy's workers read, the rollout engines that return routed experts, the
+  legal modes).
 """
 
 from __future__ import annotations
@@ -421,6 +423,86 @@ def _continuous_keeps_first_tag(tree: Tree) -> bool:
     return False
 
 
+_REPLAY_READ = re.compile(r"^(?:self\.)?config\.actor\.(?:(\w+)\.)?router_replay(?:\.mode)?$")
+
+
+def _strategies(test) -> list[str] | None:
+    """The strategies an `if` test on the actor's strategy selects (`s == "megatron"`,
+    `s in ("fsdp", "fsdp2")`), or None when the test is not such a comparison."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1
+            and ast.unparse(test.left).rsplit(".", 1)[-1].endswith(("strategy", "strategy_name"))):
+        return None
+    right = test.comparators[0]
+    if isinstance(test.ops[0], ast.Eq) and isinstance(right, ast.Constant) and isinstance(right.value, str):
+        return [right.value]
+    if isinstance(test.ops[0], ast.In) and isinstance(right, (ast.Tuple, ast.List, ast.Set)):
+        return [e.value for e in right.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return None
+
+
+def _routing_replay(tree: Tree) -> dict:
+    """Where the workers read the actor's routing-replay mode, and which rollout engines return the
+    experts they routed to.
+
+    `reads`: {actor strategy: config path of the mode it reads}, from the if/elif chain on the
+    actor's strategy around each `config.actor.[<section>.]router_replay.mode` read in verl/workers
+    (engine_workers.py: `actor.megatron...` for megatron, `actor.veomni...` for veomni); a read in
+    `<strategy>_workers.py` outside such a chain is that strategy's (the legacy megatron workers);
+    a strategy the chain sets to something else (a fork's FSDP that follows the rollout switch) is
+    left out, so nothing is said about it. `rollout_engines`: the rollout names of
+    `_ROLLOUT_REGISTRY` whose package reads `enable_rollout_routing_replay`."""
+    reads: dict[str, str] = {}
+    for path in _files_with(tree, "verl/workers/", b"router_replay"):
+        mod = tree.parse(path)
+        chained: set[int] = set()
+        for node in ast.walk(mod) if mod else ():
+            if not isinstance(node, ast.If) or id(node) in chained:
+                continue
+            branch = node
+            while branch is not None:  # an if/elif chain on the actor's strategy
+                chained.add(id(branch))
+                names = _strategies(branch.test)
+                if names is None:
+                    break
+                for stmt in branch.body:
+                    if isinstance(stmt, ast.Assign):
+                        m = _REPLAY_READ.match(ast.unparse(stmt.value))
+                        for name in names if m else ():
+                            reads.setdefault(name, "actor_rollout_ref.actor." + (f"{m.group(1)}." if m.group(1)
+                                                                                else "") + "router_replay.mode")
+                branch = branch.orelse[0] if len(branch.orelse) == 1 and isinstance(branch.orelse[0], ast.If) \
+                    else None
+        own = re.match(r"verl/workers/(\w+)_workers\.py$", path)
+        if own and own.group(1) not in reads:
+            for node in ast.walk(mod) if mod else ():
+                m = _REPLAY_READ.match(ast.unparse(node)) if isinstance(node, ast.Attribute) else None
+                if m and m.group(1) is None:
+                    reads[own.group(1)] = "actor_rollout_ref.actor.router_replay.mode"
+                    break
+    engines = []
+    base = tree.parse("verl/workers/rollout/base.py")
+    registry = _literal_assigns(base, ("_ROLLOUT_REGISTRY",)).get("_ROLLOUT_REGISTRY") or {}
+    for key, target in registry.items() if isinstance(registry, dict) else ():
+        name = key[0] if isinstance(key, tuple) and key else key
+        if not (isinstance(name, str) and isinstance(target, str) and target.startswith("verl.workers.rollout.")):
+            continue
+        package = "/".join(target.split(".")[:4]) + "/"  # verl/workers/rollout/<engine>_rollout/
+        if _files_with(tree, package, b"enable_rollout_routing_replay") and name not in engines:
+            engines.append(name)
+    modes: list[str] = []  # the `valid_modes` its RouterReplayConfig's __post_init__ accepts
+    for path in _files_with(tree, "verl/workers/config/", b"valid_modes"):
+        for cls in [n for n in ast.walk(tree.parse(path) or ast.Module(body=[], type_ignores=[]))
+                    if isinstance(n, ast.ClassDef) and "RouterReplay" in n.name]:
+            for node in ast.walk(cls):
+                if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "valid_modes":
+                    try:
+                        found = ast.literal_eval(node.value)
+                    except ValueError:
+                        continue
+                    modes += [m for m in found if isinstance(m, str) and m not in modes]
+    return {"reads": reads, "rollout_engines": sorted(engines), "modes": modes}
+
+
 BACKEND = "verl/utils/profiler/precision_debugger_profile.py"
 
 
@@ -462,6 +544,7 @@ def extract_stages(tree: Tree, problems: list | None = None) -> dict:
         "continuous_keeps_first_tag": part("continuous", lambda: _continuous_keeps_first_tag(tree), False),
         "backend": BACKEND if mod is not None else None,
         "unknown_tool": part("unknown_tool", lambda: _unknown_tool(tree), None),
+        "routing_replay": part("routing_replay", lambda: _routing_replay(tree), None),
     }
     return out
 
