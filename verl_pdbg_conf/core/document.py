@@ -37,6 +37,13 @@ class Document(Record):
     def where(self, path: Path, key: bool = False) -> tuple[int, int]:
         return self.origin(path, key)[1:]
 
+    def forget(self, path: Path) -> None:
+        """Drop the positions at and under `path`: a key given again starts its values afresh."""
+        n = len(path)
+        for table in (self.values, self.keys):
+            for p in [p for p in table if p[:n] == path]:
+                del table[p]
+
     def has(self, path: Path) -> bool:
         return tuple(path) in self.values
 
