@@ -67,7 +67,7 @@ def validate_document(doc: Document, options: Options | None = None, _seen_json:
 
 # Rules that say a setting is not needed ("leave it disabled"): advice to whoever wrote it.
 _REDUNDANT = {"role-unused"}
-_OWN_CONF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conf") + os.sep
+_OWN_CONF = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "conf")) + os.sep
 
 
 def _own_remark(f: Finding, doc: Document) -> bool:
@@ -77,7 +77,7 @@ def _own_remark(f: Finding, doc: Document) -> bool:
     group); where a stage it lists will not run under the user's config, `stage-not-run` says so."""
     if f.severity is Severity.ERROR:
         return False
-    if f.severity is Severity.INFO and os.path.realpath(f.file).startswith(os.path.realpath(_OWN_CONF) + os.sep):
+    if f.severity is Severity.INFO and os.path.realpath(f.file).startswith(_OWN_CONF):
         return True
     return (f.severity is Severity.INFO or f.rule in _REDUNDANT) and any(
         f.path == format_path(p) for p in doc.own)

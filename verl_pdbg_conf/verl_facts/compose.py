@@ -443,25 +443,21 @@ def own_group_prefixes(key: str, option) -> list[tuple]:
     """The config paths a config group this package ships sets when `key=option` selects it
     (`+profiler=precision_debugger_l1`): its keys, and where its defaults entries put theirs
     (`/verl_pdbg_conf/config_path@global_profiler...`). [] for any other group."""
-    if not isinstance(option, str) or not re.fullmatch(r"[\w\-]+", option):
+    if not (isinstance(option, str) and re.fullmatch(r"[\w\-]+", option) and re.fullmatch(r"\w+", key)):
         return []
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf", key, option + ".yaml")
-    try:
-        with open(path, encoding="utf-8") as fh:
-            import yaml
-
-            data = yaml.safe_load(fh)
-    except (OSError, ValueError, ImportError):
+    if not os.path.isfile(path):
         return []
-    if not isinstance(data, dict):
+    doc = load_yaml(path)
+    if not doc.ok or not isinstance(doc.data, dict):
         return []
     out = []
-    for entry in data.get("defaults") or []:
+    for entry in doc.data.get("defaults") or []:
         name = next(iter(entry), "") if isinstance(entry, dict) else str(entry)
         if "@" in name:
             out.append(_key_path(name.split("@", 1)[1]))
-    out += [tuple(str(p) for p in p) for p, v in walk({k: v for k, v in data.items() if k != "defaults"})
-            if p and not isinstance(v, dict)]
+    body = {k: v for k, v in doc.data.items() if k != "defaults"}
+    out += [tuple(str(part) for part in p) for p, v in walk(body) if p and not isinstance(v, dict)]
     return out
 
 
