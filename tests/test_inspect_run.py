@@ -124,6 +124,38 @@ def test_no_dump_directory(tmp_path):
     assert f.rule == "dump-missing" and "global_profiler.steps" in f.hint and "msprobe" in f.hint
 
 
+def test_one_fault_one_rule_name_as_in_compare(runs, tmp_path):
+    """The faults test_compare_runs.py plants, with the rule compare gives each (tests/test_compare_runs.py
+    test_faults_are_per_pair): --inspect names each the same way."""
+    save = tmp_path / "copy"
+    shutil.copytree(runs / "clean", save)
+    faults = {"step_1/actor_compute_log_prob/step0/rank0/dump.json": ("", "dump-empty"),
+              "step_1/actor_update/step0/rank0/dump.json": (None, "dump-corrupt"),  # truncated half-way
+              "step_2/ref_compute_log_prob/step0/rank0/dump.json": ('{"task": "statistics", "data": {}}',
+                                                                    "dump-empty"),
+              "step_2/actor_update/step0/rank0/dump.json": ("[1, 2", "dump-corrupt")}
+    for rel, (text, _) in faults.items():
+        f = save / rel
+        f.write_text(f.read_text()[: f.stat().st_size // 2] if text is None else text)
+    ins = inspect(save, conf(tmp_path, save))
+    got = {os.path.relpath(f.file, save): f for f in ins.findings}
+    assert {rel: got[rel].rule for rel in faults} == {rel: rule for rel, (_, rule) in faults.items()}
+    assert "is not valid JSON" in got["step_1/actor_update/step0/rank0/dump.json"].message
+    assert "truncated or overwritten" in got["step_1/actor_update/step0/rank0/dump.json"].message
+
+
+def test_a_file_is_said_to_be_a_file_not_missing(runs, tmp_path):
+    dump = runs / "clean" / "step_1" / "actor_update" / "step0" / "rank0" / "dump.json"
+    (f,) = inspect(dump, None).findings
+    assert (f.rule, f.severity) == ("dump-layout", Severity.ERROR)
+    assert "is an msprobe dump.json, not a save_path" in f.message and "does not exist" not in f.message
+    assert "verl-pdbg-compare" in f.hint
+    other = tmp_path / "notes.txt"
+    other.write_text("x")
+    (f,) = inspect(other, None).findings
+    assert "is a file, not a save_path" in f.message and "global_profiler.save_path" in f.hint
+
+
 def test_layout_only_without_a_configuration(runs):
     ins = inspect(runs / "rerun", None)
     assert ins.findings == [] and len(ins.rows) == 15

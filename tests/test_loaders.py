@@ -96,3 +96,34 @@ def test_missing_directory_and_fifo(tmp_path):
     fifo = tmp_path / "fifo.yaml"
     os.mkfifo(fifo)
     assert load_yaml(str(fifo)).findings[0].rule == "file-not-regular"
+
+
+def test_yaml_duplicate_key_positions_are_the_last_values(tmp_path):
+    """The last value wins, and every position under it is the last one's: a finding on the list item
+    points at the second `steps`, not at the first one's item."""
+    text = "gp:\n  steps: [1, 2]\n  steps: [0]\n  sub: {a: [1]}\n  sub:\n    a: [5]\n"
+    doc = load_yaml(write(tmp_path, "d.yaml", text))
+    assert doc.data["gp"] == {"steps": [0], "sub": {"a": [5]}}
+    assert doc.where(("gp", "steps", 0)) == (3, 11)
+    assert doc.where(("gp", "steps"), key=True) == (3, 3)
+    assert doc.where(("gp", "sub", "a", 0)) == (6, 9)
+    assert [(f.line, f.column, f.message) for f in doc.findings] == [
+        (3, 3, "key 'steps' appears twice (first at line 2): Hydra refuses to load the file ('found duplicate key')"),
+        (5, 3, "key 'sub' appears twice (first at line 4): Hydra refuses to load the file ('found duplicate key')")]
+
+
+def test_json_duplicate_key_positions_are_the_last_values(tmp_path):
+    doc = load_json(write(tmp_path, "d.json", '{"rank": [1, 2],\n "rank": [7]}'))
+    assert doc.data == {"rank": [7]} and doc.where(("rank", 0)) == (2, 11)
+    (f,) = doc.findings
+    assert (f.rule, f.line, f.column) == ("duplicate-key", 2, 2) and "first at line 1" in f.message
+
+
+def test_empty_or_comment_only_yaml_is_said_not_passed_silently(tmp_path):
+    from verl_pdbg_conf.validate import validate_file
+
+    for name, text in (("empty.yaml", ""), ("comments.yaml", "# nothing yet\n\n# more\n")):
+        report = validate_file(write(tmp_path, name, text))
+        assert [(f.rule, f.severity.value, f.line, f.column) for f in report.findings] == [
+            ("no-profiler-config", "info", 1, 1)], name
+        assert "empty, or only comments" in report.findings[0].message

@@ -185,3 +185,59 @@ def test_cli_plan_of_a_launch_script(capsys, monkeypatch):
     assert "plan for positive/run_qwen2-0.5b_grpo_pdbg.sh:19" in out
     assert "0..7 (trainer.nnodes x trainer.n_gpus_per_node = 8)" in out
     assert "Qwen/Qwen2-0.5B-Instruct" in out  # model size from the name in the script
+
+
+# ------------------------------------------------------------------ no model, the time figures
+
+def test_without_a_model_the_plan_says_so_and_names_the_key(tmp_path):
+    text = render_text(plan_of(conf(tmp_path)))
+    assert "no model given (actor_rollout_ref.model.path is not set): figures are for Qwen2-0.5B" in text
+    assert "actor_rollout_ref.model.path=/path/to/hf_model" in text
+
+
+def test_verls_placeholder_model_is_not_taken_for_the_users():
+    """verl's ppo_trainer sets actor_rollout_ref.model.path to ~/models/deepseek-llm-7b-chat: a value of
+    verl's defaults, not a model the user gave, so nothing is scaled to 7B."""
+    from verl_pdbg_conf.verl_facts.compose import compose_verl
+
+    doc = compose_verl([], ["+profiler=precision_debugger_l1"]).document
+    plan = build_plan(doc, Options())
+    assert plan.estimate.params.count is None and plan.estimate.scale == 1.0
+    assert "verl's placeholder '~/models/deepseek-llm-7b-chat'" in render_text(plan)
+    given = compose_verl([], ["+profiler=precision_debugger_l1",
+                              "actor_rollout_ref.model.path='~/models/deepseek-llm-7b-chat'"]).document
+    assert build_plan(given, Options()).estimate.params.count == 7e9  # the same path, given by the user
+
+
+def test_a_model_whose_size_is_not_known_is_named(tmp_path):
+    text = render_text(plan_of(conf(tmp_path, "  model:\n    path: /nowhere/my-model\n")))
+    assert "the size of actor_rollout_ref.model.path '/nowhere/my-model' is not known here" in text
+
+
+def test_time_is_measured_only_for_the_measured_stages(tmp_path):
+    measured = render_text(plan_of(conf(tmp_path)))
+    assert "a profiled step took 9.5x-10.4x a normal step at the basis (measured)" in measured
+    from verl_pdbg_conf.verl_facts.compose import compose_verl
+
+    doc = compose_verl([], ["+profiler=precision_debugger_l1_critic", "actor_rollout_ref.actor.use_kl_loss=True"])
+    more = render_text(build_plan(doc.document, Options()))
+    assert "critic_update" in more
+    assert "took" not in more.split("time:")[1].split("\n")[0]
+    assert "from the guide's measured L1 9.5x-10.4x (actor_compute_log_prob, ref_compute_log_prob, actor_update)" \
+        in more
+
+
+def test_readme_cost_figures_are_the_tools_measured_ones(tmp_path):
+    """README's "3x to 10x" is the guide's measured L0 and L1 slowdowns, as the plan prints them."""
+    import re
+
+    low = plan_of(conf(tmp_path, cfg=dict(L1, level="L0"))).estimate.measured_inflation["L0"]
+    high = plan_of(conf(tmp_path)).estimate.measured_inflation["L1"]
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    lo, hi = map(int, re.search(r"profiled step costs (\d+)x to (\d+)x", readme).groups())
+    assert (lo, hi) == (round(low[0]), round(high[1]))
+
+
+def test_tensor_note_points_at_figures_where_they_are(tmp_path):
+    text = render_text(plan_of(conf(tmp_path, cfg=dict(L1, task="tensor"))))
+    assert "figures below" not in text and "disk figures of this estimate" in text

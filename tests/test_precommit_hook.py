@@ -65,7 +65,7 @@ def test_hook_definition():
     assert set(HOOK["types_or"]) == {"yaml", "json", "shell"}
 
 
-@pytest.mark.parametrize("path,taken", [
+FILE_CASES = [
     ("conf/profiler/precision_debugger_l1.yaml", True),
     ("configs/ppo_precision_debugger.yaml", True),
     ("exp/qwen_pdbg.yml", True),
@@ -79,7 +79,10 @@ def test_hook_definition():
     ("package.json", False),
     ("conf/ppo_trainer.yaml", False),
     ("data/statistics.json", False),
-])
+]
+
+
+@pytest.mark.parametrize("path,taken", FILE_CASES)
 def test_default_files_pattern(path, taken):
     assert bool(re.search(HOOK["files"], path)) is taken  # pre-commit matches with re.search
 
@@ -200,4 +203,68 @@ def test_pre_commit_try_repo_launch_scripts_without_verl(tmp_path):
     for f, expects in bad.items():
         for rule, line, col in expects:
             assert f"{f.relative_to(work)}:{line}:{col}: error {rule} " in out, (f.name, rule, line, col, out[-3000:])
+    assert "Traceback" not in out
+
+
+# ------------------------------------------------------------------ the README's snippet, as written
+
+def readme_hook() -> dict:
+    """The pre-commit snippet README.md shows, parsed as pre-commit parses it."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if ".pre-commit-config.yaml" in b]
+    (repo,) = yaml.safe_load(block)["repos"]
+    (hook,) = repo["hooks"]
+    assert repo["repo"] == "local"  # no remote to name: the project has no public repository yet
+    return hook
+
+
+@pytest.mark.parametrize("path,taken", FILE_CASES)
+def test_readme_snippet_takes_the_files_the_hook_takes(path, taken):
+    assert bool(re.search(readme_hook()["files"], path)) is taken
+
+
+def test_readme_snippet_runs_in_pre_commit_as_written(tmp_path):
+    """`pre-commit run` in a fresh repository whose .pre-commit-config.yaml is the README's snippet,
+    verbatim, with verl-pdbg-validate on PATH as `pip install .` puts it there (a shim running this
+    working tree). No package index needed: the hook is `language: system`."""
+    pre_commit = shutil.which("pre-commit") or shutil.which("pre-commit", path=os.path.dirname(sys.executable))
+    if pre_commit is None:
+        pytest.skip("pre-commit is not installed (pip install pre-commit)")
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if ".pre-commit-config.yaml" in b]
+    work = tmp_path / "work"
+    shutil.copytree(EX / "verl" / "configs", work / "configs")
+    good = examples("verl", "positive")[:3]
+    bad = [EX / "verl" / "negative" / n for n in ("stage-unknown__typo.yaml", "steps-none__null.yaml")]
+    (work / "profiler").mkdir()
+    for f in good:
+        shutil.copy(f, work / "profiler" / f.name)
+    (work / ".pre-commit-config.yaml").write_text(block)
+    (work / "notes.json").write_text('{"not": "an msprobe config"}')  # not taken by the files pattern
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shim = bin_dir / "verl-pdbg-validate"
+    shim.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -m verl_pdbg_conf \"$@\"\n")
+    shim.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_ACTIONS",)}
+    env.update(PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}", PRE_COMMIT_HOME=str(tmp_path / "cache"),
+               PYTHONPATH=os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p))
+    git = ["git", "-c", "user.email=t@example.com", "-c", "user.name=t"]
+    subprocess.run(git + ["init", "-q"], cwd=work, check=True)
+
+    def run(files):
+        subprocess.run(git + ["add", "-A"], cwd=work, check=True)
+        names = [f"profiler/{f.name}" for f in files] + ["notes.json"]
+        return subprocess.run([pre_commit, "run", "--verbose", "--files", *names], cwd=work, env=env,
+                              capture_output=True, text=True, timeout=600)
+
+    ok = run(good)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "verl-pdbg-validate" in ok.stdout and "Passed" in ok.stdout and "notes.json" not in ok.stdout
+    for f in bad:
+        shutil.copy(f, work / "profiler" / f.name)
+    failed = run(good + bad)
+    out = failed.stdout + failed.stderr
+    assert failed.returncode == 1, out
+    assert "profiler/stage-unknown__typo.yaml:" in out and "profiler/steps-none__null.yaml:" in out
     assert "Traceback" not in out

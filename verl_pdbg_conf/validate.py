@@ -65,7 +65,26 @@ def validate_document(doc: Document, options: Options | None = None, _seen_json:
         report.findings += check_routing_replay(doc, tc, options)
     if tc is not None and isinstance(tc.config_path, str) and tc.config_path and not is_unknown(tc.config_path):
         report.extend(_config_json(doc, tc, options, _seen_json if _seen_json is not None else {}))
+    report.findings = [f for f in report.findings if not _own_remark(f, doc)]
     return report
+
+
+# Rules that say a setting is not needed ("leave it disabled"): advice to whoever wrote it.
+_REDUNDANT = {"role-unused"}
+_OWN_CONF = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "conf")) + os.sep
+
+
+def _own_remark(f: Finding, doc: Document) -> bool:
+    """A remark on this package's own settings, not the user's: an info in a file it ships
+    (conf/msprobe/*.json), or an info or a redundant-setting remark on a key one of its config
+    groups set. The group sets such keys on purpose (ref.profiler.enable for a separate ref worker
+    group); where a stage it lists will not run under the user's config, `stage-not-run` says so."""
+    if f.severity is Severity.ERROR:
+        return False
+    if f.severity is Severity.INFO and os.path.realpath(f.file).startswith(_OWN_CONF):
+        return True
+    return (f.severity is Severity.INFO or f.rule in _REDUNDANT) and any(
+        f.path == format_path(p) for p in doc.own)
 
 
 def _config_json(doc: Document, tc, options: Options, seen: dict) -> Report:

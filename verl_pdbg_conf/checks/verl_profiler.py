@@ -83,6 +83,9 @@ def check_verl_config(doc: Document, options: Options) -> tuple[list[Finding], T
     if not isinstance(data, dict):
         if data is not None:
             out.append(doc.finding("value-type", E, "a verl config must be a mapping at the top level", ()))
+        else:  # said, as for a conf without global_profiler: a silent pass would read as "checked, fine"
+            out.append(doc.finding("no-profiler-config", I, "the file holds no YAML value (it is empty, or only "
+                                   "comments): nothing to check", ()))
         return out, None
     gp = data.get("global_profiler")
     if gp is not None and not isinstance(gp, dict):

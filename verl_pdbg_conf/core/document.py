@@ -16,6 +16,9 @@ class Document(Record):
     keys: dict = factory(dict)  # Path -> (line, col) of the mapping key
     findings: list[Finding] = factory(list)  # produced while loading
     ok: bool = True  # False when the file could not be read or parsed
+    # Composed configs: the paths whose value a config group this package ships set (no user
+    # file or override changed them), so that a remark on them is not put to the user.
+    own: frozenset = frozenset()
 
     def origin(self, path: Path, key: bool = False) -> tuple[str, int, int]:
         """File, line and column of `path`, or of its nearest ancestor that has one.
@@ -33,6 +36,13 @@ class Document(Record):
 
     def where(self, path: Path, key: bool = False) -> tuple[int, int]:
         return self.origin(path, key)[1:]
+
+    def forget(self, path: Path) -> None:
+        """Drop the positions at and under `path`: a key given again starts its values afresh."""
+        n = len(path)
+        for table in (self.values, self.keys):
+            for p in [p for p in table if p[:n] == path]:
+                del table[p]
 
     def has(self, path: Path) -> bool:
         return tuple(path) in self.values

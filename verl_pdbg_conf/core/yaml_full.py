@@ -201,8 +201,10 @@ class _YamlBuilder:
                         hint="remove one of them"))
             explicit[key] = k_node.tag
             km = k_node.start_mark
-            self.doc.keys[kp] = (km.line + 1, km.column + 1)
+            if key in out:  # given again (or merged): the last value wins, and so do its positions
+                self.doc.forget(kp)
             self.doc.values.pop(kp, None)
+            self.doc.keys[kp] = (km.line + 1, km.column + 1)
             out[key] = self.build(v_node, kp, depth + 1, stack)
         return out
 

@@ -62,6 +62,9 @@ class Estimate:
     ranks: int | None = None  # None: per rank (the number of ranks is not known)
     total_mb: tuple[float, float] | None = None
     inflation_at_basis: tuple[float, float] | None = None  # profiled step / baseline step, basis model
+    # the guide's own measured slowdown per level, for the stages it measured: {level: (lo, hi)}
+    measured_inflation: dict = field(default_factory=dict)
+    inflation_measured: bool = False  # True: these stages are the ones measured, at one level
     extra_s_per_step: tuple[float, float] | None = None  # extra seconds per profiled step, scaled
     notes: list[str] = field(default_factory=list)
     basis: str = BASIS_RUN
@@ -164,7 +167,7 @@ def estimate(level: str, task: str, stages: list[str], steps: int, ranks: int | 
         return est
     if task == "tensor":
         est.notes.append("task tensor also writes every tensor's data (dump_tensor_data/*.pt): the disk figures "
-                         "below count only dump.json-sized statistics and are far too low for it")
+                         "of this estimate count only dump.json-sized statistics and are far too low for it")
     elif task not in ("statistics",):
         est.notes.append(f"task {task}: the guide's figures are for statistics-style dumps; treat them as rough")
     for s in stages:
@@ -188,6 +191,8 @@ def estimate(level: str, task: str, stages: list[str], steps: int, ranks: int | 
         extra_lo += (PROFILED_S[lv][0] - BASELINE_S) * share
         extra_hi += (PROFILED_S[lv][1] - BASELINE_S) * share
     est.inflation_at_basis = (1 + extra_lo / BASELINE_S, 1 + extra_hi / BASELINE_S)
+    est.measured_inflation = {lv: (PROFILED_S[lv][0] / BASELINE_S, PROFILED_S[lv][1] / BASELINE_S) for lv in levels}
+    est.inflation_measured = len(levels) == 1 and set(stages) == set(MEASURED_STAGES[levels[0]])
     est.extra_s_per_step = (extra_lo * scale, extra_hi * scale)
     if scale > 1.5:
         est.notes.append("the guide reports tens-X slowdowns of profiled steps as common for larger models or "
@@ -213,6 +218,9 @@ def as_dict(est: Estimate) -> dict:
         "total_is_per_rank": est.ranks is None,
         "profiled_step_slowdown_at_basis": [round(v, 1) for v in est.inflation_at_basis]
         if est.inflation_at_basis else None,
+        "profiled_step_slowdown_measured": est.inflation_measured,
+        "guide_measured_slowdown": {lv: {"stages": list(MEASURED_STAGES[lv]), "slowdown": [round(v, 1) for v in r]}
+                                    for lv, r in est.measured_inflation.items()},
         "extra_seconds_per_profiled_step": [round(v) for v in est.extra_s_per_step] if est.extra_s_per_step else None,
         "notes": est.notes,
     }

@@ -37,6 +37,7 @@ class Dump:
     mtime: float = 0.0
     records: int | None = None  # entries under "data"; None when not parsed
     error: str = ""
+    error_rule: str = "dump-corrupt"  # the rule compare gives the same fault (dump-missing: cannot be read)
 
     @property
     def stage(self) -> str:
@@ -115,10 +116,13 @@ def _records(d: Dump, cache: dict):
                 doc = json.load(fh)
             data = doc.get("data") if isinstance(doc, dict) else None
             if not isinstance(data, dict):
-                d.error = "no \"data\" mapping"
+                d.error = "has no \"data\" mapping: not an msprobe dump"
                 data = None
-        except (OSError, ValueError) as e:
-            d.error = f"not valid JSON ({e.__class__.__name__})"
+        except (OSError, ValueError) as e:  # the same fault as compare's dump-corrupt, said the same way
+            d.error = (f"is not valid JSON ({e.msg} at line {e.lineno}): truncated or overwritten"
+                       if isinstance(e, json.JSONDecodeError) else "is not UTF-8 text"
+                       if isinstance(e, UnicodeDecodeError) else f"cannot be read ({e.__class__.__name__})")
+            d.error_rule = "dump-missing" if isinstance(e, OSError) else "dump-corrupt"
     cache[d.path] = data
     d.records = len(data) if data is not None else None
     return data
@@ -128,6 +132,14 @@ def inspect_run(save_path: str, plan=None) -> Inspection:
     """Compare what is under save_path with what the plan (plan.Plan, or None) says the run writes."""
     expected = list(plan.dirs) if plan is not None else []
     ins = Inspection(save_path, expected)
+    if os.path.exists(save_path) and not os.path.isdir(save_path):
+        what = "an msprobe dump.json" if os.path.basename(save_path) == "dump.json" else "a file"
+        ins.findings.append(_finding(
+            "dump-layout", E, f"{save_path} is {what}, not a save_path: --inspect reads the directory a run wrote "
+            "its step_<N>/<stage>/ directories into", save_path,
+            "give the run's global_profiler.save_path (the directory above step_1/)"
+            + ("; to compare two dump.json files, use verl-pdbg-compare" if what != "a file" else "")))
+        return ins
     if not os.path.isdir(save_path):
         ins.findings.append(_finding(
             "dump-missing", E, f"{save_path} does not exist: no dump directory was generated", save_path,
@@ -220,8 +232,9 @@ def _check_stage_dir(ins: Inspection, rel: str, full: str, found: list[Dump], wa
                                          "and level, and that the stage's model was resolved)"))
         elif d.error:
             status = "unreadable"
-            ins.findings.append(_finding("dump-empty", E, f"{d.rel}/dump.json: {d.error}", d.path,
-                                         "the writer was interrupted; collect this stage again"))
+            ins.findings.append(_finding(d.error_rule, E, f"{d.rel}/dump.json {d.error}", d.path,
+                                         "the writer was interrupted (a killed worker, a full disk); collect this "
+                                         "stage again"))
         if d.rank.startswith("proc"):
             ins.findings.append(_finding(
                 "dump-layout", W, f"{d.rel}: msprobe wrote proc<pid>, not rank<R>: no torch.distributed process "

@@ -115,7 +115,7 @@ def build_plan(doc: Document, options: Options, params=None, source: str | None 
         plan.world_size = nnodes * ngpus
     _msprobe_config(plan, tc, options)
     if params is None:
-        params = _model_params(data, options)
+        params = _model_params(doc, options)
     from verl_pdbg_conf.run.estimate import estimate
 
     n_ranks = len(plan.ranks) if plan.ranks is not None else plan.world_size
@@ -192,20 +192,30 @@ def parse_ids(value) -> list[int] | None:
     return sorted(out)
 
 
-def _model_params(data, options: Options):
-    from verl_pdbg_conf.run.estimate import params_from_name, params_from_path
+MODEL_PATH = ("actor_rollout_ref", "model", "path")
 
-    path = get(data, ("actor_rollout_ref", "model", "path"))
+
+def _model_params(doc: Document, options: Options):
+    """The actor's model size, from its path; a Params without a count (and why) when there is none:
+    a value verl's own defaults set is verl's placeholder, never the user's model."""
+    from verl_pdbg_conf.run.estimate import BASIS_MODEL, Params, params_from_name, params_from_path
+
+    key = ".".join(MODEL_PATH)
+    path = get(doc.data, MODEL_PATH)
     if not isinstance(path, str) or is_unknown(path) or not path:
-        return None
+        return Params(None, f"no model given ({key} is not set): figures are for {BASIS_MODEL}")
+    if doc.origin(MODEL_PATH)[0].startswith("<verl:"):
+        return Params(None, f"no model given ({key} is verl's placeholder {path!r}): figures are for {BASIS_MODEL}")
     local = os.path.expanduser(path)
     if not os.path.isabs(local):
         local = os.path.join(options.base_dir, local)
     if os.path.isdir(local):
-        p = params_from_path(local, "actor_rollout_ref.model.path")
+        p = params_from_path(local, key)
         if p is not None:
             return p
-    return params_from_name(path)
+    return params_from_name(path) or Params(
+        None, f"the size of {key} {path!r} is not known here (not a local model directory with a config.json, "
+              f"no size in its name): figures are for {BASIS_MODEL}")
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -274,7 +284,8 @@ def _render_estimate(plan: Plan) -> list[str]:
         L.append(f"    model: {est.params.count / 1e9:.2f}B parameters from {est.params.source} "
                  f"(x{est.scale:.1f} the basis)")
     else:
-        L.append(f"    model size {est.params.source}; give --params 7e9 or --params /path/to/hf_model")
+        L.append(f"    model: {est.params.source}; give yours with {'.'.join(MODEL_PATH)}=/path/to/hf_model, "
+                 "or --params 7e9 or --params /path/to/hf_model")
     if not est.available:
         L += [f"    {n}" for n in est.notes]
         return L
@@ -287,8 +298,16 @@ def _render_estimate(plan: Plan) -> list[str]:
     ilo, ihi = est.inflation_at_basis
     elo, ehi = est.extra_s_per_step
     size = "for this model" if est.params.count else "at the basis size"
-    L.append(f"    time: a profiled step took {ilo:.1f}x-{ihi:.1f}x a normal step at the basis; "
-             f"about {elo:.0f}-{ehi:.0f} s extra per profiled step {size}")
+    extra = f"about {elo:.0f}-{ehi:.0f} s extra per profiled step {size}"
+    if est.inflation_measured:
+        L.append(f"    time: a profiled step took {ilo:.1f}x-{ihi:.1f}x a normal step at the basis (measured); {extra}")
+    else:
+        from verl_pdbg_conf.run.estimate import MEASURED_STAGES
+
+        measured = " and ".join(f"{lv} {lo:.1f}x-{hi:.1f}x ({', '.join(MEASURED_STAGES[lv])})"
+                                for lv, (lo, hi) in est.measured_inflation.items())
+        L.append(f"    time: about {ilo:.1f}x-{ihi:.1f}x a normal step at the basis for these stages, shared out by "
+                 f"dump volume from the guide's measured {measured}; {extra}")
     L += [f"    {n}" for n in est.notes]
     return L
 

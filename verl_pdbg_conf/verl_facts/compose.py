@@ -388,14 +388,16 @@ def _key_path(key: str) -> tuple:
     return tuple(key.split(".")) if key else ()
 
 
-def _positions(raw_final, raw_base, key_overrides, group_overrides, file_pos, default_file):
-    """Path -> (line, col, file) for every node of the composed tree.
+def _positions(raw_final, raw_base, key_overrides, group_overrides, file_pos, default_file, own_prefixes=()):
+    """Path -> (line, col, file) for every node of the composed tree, and the paths this package's
+    own config groups set (under `own_prefixes`, changed by a group override, set by no user).
 
     key_overrides: [(Override, key path)] applied, in order; group_overrides: [Override];
     raw_base: the unresolved composition without overrides (None when no group override);
     file_pos: positions from the user's files."""
     default = (1, 1, default_file)
     direct: dict = {}
+    own: set = set()
     by_key = {kp: (i, o) for i, (o, kp) in enumerate(key_overrides) if kp}  # the last one per key wins
     for path, value in walk(raw_final):
         spath = tuple(str(p) for p in path)
@@ -411,6 +413,8 @@ def _positions(raw_final, raw_base, key_overrides, group_overrides, file_pos, de
             if changed:
                 g = group_overrides[-1]
                 direct[path] = (g.line or 1, g.column, g.file)
+                if any(spath[:len(p)] == p for p in own_prefixes):
+                    own.add(path)
                 continue
         if path in file_pos:
             direct[path] = file_pos[path]
@@ -432,6 +436,28 @@ def _positions(raw_final, raw_base, key_overrides, group_overrides, file_pos, de
 
     for path, _ in walk(raw_final):
         out[path] = origin(path)
+    return out, own
+
+
+def own_group_prefixes(key: str, option) -> list[tuple]:
+    """The config paths a config group this package ships sets when `key=option` selects it
+    (`+profiler=precision_debugger_l1`): its keys, and where its defaults entries put theirs
+    (`/verl_pdbg_conf/config_path@global_profiler...`). [] for any other group."""
+    if not (isinstance(option, str) and re.fullmatch(r"[\w\-]+", option) and re.fullmatch(r"\w+", key)):
+        return []
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf", key, option + ".yaml")
+    if not os.path.isfile(path):
+        return []
+    doc = load_yaml(path)
+    if not doc.ok or not isinstance(doc.data, dict):
+        return []
+    out = []
+    for entry in doc.data.get("defaults") or []:
+        name = next(iter(entry), "") if isinstance(entry, dict) else str(entry)
+        if "@" in name:
+            out.append(_key_path(name.split("@", 1)[1]))
+    body = {k: v for k, v in doc.data.items() if k != "defaults"}
+    out += [tuple(str(part) for part in p) for p, v in walk(body) if p and not isinstance(v, dict)]
     return out
 
 
@@ -495,7 +521,7 @@ def compose_verl(files: list[str], overrides: list, config_name: str = "ppo_trai
         if cfg is None:
             return result
         result.applied = [o for o, _ in remaining]
-        key_overrides, group_overrides = _split_overrides(remaining, composer)
+        key_overrides, group_overrides, own_prefixes = _split_overrides(remaining, composer)
         raw_base = None
         if group_overrides:
             from omegaconf import OmegaConf
@@ -504,7 +530,7 @@ def compose_verl(files: list[str], overrides: list, config_name: str = "ppo_trai
             raw_base = OmegaConf.to_container(b, resolve=False) if b is not None else None
 
     result.document = _document(cfg, raw_base, key_overrides, group_overrides, file_pos, default_file,
-                                result.findings)
+                                result.findings, own_prefixes)
     return result
 
 
@@ -591,25 +617,27 @@ def _compose_dropping(compose, primary: str, pairs: list, base_cfg, config_name:
 def _split_overrides(remaining: list, composer: "Composer") -> tuple[list, list]:
     """The applied overrides that set keys ((Override, key path)) and those that choose config groups;
     Hydra's own and deletions are neither."""
-    key_overrides, group_overrides = [], []
+    key_overrides, group_overrides, own = [], [], []
     for o, h in remaining:
         if h.key_or_group == "hydra" or h.key_or_group.startswith("hydra.") or h.is_delete():
             continue
         if _is_group_override(h, composer):
             group_overrides.append(o)
+            own += own_group_prefixes(h.key_or_group, h.value())
         else:
             key_overrides.append((o, _key_path(h.key_or_group)))
-    return key_overrides, group_overrides
+    return key_overrides, group_overrides, own
 
 
 def _document(cfg, raw_base, key_overrides: list, group_overrides: list, file_pos: dict, default_file: str,
-              findings: list) -> Document:
+              findings: list, own_prefixes=()) -> Document:
     """The resolved config as a Document whose positions say which override, file line or verl default
     set each value; interpolations that cannot be resolved go to `findings`."""
     from omegaconf import OmegaConf
 
     raw_final = OmegaConf.to_container(cfg, resolve=False)
-    positions = _positions(raw_final, raw_base, key_overrides, group_overrides, file_pos, default_file)
+    positions, own = _positions(raw_final, raw_base, key_overrides, group_overrides, file_pos, default_file,
+                                own_prefixes)
 
     def origin(path):
         p = positions.get(tuple(path), (1, 1, default_file))
@@ -618,7 +646,7 @@ def _document(cfg, raw_base, key_overrides: list, group_overrides: list, file_po
     interp: list[Finding] = []
     plain = _to_plain(cfg, interp, origin)
     findings += _root_failures(interp)
-    doc = Document(default_file, plain, kind="yaml")
+    doc = Document(default_file, plain, kind="yaml", own=frozenset(own))
     for path, _ in walk(plain):
         p = positions.get(path)
         if p is None:  # a path only the resolved value has (an interpolation to a mapping)
