@@ -15,8 +15,9 @@ that missed a layer).
 
 msprobe dumps task tensor at level L0, forward only, without stack.json and construct.json
 (`extra_info: false`: the rollout compare reads module paths from the records' names), to keep the
-files small (each tensor is a .pt file of its own; about 650 KB in all). What vLLM and msprobe write that names this machine or changes from run to run is made
-stable: the dump directory in dump.json becomes relative, vLLM's random request-id suffixes are cut.
+files small (each tensor is a .pt file of its own; about 650 KB in all). What vLLM and msprobe write that
+names this machine or changes from run to run is made stable: the dump directory in dump.json becomes
+relative, vLLM's random request-id suffixes are cut.
 """
 
 from __future__ import annotations

@@ -131,8 +131,10 @@ def rollout(llm_cache: dict, out: str, run: str, spec: dict, ckpt: str, config_p
     return result
 
 
-def actor(out: str, run: str, spec: dict, ckpt: str, config_path: str, samples: list[dict]) -> list[list[float]]:
-    """The trainer's log-prob forward over prompt + response; returns per sample the response's log-probs."""
+def actor(out: str, run: str, spec: dict, ckpt: str, config_path: str, samples: list[dict],
+          step: int = 1) -> list[list[float]]:
+    """The trainer's log-prob forward over prompt + response (trainer step `step`); returns per sample the
+    response's log-probs."""
     import torch
     from transformers import Qwen2ForCausalLM
 
@@ -143,7 +145,7 @@ def actor(out: str, run: str, spec: dict, ckpt: str, config_path: str, samples: 
                                      save_path=os.path.join(out, run))
     plen = max(len(s["prompt"]) for s in samples)
     rlen = max(len(s["response"]) for s in samples)
-    prof.start(profile_step=1)
+    prof.start(profile_step=step)
     with torch.no_grad(), prof.stage("actor_compute_log_prob", model=model):
         if spec.get("packed"):
             ids = [t for s in samples for t in s["prompt"] + s["response"]]
