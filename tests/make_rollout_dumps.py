@@ -55,14 +55,16 @@ CONFIG = {"task": "tensor", "level": "L0", "rank": [], "step": [],
           "tensor": {"scope": [], "list": [], "data_mode": ["forward"]}}
 
 
-def make_checkpoint(path: str) -> None:
+SIZES = {"vocab_size": 128, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+         "num_attention_heads": 2, "num_key_value_heads": 1}
+
+
+def make_checkpoint(path: str, sizes: dict = SIZES) -> None:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128,
-                      tie_word_embeddings=False, torch_dtype="float32")
+    cfg = Qwen2Config(**sizes, max_position_embeddings=128, tie_word_embeddings=False, torch_dtype="float32")
     Qwen2ForCausalLM(cfg).save_pretrained(path)
 
 
@@ -91,7 +93,8 @@ def _scale_weight(src: str, dst: str, name: str, factor: float) -> None:
     save_file(tensors, path, metadata={"format": "pt"})
 
 
-def rollout(llm_cache: dict, out: str, run: str, spec: dict, ckpt: str, config_path: str) -> list[dict]:
+def rollout(llm_cache: dict, out: str, run: str, spec: dict, ckpt: str, config_path: str,
+            prompts=PROMPTS, max_tokens: int = MAX_TOKENS) -> list[dict]:
     """Generate with the engine under the profiler; returns per prompt its response and returned log-probs."""
     from vllm import LLM, SamplingParams
 
@@ -104,7 +107,7 @@ def rollout(llm_cache: dict, out: str, run: str, spec: dict, ckpt: str, config_p
     if spec.get("weight"):
         # in the checkpoint the engine loads: vLLM's CPU linears repack their weights at load time
         model_dir = os.path.join(out, f"checkpoint-{run}")
-        _scale_weight(ckpt, model_dir, WEIGHT, spec["weight"])
+        _scale_weight(ckpt, model_dir, spec.get("weight_name", WEIGHT), spec["weight"])
     key = (model_dir, spec.get("dtype", "float32"), spec.get("logprobs_mode", "raw_logprobs"), bool(spec.get("chunked")))
     llm = llm_cache.get(key)
     if llm is None:
@@ -112,24 +115,26 @@ def rollout(llm_cache: dict, out: str, run: str, spec: dict, ckpt: str, config_p
         llm = LLM(model_dir, dtype=key[1], enforce_eager=True, max_model_len=128, skip_tokenizer_init=True,
                   seed=0, logprobs_mode=key[2], gpu_memory_utilization=0.5, **chunks)
         llm_cache[key] = llm
-    params = SamplingParams(max_tokens=MAX_TOKENS, temperature=spec.get("temperature", 1.0),
+    params = SamplingParams(max_tokens=max_tokens, temperature=spec.get("temperature", 1.0),
                             seed=None if spec.get("chunked") else 0, logprobs=0, ignore_eos=True)
     prof = PrecisionDebuggerProfiler({"config_path": config_path, "strict": True}, rank=0,
                                      save_path=os.path.join(out, run))
     prof.start(profile_step=1)
     with prof.stage("rollout_generate", model=llm):
-        outs = llm.generate([{"prompt_token_ids": list(p)} for p in PROMPTS], params, use_tqdm=False)
+        outs = llm.generate([{"prompt_token_ids": list(p)} for p in prompts], params, use_tqdm=False)
     prof.stop()
     result = []
-    for p, o in zip(PROMPTS, outs):
+    for p, o in zip(prompts, outs):
         c = o.outputs[0]
         lps = [next(iter(d.values())).logprob if d else None for d in (c.logprobs or [])]
         result.append({"prompt": list(p), "response": list(c.token_ids), "logprobs": lps})
     return result
 
 
-def actor(out: str, run: str, spec: dict, ckpt: str, config_path: str, samples: list[dict]) -> list[list[float]]:
-    """The trainer's log-prob forward over prompt + response; returns per sample the response's log-probs."""
+def actor(out: str, run: str, spec: dict, ckpt: str, config_path: str, samples: list[dict],
+          step: int = 1) -> list[list[float]]:
+    """The trainer's log-prob forward over prompt + response (trainer step `step`); returns per sample the
+    response's log-probs."""
     import torch
     from transformers import Qwen2ForCausalLM
 
@@ -140,7 +145,7 @@ def actor(out: str, run: str, spec: dict, ckpt: str, config_path: str, samples: 
                                      save_path=os.path.join(out, run))
     plen = max(len(s["prompt"]) for s in samples)
     rlen = max(len(s["response"]) for s in samples)
-    prof.start(profile_step=1)
+    prof.start(profile_step=step)
     with torch.no_grad(), prof.stage("actor_compute_log_prob", model=model):
         if spec.get("packed"):
             ids = [t for s in samples for t in s["prompt"] + s["response"]]

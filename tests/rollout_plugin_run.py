@@ -1,7 +1,9 @@
 """rollout_generate in vLLM's own processes: the multiprocess engine (a front end, an EngineCore process and a
 worker process, as verl's rollout servers run it) with this package's vLLM plugin registered and switched on
-by VERL_PDBG_CONF_ROLLOUT, and start_profile / stop_profile around generation, as verl main calls them on a
-profiled step. Runs in the vllm venv:
+by VERL_PDBG_CONF_ROLLOUT (steps [2]), and start_profile / stop_profile around generation. Without PREFIX,
+start_profile() takes no argument, as verl's trainer calls it through its rollout server on a profiled step:
+the plugin then numbers the step from `steps`, so the rollout and the actor are written under step_2. Runs
+in the vllm venv:
 
     python rollout_plugin_run.py CHECKPOINT SAVE_PATH CONFIG_JSON [PREFIX]
 
@@ -14,10 +16,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STEP = 2  # not the first session's number: the plugin must take it from `steps`
 PROMPTS = ([5, 17, 33, 8, 91, 12, 40], [7, 3, 101, 56], [11, 23, 5, 77, 120, 9, 14, 60, 2, 31, 44])
 
 
@@ -34,18 +38,21 @@ def entry_point_dir() -> str:
 
 def main(argv=None) -> int:
     ckpt, save_path, config = (argv or sys.argv[1:])[:3]
-    prefix = (argv or sys.argv[1:])[3] if len(argv or sys.argv[1:]) > 3 else "step_1"
+    prefix = (argv or sys.argv[1:])[3] if len(argv or sys.argv[1:]) > 3 else None
     os.environ["PYTHONPATH"] = os.pathsep.join([entry_point_dir(), ROOT, os.environ.get("PYTHONPATH", "")])
     sys.path[:0] = os.environ["PYTHONPATH"].split(os.pathsep)[:2]
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    os.environ["VERL_PDBG_CONF_ROLLOUT"] = json.dumps({"config_path": config, "save_path": save_path})
+    os.environ["VERL_PDBG_CONF_ROLLOUT"] = json.dumps({"config_path": config, "save_path": save_path, "steps": [STEP]})
     from vllm import LLM, SamplingParams
 
     llm = LLM(ckpt, dtype="float32", enforce_eager=True, max_model_len=128, skip_tokenizer_init=True, seed=0)
     params = SamplingParams(max_tokens=3, temperature=1.0, seed=0, logprobs=0, ignore_eos=True)
     llm.generate([{"prompt_token_ids": list(p)} for p in PROMPTS], params, use_tqdm=False)  # not profiled
-    llm.start_profile(prefix)
+    if prefix:
+        llm.start_profile(prefix)
+    else:
+        llm.start_profile()
     outs = llm.generate([{"prompt_token_ids": list(p)} for p in PROMPTS], params, use_tqdm=False)
     llm.stop_profile()
     samples = [{"prompt": list(p), "response": list(o.outputs[0].token_ids),
@@ -55,7 +62,8 @@ def main(argv=None) -> int:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import make_rollout_dumps
 
-    make_rollout_dumps.actor(os.path.dirname(save_path), os.path.basename(save_path), {}, ckpt, config, samples)
+    step = int(re.findall(r"\d+", prefix)[-1]) if prefix else STEP
+    make_rollout_dumps.actor(os.path.dirname(save_path), os.path.basename(save_path), {}, ckpt, config, samples, step)
     print(json.dumps(samples))
     return 0
 

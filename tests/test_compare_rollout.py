@@ -59,8 +59,8 @@ def rules(pair) -> dict:
     return out
 
 
-def _records(run):
-    steps = sorted((run / "step_1" / "rollout_generate").glob("step*/rank0/tokens.json"),
+def _records(run, step="step_1"):
+    steps = sorted((run / step / "rollout_generate").glob("step*/rank0/tokens.json"),
                    key=lambda p: int(p.parent.parent.name[4:]))
     return [json.loads(p.read_text()) for p in steps]
 
@@ -204,10 +204,13 @@ def test_one_stage_only(broken, capsys):
 
 def test_plugin_in_vllm_processes(made):
     """The multiprocess engine (front end, EngineCore, worker), the plugin switched on by the environment
-    variable, start_profile/stop_profile around generation: every engine step collected (how the requests
-    share steps depends on when they reach the engine core), the requests aligned, "same"."""
+    variable, start_profile() with no argument and stop_profile() around generation, as verl's rollout server
+    calls them: every engine step collected under the trainer step VERL_PDBG_CONF_ROLLOUT's `steps` names
+    (how the requests share engine steps depends on when they reach the engine core), the requests aligned,
+    "same"."""
     run = made / "plugin"
-    records = _records(run)
+    assert [p.name for p in run.iterdir()] == ["step_2"]
+    records = _records(run, "step_2")
     assert len(records) >= 3  # three tokens each: a prefill and at least two decode steps
     assert len({q["request"] for r in records for q in r["requests"]}) == 3
     code, doc = rollout(run)

@@ -4,6 +4,7 @@ is reachable and every relative link resolves; README.md stays a five-minute rea
 from __future__ import annotations
 
 import filecmp
+import os
 import re
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import doc_commands as dc
+import release_venvs
 
 ROOT = dc.ROOT
 BLOCKS = dc.command_blocks()
@@ -214,3 +216,38 @@ def test_example_dumps_are_what_their_script_makes(tmp_path):
     assert not differ, f"examples/compare is stale: python examples/make_compare_example.py ({differ})"
     size = sum((tmp_path / p).stat().st_size for p in made)
     assert size < 400_000, f"the example dumps are {size} bytes"
+
+
+def make_rollout_example(venv, root):
+    """examples/make_rollout_example.py with the vllm venv's python, into root/rollout: made in the
+    background while the suite runs (conftest.py)."""
+    return release_venvs.run_scripts(venv, root, [[str(ROOT / "examples" / "make_rollout_example.py"), "--out",
+                                                   str(root / "rollout")]], dict(os.environ, PYTHONPATH=str(ROOT)))
+
+
+BACKGROUND_JOBS = {"rollout-example": ("vllm", make_rollout_example)}
+
+
+def _same_tensor(a: Path, b: Path) -> bool:
+    import torch
+
+    x, y = torch.load(a, weights_only=True), torch.load(b, weights_only=True)
+    return x.dtype == y.dtype and x.shape == y.shape and torch.allclose(x, y, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.slow
+@pytest.mark.venvs("vllm")
+def test_rollout_example_is_what_its_script_makes():
+    """examples/rollout/ is made by examples/make_rollout_example.py (real vLLM on CPU, seeded, and the
+    actor's forward), and making it again gives the same files: the same names, JSON and tensors equal up to
+    the rounding of another processor's kernels."""
+    made = release_venvs.job_root("rollout-example", "vllm", make_rollout_example) / "rollout"
+    ours = ROOT / "examples" / "rollout"
+    files = sorted(p.relative_to(ours) for p in ours.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(made) for p in made.rglob("*") if p.is_file()) and files
+    same = {".json": _same_but_rounding, ".pt": _same_tensor}
+    differ = [str(p) for p in files if not filecmp.cmp(ours / p, made / p, shallow=False)
+              and not same[p.suffix](ours / p, made / p)]
+    assert not differ, f"examples/rollout is stale: python examples/make_rollout_example.py in the vllm venv ({differ})"
+    size = sum((made / p).stat().st_size for p in files)
+    assert size < 700_000, f"the rollout example is {size} bytes"

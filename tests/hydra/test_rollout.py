@@ -43,6 +43,15 @@ def test_the_option_is_clean_and_collects_the_rollout():
     assert rules(f"{RO}.logprobs_mode=raw_logprobs") == []  # temperature 1: raw and processed agree
 
 
+@pytest.mark.parametrize("release", ["0.8.0", "0.9.0", "0.9.1"])
+def test_the_option_composes_clean_on_every_shipped_release(release):
+    """docs/compare-rollout.md says which verl releases the option was composed with: these (verl main only
+    by hand, with --verl-source on its tree)."""
+    report = validate_composed([], [OPT], Options(verl_version=release))
+    assert [f for f in report.findings if f.severity is not Severity.INFO] == []
+    assert [f for f in report.findings if f.rule == "stage-ignored"] == []
+
+
 def test_without_this_packages_runtime_verl_skips_it():
     f = only(rules(f"~{HOOK}"), "stage-ignored")
     assert f.severity is Severity.WARNING and f.path.endswith("stages[0]")
