@@ -88,13 +88,13 @@ class Tensors:
         return got if got is not False else None
 
 
-def _rel(a, b) -> float:
+def _rel(a, b, floor: float = 0.0) -> float:
     import torch
 
     if a.numel() != b.numel():
         return math.nan
     diff = float(torch.linalg.vector_norm(a.flatten() - b.flatten()))
-    ref = float(torch.linalg.vector_norm(b.flatten()))
+    ref = max(float(torch.linalg.vector_norm(b.flatten())), floor)
     return diff / ref if ref > 0 else diff
 
 
@@ -116,6 +116,7 @@ class Judge:
     engine_dtype: str = ""  # the engine's dtype (its token record): the log-probs' rounding with dtype_aware
     logits_path: str = "logits"  # the engine module whose output is the logits
     shapes: dict = field(default_factory=dict)  # (trainer rank, call) -> (batch, seq) of its input ids
+    scales: dict = field(default_factory=dict)  # a point's trainer tensors -> their rows' typical norm
 
     def limit(self, point: Point, trainer_rec: D.Record) -> float:
         if not self.dtype_aware:
@@ -123,6 +124,18 @@ class Judge:
         a = _dtype(point.engine.record, point.engine.io, point.engine.index)
         b = _dtype(trainer_rec, point.trainer[0].io, point.trainer[0].index)
         return max(self.threshold, ROUNDINGS * EPS.get(a, 0.0), ROUNDINGS * EPS.get(b, 0.0))
+
+    def _scale(self, ts: list, width: int) -> float:
+        """The root-mean-square norm of a point's rows (width values each) over the whole trainer tensor."""
+        import torch
+
+        key = tuple(id(t) for t in ts)
+        got = self.scales.get(key)
+        if got is None:
+            total = sum(float(torch.linalg.vector_norm(t.flatten())) ** 2 for t in ts if t is not None)
+            rows = max(1, sum(t.numel() for t in ts if t is not None) // max(1, width))
+            got = self.scales[key] = math.sqrt(total / rows)
+        return got
 
     def token(self, req: Request, seq: Sequence, position: int, engine_points: list[Point],
               engine_order: list[str], trainer: list[dict[str, list[D.Record]]],
@@ -151,7 +164,10 @@ class Judge:
                 continue
             import torch
 
-            err = _rel(ev, torch.cat([v.flatten() for v in tv]))
+            tvec = torch.cat([v.flatten() for v in tv])
+            # with dtype_aware, a row near zero (a gate's one logit cancelling out) is measured against the
+            # point's typical size over all rows: its rounding is that size's, not the row's
+            err = _rel(ev, tvec, self._scale(ts, tvec.numel()) if self.dtype_aware else 0.0)
             if math.isnan(err):
                 res.skipped += 1
                 continue

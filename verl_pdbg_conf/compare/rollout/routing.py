@@ -35,7 +35,12 @@ class Route:
 
     def to_dict(self) -> dict:
         return {"engine": list(self.engine), "trainer": list(self.trainer),
-                "engine_margin": self.engine_margin, "trainer_margin": self.trainer_margin}
+                "engine_margin": _finite(self.engine_margin), "trainer_margin": _finite(self.trainer_margin)}
+
+
+def _finite(x: float) -> float | None:
+    """None where every expert is kept (no margin): JSON has no infinity."""
+    return x if x != float("inf") else None
 
 
 @dataclass
