@@ -316,3 +316,44 @@ def test_moe_bf16_rollout_blames_no_module_for_routing(moe, arch):
     assert all(min(t["engine_margin"], t["trainer_margin"]) < 0.01 for t in flips)  # near-ties only
     code, text = run(["--rollout", root / arch / "bf16", "--dtype-aware"])
     assert "routing (top-2 of the router logits" in text
+
+
+def test_moe_routing_flip_is_no_module(moe, tmp_path):
+    """Fault injected on a copy of the real Qwen3-MoE dumps: the actor's router chose another expert for one
+    token of layer 1 (its top-k indices) and its experts' output for that token moved with it, while the
+    router's logits stayed. Without --dtype-aware that token's gap is the routing, at the MoE block, with
+    both sides' experts; with it, no module is blamed and the routing figures name the token."""
+    import torch
+
+    root, _ = moe
+    run_dir = tmp_path / "flip"
+    shutil.copytree(root / "qwen3_moe" / "same", run_dir)
+    actor = run_dir / "step_1" / "actor_compute_log_prob" / "step0" / "rank0"
+    call = json.loads((actor / "tokens.json").read_text())["calls"][0]
+    width = len(call["input_ids"][0])
+    b, s = 2, call["attention_mask"][2].index(1) + 3  # a prompt token of the third sequence
+    data = actor / "dump_tensor_data"
+    (indices,) = data.glob("Module.model.layers.1.mlp.gate.*.forward.0.output.2.pt")
+    (logits,) = data.glob("Module.model.layers.1.mlp.gate.*.forward.0.output.0.pt")
+    (experts,) = data.glob("Module.model.layers.1.mlp.experts.Qwen3MoeExperts.forward.0.output.0.pt")
+    row = b * width + s
+    idx, lg, out = torch.load(indices), torch.load(logits), torch.load(experts)
+    dropped = int(lg[row].argsort(descending=True)[2])  # the first expert the router dropped
+    idx[row, int(lg[row, idx[row]].argmin())] = dropped
+    out[row] = out[row] * 1.1
+    torch.save(idx, indices)
+    torch.save(out, experts)
+
+    code, doc = rollout(run_dir)
+    (pair,) = doc["pairs"]
+    fd = pair["first_divergence"]
+    assert pair["status"] == "diverged" and fd["kind"] == "routing" and fd["module"] == "model.layers.1.mlp", fd
+    assert dropped in fd["routing"]["trainer"] and dropped not in fd["routing"]["engine"]
+    assert fd["routing"]["trainer_margin"] < 0  # the actor kept an expert whose logit is below one it dropped
+    assert pair["diverged_tokens"] == 1 and fd["position"] == s - call["attention_mask"][2].index(1)
+
+    code, doc = rollout(run_dir, options=["--dtype-aware"])
+    (pair,) = doc["pairs"]
+    assert pair["status"] == "same" and pair["first_divergence"] is None and code == 0, pair
+    (layer,) = [l for l in pair["routing"]["layers"] if l["routed_differently"]]
+    assert layer["layer"] == "model.layers.1.mlp" and layer["differing"][0]["position"] == fd["position"]
