@@ -29,10 +29,10 @@ With --arch qwen3_moe or qwen2_moe, OUT/checkpoint is a random mixture-of-expert
 (8 experts of intermediate 32, top 2, renormalised; Qwen2-MoE with a shared expert and its sigmoid gate),
 and the runs are:
 
-  same     fp32 engine, nothing changed
-  expert   layer 1's expert EXPERT: its down_proj weight x1.05 in the engine's checkpoint
-  router   layer 1's router weight x1.05 plus a small random change (its logits, so some routing)
-  bf16     the engine in bf16 (routing flips on near-ties)
+    same     fp32 engine, nothing changed
+    expert   layer 1's expert EXPERT: its down_proj weight x1.05 in the engine's checkpoint
+    router   layer 1's router weight x1.05 plus 5% noise (its logits change, and some routing)
+    bf16     the engine in bf16 (routing flips on near-ties)
 
 OUT/manifest.json says per run what a compare must name (`expect_module`: None for no divergence) and the
 max |log-prob gap| of the engine's returned log-probs against the actor's, measured here."""
