@@ -124,8 +124,9 @@ def _pair(key: str, rollout_dir: str, actor_dir: str, threshold: float, dtype_aw
                           for c, call in enumerate(d.tokens.get("calls") or [])})
     findings += _dtypes(info, trainer, judge, rollout_dir)
     archs = info.get("architectures") or []
-    results, unpaired, routing = _judge(engine, trainer, al, judge, T.packed_for(archs), T.moe_for(archs),
-                                        R.setting(T.moe_for(archs), info.get("hf_config") or {}))
+    moe = T.moe_for(archs)
+    results, unpaired, routing = _judge(engine, trainer, al, judge, T.packed_for(archs), moe,
+                                        R.setting(moe, info.get("hf_config") or {}))
     pair["routing"] = routing
     return _summarize(pair, results, al, requests, sequences, findings, top, min_coverage,
                       _unpaired(unpaired, results, actor_dir, findings))
