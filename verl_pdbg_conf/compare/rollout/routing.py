@@ -175,9 +175,9 @@ def _layer_key(path: str):
     return [int(p) if p.isdigit() else 0 for p in path.split(".")], path
 
 
-def blame_experts(results, token_routes: dict) -> dict[str, list[int]]:
-    """Per fused experts module whose output parted on tokens whose input and routing agreed: the experts
-    every such token used and no agreeing token used. Each of those tokens' gaps gets its expert."""
+def blame_experts(results, token_routes: dict) -> None:
+    """For each token whose fused experts' output parted while their input and the routing agreed: the
+    experts it used that no agreeing token of that layer used, set on its gap."""
     bad: dict[str, list] = {}
     good_used: dict[str, set[int]] = {}
     for t in results:
@@ -191,12 +191,7 @@ def blame_experts(results, token_routes: dict) -> dict[str, list[int]]:
             r = per_layer.get(g.module.rpartition(".")[0])
             if r is not None and not r.differs:
                 bad.setdefault(g.module, []).append((t, r))
-    named: dict[str, list[int]] = {}
     for path, tokens in bad.items():
         used = good_used.get(path, set())
         for t, r in tokens:
-            suspects = sorted(set(r.trainer) - used)
-            t.gap.experts = suspects
-            named.setdefault(path, [])
-            named[path] = sorted(set(named[path]) | set(suspects))
-    return named
+            t.gap.experts = sorted(set(r.trainer) - used)
