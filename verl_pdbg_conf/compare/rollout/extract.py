@@ -166,8 +166,9 @@ def probe_classes() -> dict:
                                    "scheduled token of each request"},
         "GateLinear": {"router": True, "why": "the router's linear: its output 0 is the router logits "
                                               "[tokens, experts], the trainer router's output 0"},
-        "MoERunner": {"experts": True, "inputs": {"hidden_states": "input.0"},
-                      "why": "every routed expert of the layer in one module, called with hidden_states and "
+        "MoERunner": {"experts": True,
+                      "why": "every routed expert of the layer in one module, called with hidden_states (its "
+                             "input 0) and "
                              "router_logits (the hidden states again where it holds the gate); it chooses the "
                              "experts inside; its output adds the shared experts' where it was handed them "
                              "(the trainer's whole MoE block output)"},
