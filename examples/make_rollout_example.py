@@ -66,7 +66,7 @@ def main() -> None:
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="pdbg-example-") as tmp:
         ckpt, config = os.path.join(tmp, "checkpoint"), os.path.join(tmp, "config.json")
-        dumps.make_checkpoint(ckpt, SIZES)
+        dumps.make_checkpoint(ckpt, sizes=SIZES)
         Path(config).write_text(json.dumps(CONFIG))
         samples = dumps.rollout({}, tmp, "rollout", SPEC, ckpt, config, prompts=PROMPTS, max_tokens=MAX_TOKENS)
         dumps.actor(tmp, "rollout", SPEC, ckpt, config, samples)

@@ -3,7 +3,8 @@
 several decode steps) and the trainer's log-prob forward over prompt + response (transformers, as verl's
 actor runs it), both through this package's runtime profiler. Runs in the vllm venv (tests/release_venvs.py).
 
-    python make_rollout_dumps.py OUT --runs same,bf16,weight,eps,rope,temp,packed [--config FILE]
+    python make_rollout_dumps.py OUT --runs same,bf16,weight,eps,rope,temp,packed [--arch qwen2]
+    python make_rollout_dumps.py OUT --arch qwen3_moe --runs same,expert,router,bf16
 
 OUT/checkpoint is a random Qwen2 (torch.manual_seed(0): 2 layers, hidden 64, 2 heads of 32, one KV head;
 vLLM's CPU attention takes head sizes 32, 64, 80, ...). Each run writes the save_path OUT/<run>:
@@ -23,6 +24,15 @@ rollout's own prompts and responses, left-padded prompts and right-padded respon
   chunked  as `same`, the engine's prefills chunked to 8 tokens a step (max_num_batched_tokens 8): one
            request's prefill chunk beside another's decode in one engine step; unseeded (vLLM's CPU
            sampler cannot seed a request whose prefill is chunked: "CPU Generator does not use offset")
+
+With --arch qwen3_moe or qwen2_moe, OUT/checkpoint is a random mixture-of-experts model of the same size
+(8 experts of intermediate 32, top 2, renormalised; Qwen2-MoE with a shared expert and its sigmoid gate),
+and the runs are:
+
+    same     fp32 engine, nothing changed
+    expert   layer 1's expert EXPERT: its down_proj weight x1.05 in the engine's checkpoint
+    router   layer 1's router weight x1.05 plus 5% noise (its logits change, and some routing)
+    bf16     the engine in bf16 (routing flips on near-ties)
 
 OUT/manifest.json says per run what a compare must name (`expect_module`: None for no divergence) and the
 max |log-prob gap| of the engine's returned log-probs against the actor's, measured here."""
@@ -51,6 +61,9 @@ RUNS = {
 EXPECT = {"same": None, "bf16": None, "packed": None, "chunked": None, "weight": "model.layers.1.mlp.down_proj",
           "eps": "model.layers.0.input_layernorm", "rope": "model.layers.0.self_attn",
           "temp": "sampler"}
+MOE_RUNS = {"same": {}, "expert": {"weight": 1.05}, "router": {"router": 0.05}, "bf16": {"dtype": "bfloat16"}}
+EXPERT = 5
+MOE_EXPECT = {"same": None, "bf16": None, "expert": "model.layers.1.mlp.experts", "router": "model.layers.1.mlp.gate"}
 CONFIG = {"task": "tensor", "level": "L0", "rank": [], "step": [],
           "tensor": {"scope": [], "list": [], "data_mode": ["forward"]}}
 
@@ -59,13 +72,21 @@ SIZES = {"vocab_size": 128, "hidden_size": 64, "intermediate_size": 128, "num_hi
          "num_attention_heads": 2, "num_key_value_heads": 1}
 
 
-def make_checkpoint(path: str, sizes: dict = SIZES) -> None:
+def make_checkpoint(path: str, arch: str = "qwen2", sizes: dict = SIZES) -> None:
     import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    import transformers
 
     torch.manual_seed(0)
-    cfg = Qwen2Config(**sizes, max_position_embeddings=128, tie_word_embeddings=False, torch_dtype="float32")
-    Qwen2ForCausalLM(cfg).save_pretrained(path)
+    common = dict(sizes, max_position_embeddings=128, tie_word_embeddings=False)
+    moe = dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True)
+    if arch == "qwen3_moe":
+        model = transformers.Qwen3MoeForCausalLM(transformers.Qwen3MoeConfig(**common, **moe, head_dim=32))
+    elif arch == "qwen2_moe":
+        model = transformers.Qwen2MoeForCausalLM(transformers.Qwen2MoeConfig(**common, **moe,
+                                                                              shared_expert_intermediate_size=64))
+    else:
+        model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**common, torch_dtype="float32"))
+    model.save_pretrained(path)
 
 
 def _edit_config(src: str, dst: str, changes: dict) -> None:
@@ -81,15 +102,19 @@ def _edit_config(src: str, dst: str, changes: dict) -> None:
 
 
 WEIGHT = "model.layers.1.mlp.down_proj.weight"
+EXPERT_WEIGHT = f"model.layers.1.mlp.experts.{EXPERT}.down_proj.weight"  # the checkpoint names experts one by one
+ROUTER_WEIGHT = "model.layers.1.mlp.gate.weight"
 
 
-def _scale_weight(src: str, dst: str, name: str, factor: float) -> None:
+def _scale_weight(src: str, dst: str, name: str, factor: float, noise: float = 0.0) -> None:
+    import torch
     from safetensors.torch import load_file, save_file
 
     shutil.copytree(src, dst)
     path = os.path.join(dst, "model.safetensors")
     tensors = load_file(path)
-    tensors[name] = tensors[name] * factor
+    w = tensors[name]
+    tensors[name] = w * factor + noise * w.std() * torch.randn(w.shape, generator=torch.Generator().manual_seed(1))
     save_file(tensors, path, metadata={"format": "pt"})
 
 
@@ -107,7 +132,11 @@ def rollout(llm_cache: dict, out: str, run: str, spec: dict, ckpt: str, config_p
     if spec.get("weight"):
         # in the checkpoint the engine loads: vLLM's CPU linears repack their weights at load time
         model_dir = os.path.join(out, f"checkpoint-{run}")
-        _scale_weight(ckpt, model_dir, spec.get("weight_name", WEIGHT), spec["weight"])
+        name = spec.get("weight_name") or (EXPERT_WEIGHT if spec.get("moe") else WEIGHT)
+        _scale_weight(ckpt, model_dir, name, spec["weight"])
+    if spec.get("router"):
+        model_dir = os.path.join(out, f"checkpoint-{run}")
+        _scale_weight(ckpt, model_dir, ROUTER_WEIGHT, 1.0 + spec["router"], spec["router"])
     key = (model_dir, spec.get("dtype", "float32"), spec.get("logprobs_mode", "raw_logprobs"), bool(spec.get("chunked")))
     llm = llm_cache.get(key)
     if llm is None:
@@ -136,11 +165,11 @@ def actor(out: str, run: str, spec: dict, ckpt: str, config_path: str, samples: 
     """The trainer's log-prob forward over prompt + response (trainer step `step`); returns per sample the
     response's log-probs."""
     import torch
-    from transformers import Qwen2ForCausalLM
+    from transformers import AutoModelForCausalLM
 
     from verl_pdbg_conf.runtime import PrecisionDebuggerProfiler
 
-    model = Qwen2ForCausalLM.from_pretrained(ckpt, dtype=torch.float32, attn_implementation="sdpa").eval()
+    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32, attn_implementation="sdpa").eval()
     prof = PrecisionDebuggerProfiler({"config_path": config_path, "strict": True}, rank=0,
                                      save_path=os.path.join(out, run))
     plen = max(len(s["prompt"]) for s in samples)
@@ -183,29 +212,33 @@ def actor(out: str, run: str, spec: dict, ckpt: str, config_path: str, samples: 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out")
-    ap.add_argument("--runs", default=",".join(RUNS))
+    ap.add_argument("--runs")
+    ap.add_argument("--arch", choices=("qwen2", "qwen3_moe", "qwen2_moe"), default="qwen2")
     args = ap.parse_args(argv)
-    runs = args.runs.split(",")
-    unknown = [r for r in runs if r not in RUNS]
+    moe = args.arch != "qwen2"
+    known, expect = (MOE_RUNS, MOE_EXPECT) if moe else (RUNS, EXPECT)
+    runs = (args.runs or ",".join(known)).split(",")
+    unknown = [r for r in runs if r not in known]
     if unknown:
-        ap.error(f"unknown runs {unknown}; known: {', '.join(RUNS)}")
+        ap.error(f"unknown runs {unknown}; known: {', '.join(known)}")
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
     ckpt = os.path.join(out, "checkpoint")
     if not os.path.isdir(ckpt):
-        make_checkpoint(ckpt)
+        make_checkpoint(ckpt, args.arch)
     config_path = os.path.join(out, "config.json")
     with open(config_path, "w") as fh:
         json.dump(CONFIG, fh)
     manifest, cache = {}, {}
     for run in runs:
         t0 = time.time()
-        spec = RUNS[run]
+        spec = dict(known[run], moe=moe)
         samples = rollout(cache, out, run, spec, ckpt, config_path)
         t1 = time.time()
         actor_lps = actor(out, run, spec, ckpt, config_path, samples)
         gap = max(abs(a - b) for s, lp in zip(samples, actor_lps) for a, b in zip(s["logprobs"], lp))
-        manifest[run] = {**{k: v for k, v in spec.items()}, "expect_module": EXPECT[run], "max_logprob_gap": gap,
+        manifest[run] = {**{k: v for k, v in spec.items()}, "expect_module": expect[run], "arch": args.arch,
+                         **({"expert": EXPERT} if run == "expert" and moe else {}), "max_logprob_gap": gap,
                          "samples": samples, "rollout_seconds": round(t1 - t0, 2)}
         print(f"{run}: max |log-prob gap| {gap:.3g} (rollout {t1 - t0:.1f} s)", flush=True)
     with open(os.path.join(out, "manifest.json"), "w") as fh:

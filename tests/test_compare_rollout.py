@@ -31,7 +31,15 @@ def make_dumps(venv, root):
          str(root / "runs" / "config.json")]], dict(os.environ, PYTHONPATH=os.path.dirname(HERE)))
 
 
-BACKGROUND_JOBS = {"rollout-dumps": ("vllm", make_dumps)}
+def make_moe_dumps(venv, root):
+    """The same runs on small random mixture-of-experts models (make_rollout_dumps.py --arch)."""
+    return release_venvs.run_scripts(venv, root, [
+        [os.path.join(HERE, "make_rollout_dumps.py"), str(root / arch), "--arch", arch] for arch in MOE_ARCHS],
+        dict(os.environ, PYTHONPATH=os.path.dirname(HERE)))
+
+
+MOE_ARCHS = ("qwen3_moe", "qwen2_moe")
+BACKGROUND_JOBS = {"rollout-dumps": ("vllm", make_dumps), "rollout-moe-dumps": ("vllm", make_moe_dumps)}
 
 
 @pytest.fixture(scope="module")
@@ -227,3 +235,128 @@ def test_two_save_paths(dumps, tmp_path):
     shutil.copytree(root / "same" / "step_1" / "rollout_generate", roll / "step_1" / "rollout_generate")
     code, doc = rollout(actor, roll)
     assert code == 0 and doc["pairs"][0]["status"] == "same"
+
+
+# ------------------------------------------------------------------ mixture of experts: Qwen3-MoE, Qwen2-MoE
+
+
+@pytest.fixture(scope="module")
+def moe():
+    root = release_venvs.job_root("rollout-moe-dumps", "vllm", make_moe_dumps)
+    manifests = {}
+    for arch in MOE_ARCHS:
+        with open(root / arch / "manifest.json") as fh:
+            manifests[arch] = json.load(fh)
+    return root, manifests
+
+
+@pytest.mark.parametrize("arch", MOE_ARCHS)
+def test_moe_same_weights_are_same(moe, arch):
+    """vLLM's fused experts and router pair with the trainer's (Qwen2-MoE's shared expert and its gate too):
+    nothing left uncompared, and each side's routing recomputed token by token agrees."""
+    root, manifests = moe
+    code, doc = rollout(root / arch / "same")
+    (pair,) = doc["pairs"]
+    cov = pair["coverage"]
+    assert pair["status"] == "same" and code == 0, pair
+    assert cov["tokens_compared"] == cov["rollout_tokens"] and cov["golden"] == 1.0
+    assert cov["uncompared_modules"] == [] and cov["points_skipped"] == 0
+    assert "compare-rollout-unpaired" not in rules(pair) or all("lm_head" in m or "logits" in m
+                                                                for m in rules(pair)["compare-rollout-unpaired"])
+    routing = pair["routing"]
+    assert routing["recomputed"] and routing["top_k"] == 2 and routing["routed_differently"] == 0
+    assert [l["layer"] for l in routing["layers"]] == ["model.layers.0.mlp", "model.layers.1.mlp"]
+    assert all(l["tokens"] == cov["tokens_compared"] for l in routing["layers"])
+    assert pair["max_logprob_gap"] < 1e-5
+
+
+@pytest.mark.parametrize("arch", MOE_ARCHS)
+def test_moe_changed_expert_is_named_by_index(moe, arch):
+    """One expert of layer 1 x1.05 on the engine side: the fused experts' output parts on the tokens routed
+    to it only, and the expert is named."""
+    root, manifests = moe
+    code, doc = rollout(root / arch / "expert")
+    (pair,) = doc["pairs"]
+    assert pair["status"] == "diverged" and code == 1, pair
+    fd = pair["first_divergence"]
+    assert fd["module"] == "model.layers.1.mlp.experts" and fd["kind"] == "output", fd
+    assert fd["expert"] == manifests[arch]["expert"]["expert"] and fd["carried"] < 1e-4
+    assert [t["module"] for t in pair["top"]] == [fd["module"]]
+    assert pair["routing"]["routed_differently"] == 0
+    code, text = run(["--rollout", root / arch / "expert"])
+    assert f"expert {manifests[arch]['expert']['expert']} (the tokens routed to it part" in text
+
+
+@pytest.mark.parametrize("arch", MOE_ARCHS)
+def test_moe_changed_router_is_named(moe, arch):
+    """Layer 1's router weight nudged: its logits part while its input agrees, so the router is named (not
+    the experts after it); the tokens it routed differently are listed with both margins."""
+    root, _ = moe
+    code, doc = rollout(root / arch / "router")
+    (pair,) = doc["pairs"]
+    assert pair["status"] == "diverged" and code == 1, pair
+    fd = pair["first_divergence"]
+    assert fd["module"] == "model.layers.1.mlp.gate" and fd["kind"] == "output" and fd["carried"] < 1e-4, fd
+    assert [t["module"] for t in pair["top"]] == [fd["module"]]
+    layers = {l["layer"]: l for l in pair["routing"]["layers"]}
+    assert layers["model.layers.0.mlp"]["routed_differently"] == 0
+    for t in layers["model.layers.1.mlp"]["differing"]:
+        assert t["engine"] != t["trainer"] and t["engine_margin"] >= 0 and t["trainer_margin"] >= 0
+
+
+@pytest.mark.parametrize("arch", MOE_ARCHS)
+def test_moe_bf16_rollout_blames_no_module_for_routing(moe, arch):
+    """A bf16 engine: with --dtype-aware, rounding is no divergence, and a token a near-tie routed to another
+    expert is reported in the routing figures, not blamed on a module."""
+    root, _ = moe
+    code, doc = rollout(root / arch / "bf16", options=["--dtype-aware"])
+    (pair,) = doc["pairs"]
+    assert pair["status"] == "same" and pair["first_divergence"] is None and code == 0, pair
+    routing = pair["routing"]
+    assert routing["recomputed"] and routing["tokens"] == pair["coverage"]["tokens_compared"]
+    flips = [t for l in routing["layers"] for t in l["differing"]]
+    assert routing["routed_differently"] == len({(t["request"], t["position"]) for t in flips})
+    assert all(min(t["engine_margin"], t["trainer_margin"]) < 0.01 for t in flips)  # near-ties only
+    code, text = run(["--rollout", root / arch / "bf16", "--dtype-aware"])
+    assert "routing (top-2 of the router logits" in text
+
+
+def test_moe_routing_flip_is_no_module(moe, tmp_path):
+    """Fault injected on a copy of the real Qwen3-MoE dumps: the actor's router chose another expert for one
+    token of layer 1 (its top-k indices) and its experts' output for that token moved with it, while the
+    router's logits stayed. Without --dtype-aware that token's gap is the routing, at the MoE block, with
+    both sides' experts; with it, no module is blamed and the routing figures name the token."""
+    import torch
+
+    root, _ = moe
+    run_dir = tmp_path / "flip"
+    shutil.copytree(root / "qwen3_moe" / "same", run_dir)
+    actor = run_dir / "step_1" / "actor_compute_log_prob" / "step0" / "rank0"
+    call = json.loads((actor / "tokens.json").read_text())["calls"][0]
+    width = len(call["input_ids"][0])
+    b, s = 2, call["attention_mask"][2].index(1) + 3  # a prompt token of the third sequence
+    data = actor / "dump_tensor_data"
+    (indices,) = data.glob("Module.model.layers.1.mlp.gate.*.forward.0.output.2.pt")
+    (logits,) = data.glob("Module.model.layers.1.mlp.gate.*.forward.0.output.0.pt")
+    (experts,) = data.glob("Module.model.layers.1.mlp.experts.Qwen3MoeExperts.forward.0.output.0.pt")
+    row = b * width + s
+    idx, lg, out = torch.load(indices), torch.load(logits), torch.load(experts)
+    dropped = int(lg[row].argsort(descending=True)[2])  # the first expert the router dropped
+    idx[row, int(lg[row, idx[row]].argmin())] = dropped
+    out[row] = out[row] * 1.1
+    torch.save(idx, indices)
+    torch.save(out, experts)
+
+    code, doc = rollout(run_dir)
+    (pair,) = doc["pairs"]
+    fd = pair["first_divergence"]
+    assert pair["status"] == "diverged" and fd["kind"] == "routing" and fd["module"] == "model.layers.1.mlp", fd
+    assert dropped in fd["routing"]["trainer"] and dropped not in fd["routing"]["engine"]
+    assert fd["routing"]["trainer_margin"] < 0  # the actor kept an expert whose logit is below one it dropped
+    assert pair["diverged_tokens"] == 1 and fd["position"] == s - call["attention_mask"][2].index(1)
+
+    code, doc = rollout(run_dir, options=["--dtype-aware"])
+    (pair,) = doc["pairs"]
+    assert pair["status"] == "same" and pair["first_divergence"] is None and code == 0, pair
+    (layer,) = [l for l in pair["routing"]["layers"] if l["routed_differently"]]
+    assert layer["layer"] == "model.layers.1.mlp" and layer["differing"][0]["position"] == fd["position"]

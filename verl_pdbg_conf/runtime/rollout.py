@@ -138,8 +138,18 @@ def engine_info(runner: Any) -> dict:
         info["enforce_eager"] = getattr(mc, "enforce_eager", None)
         hf = getattr(mc, "hf_config", None)
         info["architectures"] = list(getattr(hf, "architectures", None) or [])
+        info["hf_config"] = _scalars(getattr(mc, "hf_text_config", None) or hf)  # routing: top-k, scoring...
     info["model_class"] = type(getattr(runner, "model", None)).__name__
     return info
+
+
+def _scalars(config: Any) -> dict:
+    """A config's plain settings (numbers, strings, flags), as JSON can hold them."""
+    try:
+        items = config.to_dict().items()
+    except Exception:  # not a transformers config: nothing to record
+        return {}
+    return {k: v for k, v in items if v is None or isinstance(v, (bool, int, float, str))}
 
 
 class EngineSteps:

@@ -35,12 +35,13 @@ class Dump:
     rank_dir: str
     task: str | None = None
     records: list[Record] = field(default_factory=list)  # forward records of leaf modules, in execution order
+    every: list[Record] = field(default_factory=list)  # every module's, parents too, in execution order
     tokens: dict | None = None
     findings: list[Finding] = field(default_factory=list)
 
     def by_path(self) -> dict[str, list[Record]]:
         out: dict[str, list[Record]] = {}
-        for r in self.records:
+        for r in self.every:
             out.setdefault(r.path, []).append(r)
         return out
 
@@ -103,6 +104,7 @@ def read(rank_dir: str) -> Dump:
         records.append(Record(name, split[0], split[1], split[2], ins, outs))
     parents = {p for r in records for p in _ancestors(r.path)}
     dump.records = [r for r in records if r.path not in parents]
+    dump.every = records
     return dump
 
 

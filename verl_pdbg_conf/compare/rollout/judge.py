@@ -7,8 +7,15 @@ returned log-prob against the log-softmax of its own logits names the sampler (t
 applied before the log-probs were taken).
 
 With dtype_aware, sides that differ in precision on purpose are judged by growth: a point diverges only
-where its error exceeds the error carried in by the point before it by more than the lower precision's
-machine epsilon (its own rounding), so rounding that accumulates is never a divergence."""
+where its error exceeds the error carried in by the point before it by more than twice the lower
+precision's machine epsilon (its own rounding: the weights cast to it, the output rounded, the sums
+accumulated; a bf16 MoE layer adds up to 1.25 eps, measured), so rounding that accumulates is never a
+divergence.
+
+In a mixture-of-experts layer (routing.py gives each side's chosen experts per token), a fused experts'
+output that parts while the router's logits agreed and the two sides chose different experts is a
+routing flip on a near-tie, not a module's fault: without dtype_aware it is the token's gap, kind
+"routing", at the MoE block; with it, the token's later points are compared but not judged."""
 
 from __future__ import annotations
 
@@ -21,6 +28,7 @@ from verl_pdbg_conf.compare.rollout.tokens import Request, Sequence
 
 EPS = {"torch.float32": 2.0 ** -23, "torch.float16": 2.0 ** -10, "torch.bfloat16": 2.0 ** -7,
        "torch.float64": 2.0 ** -52}
+ROUNDINGS = 2  # a point's own rounding with dtype_aware, in epsilons of the lower precision
 
 
 @dataclass
@@ -34,6 +42,9 @@ class Gap:
     span: list[str] = field(default_factory=list)  # engine modules run between that point and this one
     record: str = ""
     at: str = ""  # the point where it shows: a module's input or output
+    role: str = ""  # the point's role (table.Point.role): "router", "experts"; "routing" for a flip
+    experts: list[int] | None = None  # a fused experts' gap: the experts only the parting tokens used
+    routing: dict | None = None  # a routing gap: each side's experts and margins
 
 
 @dataclass
@@ -48,6 +59,8 @@ class TokenResult:
     logprob_engine: float | None = None  # what the engine returned for the token sampled after this one
     logprob_engine_logits: float | None = None  # log-softmax of the engine's own logits
     logprob_trainer: float | None = None
+    agreed_experts: list[str] = field(default_factory=list)  # fused experts whose output agreed
+    rerouted: list[str] = field(default_factory=list)  # MoE layers a near-tie routed differently (dtype_aware)
 
     @property
     def logprob_gap(self) -> float | None:
@@ -75,17 +88,17 @@ class Tensors:
         return got if got is not False else None
 
 
-def _rel(a, b) -> float:
+def _rel(a, b, floor: float = 0.0) -> float:
     import torch
 
     if a.numel() != b.numel():
         return math.nan
     diff = float(torch.linalg.vector_norm(a.flatten() - b.flatten()))
-    ref = float(torch.linalg.vector_norm(b.flatten()))
+    ref = max(float(torch.linalg.vector_norm(b.flatten())), floor)
     return diff / ref if ref > 0 else diff
 
 
-def _pick(tensors: Tensors, rec: D.Record, io: str, index: int):
+def pick(tensors: Tensors, rec: D.Record, io: str, index: int):
     entries = rec.outputs if io == "output" else rec.inputs
     return tensors.get(entries[index]) if index < len(entries) else None
 
@@ -102,22 +115,38 @@ class Judge:
     tensors: Tensors = field(default_factory=Tensors)
     engine_dtype: str = ""  # the engine's dtype (its token record): the log-probs' rounding with dtype_aware
     logits_path: str = "logits"  # the engine module whose output is the logits
+    shapes: dict = field(default_factory=dict)  # (trainer rank, call) -> (batch, seq) of its input ids
+    scales: dict = field(default_factory=dict)  # a point's trainer tensors -> their rows' typical norm
 
     def limit(self, point: Point, trainer_rec: D.Record) -> float:
         if not self.dtype_aware:
             return self.threshold
         a = _dtype(point.engine.record, point.engine.io, point.engine.index)
         b = _dtype(trainer_rec, point.trainer[0].io, point.trainer[0].index)
-        return max(self.threshold, EPS.get(a, 0.0), EPS.get(b, 0.0))
+        return max(self.threshold, ROUNDINGS * EPS.get(a, 0.0), ROUNDINGS * EPS.get(b, 0.0))
+
+    def _scale(self, ts: list, width: int) -> float:
+        """The root-mean-square norm of a point's rows (width values each) over the whole trainer tensor."""
+        import torch
+
+        key = tuple(id(t) for t in ts)
+        got = self.scales.get(key)
+        if got is None:
+            total = sum(float(torch.linalg.vector_norm(t.flatten())) ** 2 for t in ts if t is not None)
+            rows = max(1, sum(t.numel() for t in ts if t is not None) // max(1, width))
+            got = self.scales[key] = math.sqrt(total / rows)
+        return got
 
     def token(self, req: Request, seq: Sequence, position: int, engine_points: list[Point],
-              engine_order: list[str], trainer: list[dict[str, list[D.Record]]]) -> TokenResult:
+              engine_order: list[str], trainer: list[dict[str, list[D.Record]]],
+              routes: dict | None = None) -> TokenResult:
         k, row = req.rows[position]
         src, c, b, s = seq.at[position]
         res = TokenResult(req.id, position, req.tokens[position])
         sampled = req.sampled.get(position + 1)
         logits_here = sampled is not None and sampled.get("step") == k
         carried, last_module = 0.0, None
+        bs = self.shapes.get((src, c))
         for pt in engine_points:
             if pt.rows == "sampled" and not logits_here:
                 continue
@@ -125,17 +154,20 @@ class Judge:
             if any(m is None for m in mates):
                 res.skipped += 1
                 continue
-            e = _pick(self.tensors, pt.engine.record, pt.engine.io, pt.engine.index)
-            ts = [_pick(self.tensors, rec, m.io, m.index) for rec, m in zip(mates, pt.trainer)]
+            e = pick(self.tensors, pt.engine.record, pt.engine.io, pt.engine.index)
+            ts = [pick(self.tensors, rec, m.io, m.index) for rec, m in zip(mates, pt.trainer)]
             erow = sampled["logits_row"] if pt.rows == "sampled" else row
             ev = _row(e, erow)
-            tv = [_cell(t, b, s) for t in ts]
+            tv = [cell(t, b, s, bs) for t in ts]
             if ev is None or any(v is None for v in tv):
                 res.skipped += 1
                 continue
             import torch
 
-            err = _rel(ev, torch.cat([v.flatten() for v in tv]))
+            tvec = torch.cat([v.flatten() for v in tv])
+            # with dtype_aware, a row near zero (a gate's one logit cancelling out) is measured against the
+            # point's typical size over all rows: its rounding is that size's, not the row's
+            err = _rel(ev, tvec, self._scale(ts, tvec.numel()) if self.dtype_aware else 0.0)
             if math.isnan(err):
                 res.skipped += 1
                 continue
@@ -145,15 +177,29 @@ class Judge:
                 self._logprobs(res, ev, tv[0], sampled)
             limit = self.limit(pt, mates[0])
             over = err > limit + (carried if self.dtype_aware else 0.0)
-            if res.gap is None and over:
+            if res.gap is not None or res.rerouted:
+                continue
+            route = (routes or {}).get(pt.module.rpartition(".")[0]) if pt.role == "experts" else None
+            if over and route is not None and route.differs:  # the router's logits agreed: a near-tie
+                if self.dtype_aware:
+                    res.rerouted.append(route.layer)
+                else:
+                    res.gap = Gap(route.layer, "routing", err, carried, [], pt.engine.record.name,
+                                  f"{pt.module} {pt.io}", "routing", routing=route.to_dict())
+                continue
+            if pt.role == "experts" and not over:
+                res.agreed_experts.append(pt.module)
+            if over:
                 span = _span(engine_order, last_module, pt)
                 res.gap = Gap(_common(span) if span else pt.module, pt.io, err, carried, span, pt.engine.record.name,
-                              f"{pt.module} {pt.io}")
-            elif res.gap is None:
+                              f"{pt.module} {pt.io}", pt.role)
+            else:
                 carried, last_module = err, pt.module
         if sampled is not None and logits_here:
             self._recorded_logprobs(res, sampled, seq.next_logprob[position] if position < len(seq.next_logprob)
                                     else None)
+        if res.rerouted:
+            return res  # the logits follow other experts: compared, not judged
         if res.gap is None and res.logprob_engine_logits is not None and res.logprob_trainer is not None:
             # the logits themselves, where no dumped point holds them on both sides (lm_head left out)
             diff = abs(res.logprob_engine_logits - res.logprob_trainer)
@@ -211,11 +257,15 @@ def _row(t, row: int):
     return t[row]
 
 
-def _cell(t, b: int, s: int):
+def cell(t, b: int, s: int, bs: tuple[int, int] | None = None):
+    """Row (b, s) of a trainer tensor: [batch, seq, ...], or [batch * seq, ...] (an MoE block flattens its
+    tokens before its router, experts and shared expert); bs is the forward's (batch, seq)."""
     if t is None:
         return None
-    if t.dim() >= 2 and b < t.shape[0] and s < t.shape[1]:
+    if t.dim() >= 2 and b < t.shape[0] and s < t.shape[1] and (bs is None or tuple(t.shape[:2]) == tuple(bs)):
         return t[b, s]
+    if bs is not None and t.dim() >= 1 and t.shape[0] == bs[0] * bs[1] != bs[0]:
+        return t[b * bs[1] + s]
     return None
 
 

@@ -32,11 +32,21 @@ def render_text(doc: dict) -> str:
             elif fd.get("span"):
                 where = (f": {', '.join(m.rpartition('.')[2] for m in fd['span'])}, no trainer module; compared at "
                          f"{fd['compared_at']}")
+            elif fd["kind"] == "routing":
+                r = fd["routing"]
+                where = (f": routed differently, engine experts {r['engine']} (margin {_g(r['engine_margin'])}), "
+                         f"actor {r['trainer']} (margin {_g(r['trainer_margin'])}), the router's logits agreeing: "
+                         "a near-tie, not a module")
+            elif fd.get("experts"):
+                which = (f"expert {fd['expert']}" if "expert" in fd else
+                         f"one of experts {fd['experts']}" if fd["experts"] else "no single expert")
+                where = f" {fd['kind']}: {which} (the tokens routed to it part, the others agree)"
             size = "" if fd["kind"] == "logprob" else f", error {100 * fd['value']:.4g}% (carried in {100 * fd['carried']:.3g}%)"
             lines.append(f"  first divergence: {fd['module']}{where}{size} at request {fd['request']} position "
                          f"{fd['position']}")
             for t in p.get("top") or []:
                 lines.append(f"    {t['module']}: {t['tokens']} token(s) part here")
+        lines += _routing_lines(p.get("routing"))
         for r in p.get("requests") or []:
             g = f", max |log-prob gap| {r['max_logprob_gap']:.3g}" if r["max_logprob_gap"] is not None else ""
             d = f", parts at {r['first_divergence']['module']}" if r["first_divergence"] else ""
@@ -46,6 +56,29 @@ def render_text(doc: dict) -> str:
     for f in doc.get("diagnostics") or []:
         lines.append(f"{f['severity']} {f['rule']}: {f['message']}")
     return "\n".join(lines) + "\n"
+
+
+def _g(x: float | None) -> str:
+    return "none" if x is None else f"{x:.3g}"
+
+
+def _routing_lines(routing: dict | None) -> list[str]:
+    """The MoE layers' routing, side by side: the share routed differently, per layer the tokens and margins."""
+    if not routing:
+        return []
+    if not routing.get("recomputed"):
+        return [f"  routing: not compared ({routing.get('why')})"]
+    k = f"top-{routing['top_k']}" if routing.get("top_k") else "top-k"
+    out = [f"  routing ({k} of the router logits, the engine's recomputed as its router chooses): "
+           f"{routing['routed_differently']} of {routing['tokens']} tokens routed differently in at least one "
+           f"layer ({100 * routing['share']:.1f}%)"]
+    for layer in routing.get("layers") or []:
+        out.append(f"    {layer['layer']}: {layer['routed_differently']} of {layer['tokens']} tokens "
+                   f"({100 * layer['share']:.1f}%)")
+        for t in layer.get("differing") or []:
+            out.append(f"      request {t['request']} position {t['position']}: engine {t['engine']} (margin "
+                       f"{_g(t['engine_margin'])}), actor {t['trainer']} (margin {_g(t['trainer_margin'])})")
+    return out
 
 
 def render_html(doc: dict) -> str:
@@ -67,9 +100,11 @@ def render_html(doc: dict) -> str:
         fd = p.get("first_divergence")
         if fd:
             span = f" (engine modules: {e(', '.join(fd['span']))})" if fd.get("span") else ""
+            span += f", expert {fd['expert']}" if "expert" in fd else ""
             out.append(f"<p>first divergence: <b>{e(fd['module'])}</b> {e(fd['kind'])}, error "
                        f"{100 * fd['value']:.4g}% with {100 * fd['carried']:.3g}% carried in, request "
                        f"{e(fd['request'])} position {fd['position']}{span}</p>")
+        out += [f"<p>{e(line.strip())}</p>" for line in _routing_lines(p.get("routing"))[:1]]
         out.append("<table><tr><th>request</th><th>tokens compared</th><th>diverged tokens</th>"
                    "<th>max |log-prob gap|</th><th>parts at</th></tr>")
         for r in p.get("requests") or []:

@@ -9,6 +9,7 @@ import os
 import re
 
 from verl_pdbg_conf.compare.rollout import dumps as D
+from verl_pdbg_conf.compare.rollout import routing as R
 from verl_pdbg_conf.compare.rollout import table as T
 from verl_pdbg_conf.compare.rollout import tokens as K
 from verl_pdbg_conf.compare.rollout.judge import Judge, TokenResult
@@ -118,11 +119,22 @@ def _pair(key: str, rollout_dir: str, actor_dir: str, threshold: float, dtype_aw
     requests, sequences, al = _align(engine, trainer, rollout_dir, actor_dir, findings)
     info = engine[0][1].tokens or {}
     judge = Judge(threshold, dtype_aware, engine_dtype=str(info.get("dtype") or ""),
-                  logits_path=next((r.path for _, d in engine for r in d.records if T.is_logits(r.cls)), "logits"))
+                  logits_path=next((r.path for _, d in engine for r in d.records if T.is_logits(r.cls)), "logits"),
+                  shapes={(i, c): _batch_shape(call) for i, d in enumerate(trainer)
+                          for c, call in enumerate(d.tokens.get("calls") or [])})
     findings += _dtypes(info, trainer, judge, rollout_dir)
-    results, unpaired = _judge(engine, trainer, al, judge, T.packed_for(info.get("architectures") or []))
+    archs = info.get("architectures") or []
+    moe = T.moe_for(archs)
+    results, unpaired, routing = _judge(engine, trainer, al, judge, T.packed_for(archs), moe,
+                                        R.setting(moe, info.get("hf_config") or {}))
+    pair["routing"] = routing
     return _summarize(pair, results, al, requests, sequences, findings, top, min_coverage,
                       _unpaired(unpaired, results, actor_dir, findings))
+
+
+def _batch_shape(call: dict) -> tuple[int, int] | None:
+    ids = call.get("input_ids") if isinstance(call, dict) else None
+    return (len(ids), len(ids[0])) if isinstance(ids, list) and ids and isinstance(ids[0], list) else None
 
 
 def _read(rollout_dir: str, actor_dir: str, findings: list[Finding]) -> tuple[list[tuple[int, D.Dump]], list[D.Dump]]:
@@ -185,23 +197,26 @@ def _align(engine, trainer, rollout_dir: str, actor_dir: str, findings: list[Fin
     return requests, sequences, al
 
 
-def _judge(engine, trainer, al, judge: Judge, packed: dict) -> tuple[list[TokenResult], dict[str, str]]:
-    """Every aligned token through its engine step's comparison points; and the engine modules (path -> class)
-    that have no counterpart in the actor's dump."""
+def _judge(engine, trainer, al, judge: Judge, packed: dict, moe: dict, setting: R.Setting) -> \
+        tuple[list[TokenResult], dict[str, str], dict | None]:
+    """Every aligned token through its engine step's comparison points; the engine modules (path -> class)
+    that have no counterpart in the actor's dump; and the routing of MoE layers, side by side."""
     trainer_paths = [d.by_path() for d in trainer]
+    routes = R.routes(al, engine, trainer_paths, judge, setting)
     per_step = {}
     unpaired: dict[str, str] = {}
     for k, d in engine:
-        pts, alone = T.points(d.records, trainer_paths[0], packed)
+        pts, alone = T.points(d.every, trainer_paths[0], packed, moe)
         per_step[k] = (pts, [r.path for r in d.records])
-        unpaired.update({r.path: r.cls for r in d.records if r.path in alone})
+        unpaired.update({r.path: r.cls for r in d.every if r.path in alone})
     results: list[TokenResult] = []
     for req, seq in al.pairs:
         for p in sorted(req.rows):
             if p < len(seq.at):
                 pts, order = per_step[req.rows[p][0]]
-                results.append(judge.token(req, seq, p, pts, order, trainer_paths))
-    return results, unpaired
+                results.append(judge.token(req, seq, p, pts, order, trainer_paths, routes.get((req.id, p))))
+    R.blame_experts(results, routes)
+    return results, unpaired, R.summary(routes, setting, any(R.routers(engine).values()))
 
 
 def _unpaired(modules: dict[str, str], results: list[TokenResult], where: str, findings: list[Finding]) -> list[str]:
@@ -245,6 +260,12 @@ def _gap_dict(t: TokenResult) -> dict:
     if g.span:
         d["span"] = g.span
         d["compared_at"] = g.at
+    if g.experts:  # a fused experts' gap: the expert(s) only the parting tokens used
+        d["experts"] = g.experts
+        if len(g.experts) == 1:
+            d["expert"] = g.experts[0]
+    if g.routing:
+        d["routing"] = g.routing
     return d
 
 

@@ -9,7 +9,12 @@ data): each comparison point is an engine tensor and the trainer tensors it equa
   with the trainer norm's input.
 - The logits processor's output with the trainer's lm_head output, at the sampled rows.
 - A fused class (SiluAndMul, the rotary embedding, the attention kernel) has no trainer module: it is
-  compared where its result is used, at the next point's input (the down projection's, o_proj's)."""
+  compared where its result is used, at the next point's input (the down projection's, o_proj's).
+- Mixture of experts: the router's linear (GateLinear) pairs with the trainer's router by path (its
+  logits, output 0). The fused experts (MoERunner) compare their hidden_states with the trainer experts'
+  input, and their output with the trainer experts' output; where the model hands the fused experts its
+  shared experts (the `moe` table, read off its FusedMoE call), their output holds the shared expert's
+  gated output too, and pairs with the trainer's whole MoE block output instead."""
 
 from __future__ import annotations
 
@@ -54,6 +59,7 @@ class Point:
     engine: Part
     trainer: tuple[Mate, ...]  # several: concatenated on the last axis
     rows: str = "tokens"  # "tokens": one row per scheduled token; "sampled": one per request sampled from
+    role: str = ""  # "router": a router's logits; "experts": a fused experts' output
 
 
 def is_logits(cls: str) -> bool:
@@ -61,26 +67,50 @@ def is_logits(cls: str) -> bool:
     return bool(facts()["classes"].get(cls, {}).get("counterpart"))
 
 
+def class_role(cls: str) -> dict:
+    return facts()["classes"].get(cls, {})
+
+
 def packed_for(architectures: list[str]) -> dict[str, list[str]]:
-    packed = facts()["packed"]
+    return _for(architectures, "packed")
+
+
+def moe_for(architectures: list[str]) -> dict:
+    """The architecture's FusedMoE call, as extract.py read it ({} for a dense model)."""
+    return _for(architectures, "moe")
+
+
+def _for(architectures: list[str], table: str) -> dict:
+    rows = facts().get(table) or {}
     for arch in architectures or ():
-        if arch in packed:
-            return packed[arch]
+        if arch in rows:
+            return rows[arch]
     return {}
 
 
-def points(engine: list[Record], trainer: dict[str, list[Record]], packed: dict[str, list[str]]) -> \
-        tuple[list[Point], list[str]]:
-    """The comparison points of one engine step, in the engine's execution order, and the engine modules
-    that should have a counterpart but have none in the trainer's dump."""
+def points(engine: list[Record], trainer: dict[str, list[Record]], packed: dict[str, list[str]],
+           moe: dict | None = None) -> tuple[list[Point], list[str]]:
+    """The comparison points of one engine step (every record, parents too, in execution order), and the
+    engine modules that should have a counterpart but have none in the trainer's dump. Parents are left
+    out but for the fused experts (vLLM's holds the shared experts' wrapper)."""
     classes = facts()["classes"]
     out: list[Point] = []
     unpaired: list[str] = []
+    parents = {".".join(r.path.split(".")[:i]) for r in engine for i in range(1, r.path.count(".") + 1)}
     for rec in engine:
         role = classes.get(rec.cls, {})
-        if role.get("fused"):
-            continue  # compared where its result is used
+        if role.get("fused") or (rec.path in parents and not role.get("experts")):
+            continue  # compared where its result is used; a parent is not compared (its parts are)
         head, _, leaf = rec.path.rpartition(".")
+        if role.get("experts"):
+            shared = ((moe or {}).get("shared_experts") or {}).get("self")
+            mate = head if shared and any(r.path.startswith(_join(head, shared) + ".") for r in engine) else rec.path
+            if rec.path not in trainer or mate not in trainer:
+                unpaired.append(rec.path)
+                continue
+            out.append(Point(rec.path, "input", Part(rec, "input", 0), (Mate(rec.path, "input", 0),)))
+            out.append(Point(rec.path, "output", Part(rec, "output", 0), (Mate(mate, "output", 0),), role="experts"))
+            continue
         if role.get("counterpart"):
             mate = _join(head, role["counterpart"])
             if mate not in trainer:
@@ -102,7 +132,8 @@ def points(engine: list[Record], trainer: dict[str, list[Record]], packed: dict[
             continue
         if len(rec.inputs) == 1:
             out.append(Point(rec.path, "input", Part(rec, "input", 0), (Mate(parts[0], "input", 0),)))
-        out.append(Point(rec.path, "output", Part(rec, "output", 0), tuple(Mate(p, "output", 0) for p in parts)))
+        out.append(Point(rec.path, "output", Part(rec, "output", 0), tuple(Mate(p, "output", 0) for p in parts),
+                         role="router" if role.get("router") else ""))
     return out, unpaired
 
 

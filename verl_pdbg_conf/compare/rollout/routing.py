@@ -1,0 +1,197 @@
+"""Which experts each side chose, token by token, in every mixture-of-experts layer.
+
+The engine chooses inside its fused experts and dumps only the router logits (its GateLinear's output), so
+its choice is recomputed from them the way its router does (extract.py probed it: softmax scoring keeps
+the top_k largest logits; top_k is the HF config key the model's FusedMoE call reads). The trainer's
+router returns its choice (output 2, the top-k indices); where it does not, it is recomputed from its
+logits the same way. Each side's margin is its logit of the last expert kept minus that of the first one
+dropped: a small margin is a near-tie that rounding can flip.
+
+`blame_experts` then names the expert that parts in a layer whose experts' output diverged while their
+input and the routing agreed: the tokens routed to it part, the tokens that did not use it agree."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from verl_pdbg_conf.compare.rollout import dumps as D
+from verl_pdbg_conf.compare.rollout import table as T
+from verl_pdbg_conf.compare.rollout.judge import Judge, cell, pick
+
+
+@dataclass
+class Route:
+    """One token at one MoE layer: each side's chosen experts (sorted) and its margin."""
+
+    layer: str  # the MoE block's path (the router's parent)
+    engine: tuple[int, ...]
+    trainer: tuple[int, ...]
+    engine_margin: float
+    trainer_margin: float
+
+    @property
+    def differs(self) -> bool:
+        return self.engine != self.trainer
+
+    def to_dict(self) -> dict:
+        return {"engine": list(self.engine), "trainer": list(self.trainer),
+                "engine_margin": _finite(self.engine_margin), "trainer_margin": _finite(self.trainer_margin)}
+
+
+def _finite(x: float) -> float | None:
+    """None where every expert is kept (no margin): JSON has no infinity."""
+    return x if x != float("inf") else None
+
+
+@dataclass
+class Setting:
+    """How the engine routes, or why it is not recomputed (`unknown`)."""
+
+    top_k: int | None
+    unknown: str = ""
+
+
+def setting(moe: dict, hf_config: dict) -> Setting:
+    """The engine's routing for an architecture (its FusedMoE call, extract.py) under its HF config."""
+    if not moe:
+        return Setting(None, "no fused experts known for this architecture")
+
+    def read(key: str, default=None):
+        v = moe.get(key)
+        if v is None:
+            return default
+        if "constant" in v:
+            return v["constant"]
+        if "config" in v:
+            return hf_config.get(v["config"], default)
+        return _Unread(v.get("expression") or v.get("self") or "?")
+
+    routing = T.facts().get("routing") or {}
+    scoring = read("scoring_func", "softmax")
+    grouped = read("use_grouped_topk", False)
+    if isinstance(scoring, _Unread) or scoring not in routing or grouped or read("custom_routing_function"):
+        return Setting(None, f"the engine's router (scoring {scoring}, grouped top-k {grouped}) is not one this "
+                             f"compare recomputes ({', '.join(routing) or 'none'})")
+    if read("e_score_correction_bias") is not None:
+        return Setting(None, "the engine's router adds a score-correction bias that is not dumped")
+    k = read("top_k")
+    return Setting(k if isinstance(k, int) else None)
+
+
+class _Unread(str):
+    """A setting the model computes in code: not read from data."""
+
+
+def choose(logits, k: int) -> tuple[tuple[int, ...], float]:
+    """The top_k largest logits (softmax is monotonic): the experts kept, sorted, and the margin."""
+    vals, idx = logits.topk(min(k + 1, logits.numel()))
+    margin = float(vals[k - 1] - vals[k]) if vals.numel() > k else float("inf")
+    return tuple(sorted(int(i) for i in idx[:k])), margin
+
+
+def margin_of(logits, chosen: tuple[int, ...]) -> float:
+    """The lowest logit kept minus the highest dropped, for a choice made elsewhere."""
+    import torch
+
+    mask = torch.zeros(logits.numel(), dtype=torch.bool)
+    mask[list(chosen)] = True
+    if mask.all():
+        return float("inf")
+    return float(logits[mask].min() - logits[~mask].max())
+
+
+def routers(engine) -> dict[int, list[D.Record]]:
+    """Per engine step, its routers' records (empty for a dense model)."""
+    return {k: [r for r in d.records if T.class_role(r.cls).get("router")] for k, d in engine}
+
+
+def routes(al, engine, trainer: list[dict[str, list[D.Record]]], judge: Judge, setting_: Setting) -> dict:
+    """(request, position) -> {MoE block path: Route} for every aligned token and MoE layer."""
+    out: dict = {}
+    found = routers(engine)
+    if setting_.unknown or not any(found.values()):
+        return out
+    for req, seq in al.pairs:
+        for p in sorted(req.rows):
+            if p >= len(seq.at):
+                continue
+            k, row = req.rows[p]
+            src, c, b, s = seq.at[p]
+            for rec in found.get(k, ()):
+                got = _route(rec, row, trainer[src].get(rec.path), c, b, s, judge.shapes.get((src, c)), judge,
+                             setting_)
+                if got is not None:
+                    out.setdefault((req.id, p), {})[got.layer] = got
+    return out
+
+
+def _route(rec: D.Record, row: int, trainer_recs, c: int, b: int, s: int, bs, judge: Judge,
+           setting_: Setting) -> Route | None:
+    trec = trainer_recs[c] if trainer_recs and c < len(trainer_recs) else None
+    e = pick(judge.tensors, rec, "output", 0)
+    if trec is None or e is None or e.dim() != 2 or row >= e.shape[0]:
+        return None
+    tl = cell(pick(judge.tensors, trec, "output", 0), b, s, bs)
+    ti = cell(pick(judge.tensors, trec, "output", 2), b, s, bs)
+    k = setting_.top_k or (ti.numel() if ti is not None else None)
+    if tl is None or not k or tl.numel() != e.shape[1]:
+        return None
+    chosen_e, margin_e = choose(e[row].flatten(), k)
+    if ti is not None:
+        chosen_t = tuple(sorted(int(i) for i in ti.flatten()))
+        margin_t = margin_of(tl.flatten(), chosen_t)
+    else:
+        chosen_t, margin_t = choose(tl.flatten(), k)
+    return Route(rec.path.rpartition(".")[0], chosen_e, chosen_t, margin_e, margin_t)
+
+
+def summary(token_routes: dict, setting_: Setting, moe_layers: bool, top: int = 20) -> dict | None:
+    """Per layer the tokens routed differently (with both margins), their share; and per run the share of
+    tokens routed differently in at least one layer. None for a model without MoE layers."""
+    if not moe_layers:
+        return None
+    if not token_routes:
+        return {"recomputed": False, "why": setting_.unknown or "no router output paired on both sides"}
+    layers: dict[str, list] = {}
+    for (rid, pos), per_layer in token_routes.items():
+        for layer, r in per_layer.items():
+            layers.setdefault(layer, []).append((rid, pos, r))
+    rows = []
+    for layer in sorted(layers, key=_layer_key):
+        entries = layers[layer]
+        diff = [(rid, pos, r) for rid, pos, r in entries if r.differs]
+        rows.append({"layer": layer, "tokens": len(entries), "routed_differently": len(diff),
+                     "share": len(diff) / len(entries) if entries else 0.0,
+                     "differing": [{"request": rid, "position": pos, **r.to_dict()}
+                                   for rid, pos, r in sorted(diff, key=lambda x: min(x[2].engine_margin,
+                                                                                     x[2].trainer_margin))[:top]]})
+    anywhere = sum(1 for per_layer in token_routes.values() if any(r.differs for r in per_layer.values()))
+    return {"recomputed": True, "top_k": setting_.top_k, "engine_choice": "top_k largest router logits",
+            "tokens": len(token_routes), "routed_differently": anywhere,
+            "share": anywhere / len(token_routes), "layers": rows}
+
+
+def _layer_key(path: str):
+    return [int(p) if p.isdigit() else 0 for p in path.split(".")], path
+
+
+def blame_experts(results, token_routes: dict) -> None:
+    """For each token whose fused experts' output parted while their input and the routing agreed: the
+    experts it used that no agreeing token of that layer used, set on its gap."""
+    bad: dict[str, list] = {}
+    good_used: dict[str, set[int]] = {}
+    for t in results:
+        per_layer = token_routes.get((t.request, t.position)) or {}
+        for path in t.agreed_experts:
+            r = per_layer.get(path.rpartition(".")[0])
+            if r is not None:
+                good_used.setdefault(path, set()).update(r.trainer)
+        g = t.gap
+        if g is not None and g.io == "output" and g.role == "experts":
+            r = per_layer.get(g.module.rpartition(".")[0])
+            if r is not None and not r.differs:
+                bad.setdefault(g.module, []).append((t, r))
+    for path, tokens in bad.items():
+        used = good_used.get(path, set())
+        for t, r in tokens:
+            t.gap.experts = sorted(set(r.trainer) - used)
