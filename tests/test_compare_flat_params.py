@@ -84,7 +84,7 @@ def _row(name, shape, stats=(1.0, -1.0, 0.0, 2.0), state="input", dtype="torch.f
 def test_rows_of_other_element_counts_are_apart_not_divergent(tmp_path):
     judge = Judge("NormRelativeErr", 1e-4, "statistics", str(tmp_path / "t.json"), str(tmp_path / "g.json"))
     flat, one = _row("Tensor.add_.0.forward.input.0", [16448]), _row("Tensor.add_.0.forward.input.0", [128, 64])
-    assert judge.row(flat, one).reason == "apart" and judge.row(flat, one).value is None
+    assert not judge.like(flat, one) and judge.row(flat, one).reason == "apart" and judge.row(flat, one).value is None
     # the same count in another shape, in runs of the same code: a shape difference, a divergence
     assert judge.row(_row("x.input.0", [8, 2]), _row("x.input.0", [2, 8])).reason == "shape"
     # where the runs lay tensors out otherwise, the same count is the same tensor; another count still is not
@@ -106,11 +106,11 @@ def _tensor(shape, norm=1.0):
 
 
 def _dump(path, records: dict) -> str:
-    """An L1 dump.json of `records` {name: (shape, norm)}, each call from its own line of train.py."""
+    """An L1 dump.json of `records` {name: (input shape, output shape, norm)}, each call from its own line."""
     path.mkdir()
     doc = {"task": "statistics", "level": "L1", "framework": "pytorch", "dump_data_dir": None,
-           "data": {name: {"input_args": [_tensor(shape, norm)], "input_kwargs": {}, "output": [_tensor(shape, norm)]}
-                    for name, (shape, norm) in records.items()}}
+           "data": {name: {"input_args": [_tensor(shape, norm)], "input_kwargs": {}, "output": [_tensor(out, norm)]}
+                    for name, (shape, out, norm) in records.items()}}
     (path / "dump.json").write_text(json.dumps(doc))
     stacks = {str(i): [[name], [f"File /job/train.py, line {10 + i}, in step, \n x = op(x)"]]
               for i, name in enumerate(records)}
@@ -118,22 +118,27 @@ def _dump(path, records: dict) -> str:
     return str(path / "dump.json")
 
 
-def test_a_pair_held_apart_is_not_compared(tmp_path):
-    """A call of the same name and line whose tensors hold other counts (paired: the same code): no
-    divergence, not compared, one note; a change in a call of the same count before it is still the
-    divergence."""
-    golden = _dump(tmp_path / "g", {"Functional.relu.0.forward": ([4, 8], 1.0),
-                                    "Tensor.add_.0.forward": ([32, 4], 1.0)})
-    target = _dump(tmp_path / "t", {"Functional.relu.0.forward": ([4, 8], 1.0),
-                                    "Tensor.add_.0.forward": ([16], 3.0)})
+def test_a_call_held_apart_is_not_compared(tmp_path):
+    """Calls of the same name and line (paired: the same code) whose tensors hold other counts: an optimizer's
+    step over a flat parameter, and the norm of its gradient, a scalar as one parameter's is. Neither is
+    judged (no divergence), both count as not compared, one note says so; a change in a call of like
+    tensors before them is still the divergence."""
+    golden = _dump(tmp_path / "g", {"Functional.relu.0.forward": ([4, 8], [4, 8], 1.0),
+                                    "Torch.norm.0.forward": ([32, 4], [], 1.0),
+                                    "Tensor.add_.0.forward": ([32, 4], [32, 4], 1.0)})
+    target = _dump(tmp_path / "t", {"Functional.relu.0.forward": ([4, 8], [4, 8], 1.0),
+                                    "Torch.norm.0.forward": ([16], [], 3.0),
+                                    "Tensor.add_.0.forward": ([16], [16], 3.0)})
     out = compare_pair(PairJob(target, golden))
     an = out.analysis
     assert an.first is None
-    assert an.coverage["target"]["compared_records"] == 1 and an.coverage["target"]["records"] == 2
-    assert an.coverage["golden"]["compared_records"] == 1 and not an.coverage["full"]
+    for side in ("target", "golden"):
+        assert an.coverage[side]["compared_records"] == 1 and an.coverage[side]["records"] == 3
+    assert not an.coverage["full"]
     (note,) = [m for rule, m, _h in out.notes if "element counts" in m]
-    assert "1 paired call(s)" in note and "[16] against [32, 4]" in note
-    changed = _dump(tmp_path / "c", {"Functional.relu.0.forward": ([4, 8], 1.01),
-                                     "Tensor.add_.0.forward": ([16], 3.0)})
+    assert "2 paired call(s)" in note and "[16] against [32, 4]" in note
+    changed = _dump(tmp_path / "c", {"Functional.relu.0.forward": ([4, 8], [4, 8], 1.01),
+                                     "Torch.norm.0.forward": ([16], [], 3.0),
+                                     "Tensor.add_.0.forward": ([16], [16], 3.0)})
     first = compare_pair(PairJob(changed, golden)).analysis.first
     assert first is not None and first.name == "Functional.relu.0.forward.input.0" and first.reason == "threshold"

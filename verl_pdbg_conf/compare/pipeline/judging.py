@@ -2,12 +2,14 @@
 (or differently), shape, dtype (unless told), integer and bool tensors exactly, then the metric above the
 threshold. A row with no counterpart is `unmatched` (pairing says why; it is no divergence by itself).
 
-Only like is judged against like: two rows whose element counts differ, where no known layout accounts for
-it, cannot be the same tensor (a flat parameter of FSDP1's against one parameter of FSDP2's, a model of
-other sizes) and are `apart`: not judged, and their records count as not compared. Every known layout
-(a fused module's parts, tensor-parallel shards, a batch split: fusion.py, shards.py, splits.py) has made
-its rows whole before they come here; judging itself takes a constant replicated tensor as its
-counterpart's size, and, where the runs lay tensors out otherwise, another shape of the same count."""
+Only like is judged against like (`like`): two rows whose element counts differ, where no known layout
+accounts for it, cannot be the same tensor (a flat parameter of FSDP1's against one parameter of FSDP2's, a
+model of other sizes) and are `apart`: not judged, nor is any other row of their calls (run.py: the norm
+of a flat parameter's gradient is a scalar as one parameter's is), and the calls count as not compared.
+Every known layout (a fused module's parts, tensor-parallel shards, a batch split: fusion.py, shards.py,
+splits.py) has made its rows whole before they come here; judging itself takes a constant replicated
+tensor as its counterpart's size, and, where the runs lay tensors out otherwise, another shape of the same
+count."""
 
 from __future__ import annotations
 
@@ -70,13 +72,20 @@ class Judge:
             v = 1.0 - v
         return v
 
+    def like(self, t, g) -> bool:
+        """The two rows can be the same tensor: their element counts agree, or a known layout accounts for
+        the difference (a constant tensor ranks held alike)."""
+        if self.layout_free and t.shape != g.shape:
+            t, g = _resized(t, g), _resized(g, t)
+        return sizes_agree(t, g)
+
     def row(self, t, g) -> Verdict:
         if g is None or not M.dtypes_pair(t.dtype or "None", g.dtype or "None"):
             return Verdict("unmatched", None)
+        if not self.like(t, g):
+            return Verdict("apart", None)
         if self.layout_free and t.shape != g.shape:
             t, g = _resized(t, g), _resized(g, t)
-        if not sizes_agree(t, g):
-            return Verdict("apart", None)
         tc, gc = M.nonfinite(t.stats), M.nonfinite(g.stats)
         if tc != gc:
             return Verdict(M.kind_of(tc) or M.kind_of(gc), math.nan, M.kind_of(gc))

@@ -57,24 +57,32 @@ class _Pair:
         self.apart = Apart()
 
     def record(self, t, g, synthetic: bool = False) -> bool:
-        """Judge one record pair; True where a row of it cannot be the same tensor as its counterpart's
-        (judging's `apart`): the pair then counts as not compared."""
-        judged, orders = [], []
+        """Judge one record pair; True where it holds a row that cannot be the same tensor as its counterpart's
+        (judging.sizes_agree): then none of its rows is (a norm of a flat parameter's gradient is a scalar as a
+        norm of one parameter's is), the pair is not judged and counts as not compared."""
+        rows, orders = [], []
         for row, grow in row_pairs(t, g):
             order = self.order
             if not synthetic:
                 self.order += 1
             if self.ignorer is not None and self.ignorer.match(row.name, row.record) is not None:
                 continue  # counted per pattern in ignorer.counts
-            if not self.auto_dtype and grow is not None:
-                self._precision(row, grow)
             if self.alone and grow is not None and row.shape != grow.shape:
                 row, grow = self._broadcast(row, grow)
-            v = self.judge.row(row, grow)
-            judged.append((row, grow, v))
+            rows.append((row, grow))
             orders.append(order)
-            if v.reason == "apart" and not synthetic:
-                self.apart.add(order, row, grow, t)
+        apart = next(((o, r, gr) for o, (r, gr) in zip(orders, rows) if gr is not None and
+                      not self.judge.like(r, gr)), None)
+        if apart is not None and not synthetic:
+            self.apart.add(*apart, t)
+        judged = []
+        for row, grow in rows:
+            if apart is not None:
+                judged.append((row, grow, Verdict("unmatched" if grow is None else "apart", None)))
+                continue
+            if not self.auto_dtype and grow is not None:
+                self._precision(row, grow)
+            judged.append((row, grow, self.judge.row(row, grow)))
         if self.first is None and judged:
             self._attribute(t, judged, orders)
         label = label_of(t)
@@ -85,7 +93,7 @@ class _Pair:
             if synthetic and order != f_order:
                 continue
             self.coll.add(order, row, grow, v, t, label, order == f_order, synthetic)
-        return any(v.reason == "apart" for _r, _g, v in judged)
+        return apart is not None
 
     def _broadcast(self, row, grow):
         """A tensor the same in every call of a split, taken as batched, that the other run has broadcast."""
@@ -177,16 +185,13 @@ class Apart:
         self.records = 0
         self.first = None  # (order, row, golden row)
         self.where: dict[str, None] = {}
-        self._last = None
 
     def add(self, order: int, row, grow, record) -> None:
         if self.first is None:
             self.first = (order, row, grow)
-        if record is not self._last:
-            self._last = record
-            self.records += 1
-            if len(self.where) < 8:
-                self.where.setdefault(label_of(record) or record.site or "(outside any module)")
+        self.records += 1
+        if len(self.where) < 8:
+            self.where.setdefault(label_of(record) or record.site or "(outside any module)")
 
     def note(self):
         """One compare-structure note, or None."""
