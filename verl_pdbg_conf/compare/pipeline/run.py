@@ -58,8 +58,8 @@ class _Pair:
 
     def record(self, t, g, synthetic: bool = False) -> bool:
         """Judge one record pair; True where it holds a row that cannot be the same tensor as its counterpart's
-        (judging.sizes_agree): then none of its rows is (a norm of a flat parameter's gradient is a scalar as a
-        norm of one parameter's is), the pair is not judged and counts as not compared."""
+        (Judge.like): then none of its rows is (a norm of a flat parameter's gradient is a scalar as a norm of
+        one parameter's is), so the pair is not judged and counts as not compared."""
         rows, orders = [], []
         for row, grow in row_pairs(t, g):
             order = self.order
