@@ -95,6 +95,10 @@ def test_rows_of_other_element_counts_are_apart_not_divergent(tmp_path):
     zero = (0.0, 0.0, 0.0, 0.0)
     assert judge.row(_row("b.parameters.0", [4], zero, "parameters", alike=2),
                      _row("b.parameters.0", [8], zero, "parameters")).reason == ""
+    # rows whose dtypes do not pair are unmatched, not apart: a boolean mask against an integer one
+    mask = _row("m.input.1", [4, 1, 10, 10], (True, False, None, None), dtype="torch.bool")
+    ids = _row("m.input.1", [4, 10], (1, 0, None, None), dtype="torch.int64")
+    assert judge.like(mask, ids) and judge.row(mask, ids).reason == "unmatched"
     # a scalar or a shape msprobe did not write has no count to disagree in
     assert judge.row(_row("s.input.0", [4]), Row("s.input.0", "s.input.0", "s", "input", "forward",
                                                   "torch.float32", "[]", (1.0, -1.0, 0.0, 2.0), "-1")).reason != "apart"

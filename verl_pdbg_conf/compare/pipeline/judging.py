@@ -74,7 +74,10 @@ class Judge:
 
     def like(self, t, g) -> bool:
         """The two rows can be the same tensor: their element counts agree, or a known layout accounts for
-        the difference (a constant tensor ranks held alike)."""
+        the difference (a constant tensor ranks held alike). Rows whose dtypes msprobe would not pair are
+        `unmatched` instead (a boolean mask against an integer one), and hold nothing of their call apart."""
+        if not M.dtypes_pair(t.dtype or "None", g.dtype or "None"):
+            return True
         if self.layout_free and t.shape != g.shape:
             t, g = _resized(t, g), _resized(g, t)
         return sizes_agree(t, g)
