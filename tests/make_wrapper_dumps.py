@@ -10,9 +10,8 @@ forward, and actor_update: forward, backward, one SGD step), on a one-rank gloo 
 rank0) unless --no-group (it writes proc<pid>). A run is WRAP[-weight]:
 
   plain    the model itself          fsdp1   FullyShardedDataParallel, each decoder layer auto-wrapped
-  fsdp1flat  fsdp1 with flat parameters (use_orig_params=False, verl's default): the optimizer steps one
-           flat parameter per unit
   fsdp2    fully_shard per layer     ddp     DistributedDataParallel
+  fsdp1flat  fsdp1 with flat parameters (use_orig_params=False, verl's default): one flat parameter a unit
   lora     peft get_peft_model (B = 0: the forward is unchanged) on every projection
   compile  torch.compile (msprobe 26.2 refuses the compiled module: no dump)
   ckpt     checkpoint_wrapper around each layer's MLP
