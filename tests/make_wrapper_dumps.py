@@ -11,6 +11,7 @@ rank0) unless --no-group (it writes proc<pid>). A run is WRAP[-weight]:
 
   plain    the model itself          fsdp1   FullyShardedDataParallel, each decoder layer auto-wrapped
   fsdp2    fully_shard per layer     ddp     DistributedDataParallel
+  fsdp1flat  fsdp1 with flat parameters (use_orig_params=False, verl's default): one flat parameter a unit
   lora     peft get_peft_model (B = 0: the forward is unchanged) on every projection
   compile  torch.compile (msprobe 26.2 refuses the compiled module: no dump)
   ckpt     checkpoint_wrapper around each layer's MLP
@@ -36,7 +37,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "run
 import make_cross_impl_dumps as X  # noqa: E402
 from scenarios import gloo  # noqa: E402
 
-WRAPS = ("plain", "fsdp1", "fsdp2", "ddp", "lora", "compile", "ckpt", "hook", "hookall")
+WRAPS = ("plain", "fsdp1", "fsdp1flat", "fsdp2", "ddp", "lora", "compile", "ckpt", "hook", "hookall")
 SEQ_BLOCKS = 8
 STAGES = X.STAGES
 
@@ -79,11 +80,11 @@ def wrap(arch: str, name: str, model, hook_layer: int):
     elif name == "hookall":
         for b in blocks:
             b.register_forward_hook(_identity)
-    elif name == "fsdp1":
+    elif name in ("fsdp1", "fsdp1flat"):
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
         from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
-        return FSDP(model, device_id=torch.device("cpu"), use_orig_params=True,
+        return FSDP(model, device_id=torch.device("cpu"), use_orig_params=name == "fsdp1",
                     auto_wrap_policy=ModuleWrapPolicy({type(blocks[0])}))
     elif name == "fsdp2":
         from torch.distributed.fsdp import fully_shard

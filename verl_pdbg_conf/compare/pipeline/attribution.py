@@ -12,6 +12,7 @@ sum), which the Norm of a near-zero masked sum of such differences hides."""
 from __future__ import annotations
 
 from verl_pdbg_conf.compare import metrics as M
+from verl_pdbg_conf.compare.pipeline.judging import NOT_JUDGED
 
 JUMP = 4.0  # an error this many times what the node received is introduced there
 DECAY = 0.99  # per record: how fast the recent level forgets an error once its tensors are used up
@@ -43,7 +44,7 @@ class Attributor:
         received = max(max(inputs, default=0.0), self.level)
         hit = None
         for i, (row, _g, v) in enumerate(judged):
-            if not v.reason or v.reason == "unmatched":
+            if not v.reason or v.reason in NOT_JUDGED:
                 continue
             if v.reason != "threshold":
                 hit = i

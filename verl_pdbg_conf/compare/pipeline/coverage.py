@@ -116,10 +116,12 @@ class Coverage:
     def __init__(self):
         self.target, self.golden = Side(), Side()
 
-    def pair(self, t, g) -> None:
+    def pair(self, t, g, compared: bool = True) -> None:
+        """t and its counterpart g (or None); `compared` False where judging held them apart (tensors of other
+        element counts): both count as records without a counterpart."""
         # a call whose tensors are shards or partial results (shards.py) kept its replicated tensors only: it is
         # compared at its module's boundary, as a record with no counterpart is
-        whole = g is not None and not t.extra.get("sharded") and not g.extra.get("sharded")
+        whole = compared and g is not None and not t.extra.get("sharded") and not g.extra.get("sharded")
         self.target.record(t, whole)
         if g is not None:
             self.golden.record(g, whole)

@@ -1,6 +1,15 @@
 """Judging: the rules one paired tensor row is held to, in order: NaN/Inf on one side and not the other
 (or differently), shape, dtype (unless told), integer and bool tensors exactly, then the metric above the
-threshold. A row with no counterpart is `unmatched` (pairing says why; it is no divergence by itself)."""
+threshold. A row with no counterpart is `unmatched` (pairing says why; it is no divergence by itself).
+
+Only like is judged against like (`like`): two rows whose element counts differ, where no known layout
+accounts for it, cannot be the same tensor (a flat parameter of FSDP1's against one parameter of FSDP2's, a
+model of other sizes) and are `apart`: not judged, nor is any other row of their calls (run.py: the norm
+of a flat parameter's gradient is a scalar as one parameter's is), and the calls count as not compared.
+Every known layout (a fused module's parts, tensor-parallel shards, a batch split: fusion.py, shards.py,
+splits.py) has made its rows whole before they come here; judging itself takes a constant replicated
+tensor as its counterpart's size, and, where the runs lay tensors out otherwise, another shape of the same
+count."""
 
 from __future__ import annotations
 
@@ -12,9 +21,18 @@ from verl_pdbg_conf.compare import metrics as M
 from verl_pdbg_conf.compare.nodes import METRICS
 
 
+NOT_JUDGED = ("unmatched", "apart")  # verdicts that say nothing of the values: no divergence by themselves
+
+
+def sizes_agree(t, g) -> bool:
+    """The two rows hold as many elements (or a count is unknown: a scalar, a shape msprobe did not write)."""
+    n, m = M.numel(t.shape), M.numel(g.shape)
+    return n is None or m is None or n == m
+
+
 @dataclass(slots=True)
 class Verdict:
-    reason: str  # "" | unmatched | nan | inf | shape | dtype | exact | threshold
+    reason: str  # "" | unmatched | apart | nan | inf | shape | dtype | exact | threshold
     value: float | None  # the metric as a badness
     golden_nonfinite: str = ""
     both_nonfinite: str = ""  # nan | inf: non-finite alike on both sides (not a divergence)
@@ -54,9 +72,21 @@ class Judge:
             v = 1.0 - v
         return v
 
+    def like(self, t, g) -> bool:
+        """The two rows can be the same tensor: their element counts agree, or a known layout accounts for
+        the difference (a constant tensor ranks held alike). Rows whose dtypes msprobe would not pair are
+        `unmatched` instead (a boolean mask against an integer one), and hold nothing of their call apart."""
+        if not M.dtypes_pair(t.dtype or "None", g.dtype or "None"):
+            return True
+        if self.layout_free and t.shape != g.shape:
+            t, g = _resized(t, g), _resized(g, t)
+        return sizes_agree(t, g)
+
     def row(self, t, g) -> Verdict:
         if g is None or not M.dtypes_pair(t.dtype or "None", g.dtype or "None"):
             return Verdict("unmatched", None)
+        if not self.like(t, g):
+            return Verdict("apart", None)
         if self.layout_free and t.shape != g.shape:
             t, g = _resized(t, g), _resized(g, t)
         tc, gc = M.nonfinite(t.stats), M.nonfinite(g.stats)

@@ -54,21 +54,35 @@ class _Pair:
         # two backends at L1, paired by op and sizes with no module to anchor them)
         self.bracket = True
         self.split_side = ""
+        self.apart = Apart()
 
-    def record(self, t, g, synthetic: bool = False) -> None:
-        judged, orders = [], []
+    def record(self, t, g, synthetic: bool = False) -> bool:
+        """Judge one record pair; True where it holds a row that cannot be the same tensor as its counterpart's
+        (Judge.like): then none of its rows is (a norm of a flat parameter's gradient is a scalar as a norm of
+        one parameter's is), so the pair is not judged and counts as not compared."""
+        rows, orders = [], []
         for row, grow in row_pairs(t, g):
             order = self.order
             if not synthetic:
                 self.order += 1
             if self.ignorer is not None and self.ignorer.match(row.name, row.record) is not None:
                 continue  # counted per pattern in ignorer.counts
-            if not self.auto_dtype and grow is not None:
-                self._precision(row, grow)
             if self.alone and grow is not None and row.shape != grow.shape:
                 row, grow = self._broadcast(row, grow)
-            judged.append((row, grow, self.judge.row(row, grow)))
+            rows.append((row, grow))
             orders.append(order)
+        apart = next(((o, r, gr) for o, (r, gr) in zip(orders, rows) if gr is not None and
+                      not self.judge.like(r, gr)), None)
+        if apart is not None and not synthetic:
+            self.apart.add(*apart, t)
+        judged = []
+        for row, grow in rows:
+            if apart is not None:
+                judged.append((row, grow, Verdict("unmatched" if grow is None else "apart", None)))
+                continue
+            if not self.auto_dtype and grow is not None:
+                self._precision(row, grow)
+            judged.append((row, grow, self.judge.row(row, grow)))
         if self.first is None and judged:
             self._attribute(t, judged, orders)
         label = label_of(t)
@@ -79,6 +93,7 @@ class _Pair:
             if synthetic and order != f_order:
                 continue
             self.coll.add(order, row, grow, v, t, label, order == f_order, synthetic)
+        return apart is not None
 
     def _broadcast(self, row, grow):
         """A tensor the same in every call of a split, taken as batched, that the other run has broadcast."""
@@ -160,6 +175,35 @@ class _Pair:
         probe = _Boundary(tb, outs, gouts)
         self.record(probe, probe.golden, synthetic=True)
         self.order = saved
+
+
+class Apart:
+    """Record pairs held apart by judging (tensors of other element counts): how many, the first (for the
+    token check and the note), and where, once per place."""
+
+    def __init__(self):
+        self.records = 0
+        self.first = None  # (order, row, golden row)
+        self.where: dict[str, None] = {}
+
+    def add(self, order: int, row, grow, record) -> None:
+        if self.first is None:
+            self.first = (order, row, grow)
+        self.records += 1
+        if len(self.where) < 8:
+            self.where.setdefault(label_of(record) or record.site or "(outside any module)")
+
+    def note(self):
+        """One compare-structure note, or None."""
+        if not self.records:
+            return None
+        _o, row, grow = self.first
+        places = ", ".join(self.where)
+        return ("compare-structure", f"{self.records} paired call(s) hold tensors of other element counts than "
+                f"their counterparts' (first {row.name}: {row.shape} against {grow.shape}; in {places}): not the "
+                "same tensors, so not compared",
+                "a flat parameter (FSDP1 with use_orig_params=False) against single ones, or models of other "
+                "sizes: no divergence by itself")
 
 
 class _Boundary:
@@ -301,14 +345,14 @@ def run_pipeline(job, task: str, level: str):
             p.gap.golden.extend(passed)
             break
         p.gap.golden.extend(passed)
-        p.coverage.pair(t, g)
         p.follow(t)
         if g is None:
             t.extra["order"] = p.order
             p.gap.target.append(t)
         else:
             p.close_gap()
-        p.record(t, g)
+        apart = p.record(t, g)
+        p.coverage.pair(t, g, compared=not apart)
     p.close_gap(bracketed=False)
     if treader.records == 0:
         return None, [], job.target
@@ -343,12 +387,15 @@ def _finish(p: _Pair, treader, greader, split, task: str, alignment=None, notes=
     an.minibatches = treader.minibatch + 1
     an.ignored = p.ignorer.counts if p.ignorer is not None else {}
     notes = list(notes or [])
-    if p.first:
-        order, row, grow, v, rec, label, note, received = p.first
-        if v.reason == "shape" and p.judge.layout_free and row.state == "input" and _exact(row.dtype):
+    tokens = p.apart.first
+    if tokens and p.judge.layout_free and (p.first is None or tokens[0] <= p.first[0]):
+        _o, row, grow = tokens
+        if row.state == "input" and _exact(row.dtype):
             an.tokens = (f"the runs were fed token ids laid out otherwise ({row.name}: {row.shape} against "
                          f"{grow.shape}): padding removed or kept, sequences packed, other micro-batches; every "
                          "tensor after it covers other tokens, and statistics cannot tell which")
+    if p.first:
+        order, row, grow, v, rec, label, note, received = p.first
         an.first = node(order, row, grow, v.value, v.reason, rec, label)
         an.first.golden_nonfinite = v.golden_nonfinite
         an.first.note = note
@@ -376,6 +423,8 @@ def _finish(p: _Pair, treader, greader, split, task: str, alignment=None, notes=
                       "lower precision the runs differ in); " + p.attr.note(p.judge.limit), ""))
     elif p.attr.absorbed:
         notes.append(("compare-judged", p.attr.note(p.judge.limit), ""))
+    if p.apart.note():
+        notes.append(p.apart.note())
     for msg in p.structure.messages():
         notes.append(("compare-structure", msg, "no counterpart in the other run: not a divergence by itself"))
     if alignment is not None and alignment.renamed:
