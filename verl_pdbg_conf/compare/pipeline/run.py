@@ -343,7 +343,7 @@ def run_pipeline(job, task: str, level: str):
         return None, [], job.target
     if greader.records == 0:
         return None, [], job.golden
-    notes = _read_notes(broken, tside.unread + gside.unread + p.lost)
+    notes = _read_notes(job, broken, tside.unread + gside.unread + p.lost)
     notes += _layout_notes(backends, (("target", tside), ("golden", gside)))
     if l1_mcore:
         notes.append(("compare-backends", f"the {l1_mcore} runs Megatron (its call stacks run {MEGATRON_FILES}), the "
@@ -373,12 +373,20 @@ def _broken_files(job, level: str) -> list:
 MAX_SAID = 4  # unreadable records named in a finding; the rest counted
 
 
-def _read_notes(broken: list, unread: list) -> list:
-    """One finding per file: a construct.json or stack.json not used, the records of a dump.json not read."""
+def _side_of(job, f: str) -> str:
+    """target or golden: whose rank directory holds file f."""
+    d = os.path.dirname(f)
+    return "target" if any(os.path.dirname(p) == d for p in (job.target, *job.target_group)) else "golden"
+
+
+def _read_notes(job, broken: list, unread: list) -> list:
+    """One finding per file (its path the finding's file): a construct.json or stack.json not used, the records
+    of a dump.json not read."""
     notes = []
     for name, f, why in broken:
         what = "each call's enclosing module" if name == "construct.json" else "each call's calling line and layer"
-        notes.append((f"dump-{name.split('.')[0]}", f"{f} {why}: {what} is not used, in either run",
+        notes.append((f"dump-{name.split('.')[0]}", f"the {_side_of(job, f)}'s {name} {why}: {what} is not used, "
+                      "in either run",
                       f"not what msprobe writes (an interrupted writer, an edited file): pairing goes on by record "
                       f"names alone; collect the stage again to have {name} back", WARNING, f))
     by_file: dict = {}
@@ -386,7 +394,8 @@ def _read_notes(broken: list, unread: list) -> list:
         by_file.setdefault(f, []).append(f"{record}: {'; '.join(why)}")
     for f, said in by_file.items():
         head = " | ".join(said[:MAX_SAID]) + (f" | and {len(said) - MAX_SAID} more" if len(said) > MAX_SAID else "")
-        notes.append(("dump-value", f"{f}: {len(said)} record{'s' * (len(said) != 1)} not compared, a value in "
+        notes.append(("dump-value", f"the {_side_of(job, f)}'s dump.json: {len(said)} record{'s' * (len(said) != 1)} "
+                      "not compared, a value in "
                       f"{'them' if len(said) != 1 else 'it'} cannot be read: {head}",
                       "not what msprobe writes (the file was edited or overwritten): those records count as not "
                       "compared, so the pair is at best partial", WARNING, f))
