@@ -243,3 +243,105 @@ def test_rows_carry_why_they_cannot_be_read():
                    f"{RECORD}.input.0": "data_name is the number 3, not a file name"}
     (row,) = rows_of(name, "garbage")
     assert row.bad and row.stats == (None,) * 4 and row.dtype == ""
+
+
+# ------------------------------------------------------------------ tokens.json (the rollout compare's token record)
+# The real rollout dumps need the vLLM venv (test_compare_rollout.py spoils them the same ways); here the
+# actor's record is written by the runtime's own ForwardTokens around a real torch forward, the engine's is
+# built in the shape runtime/rollout.py's step_rows and _sampled write.
+
+def _actor_record(tmp_path) -> Path:
+    import torch
+
+    from verl_pdbg_conf.runtime.rollout import ForwardTokens
+
+    class LM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.head = torch.nn.Embedding(11, 8), torch.nn.Linear(8, 11)
+
+        def forward(self, input_ids=None, attention_mask=None):
+            return self.head(self.embed(input_ids))
+
+    model, rank = LM(), tmp_path / "actor"
+    rank.mkdir()
+    tokens = ForwardTokens(model).__enter__()
+    model(input_ids=torch.tensor([[0, 3, 4, 5], [2, 3, 4, 6]]), attention_mask=torch.tensor([[0, 1, 1, 1], [1] * 4]))
+    tokens.detach()
+    tokens.write(str(rank))
+    return rank / "tokens.json"
+
+
+def _engine_record(tmp_path) -> Path:
+    rank = tmp_path / "engine"
+    rank.mkdir()
+    doc = {"format": 1, "engine": "vllm", "dtype": "float32", "architectures": ["Qwen2ForCausalLM"], "engine_step": 0,
+           "requests": [{"request": "0", "rows": [0, 3], "positions": [0, 1, 2], "token_ids": [3, 4, 5]},
+                        {"request": "1", "rows": [3, 7], "positions": [0, 1, 2, 3], "token_ids": [2, 3, 4, 6]}],
+           "sampling": {"0": {"temperature": 1.0, "top_k": None, "top_p": 1.0, "logprobs": 0}},
+           "sampled": {"0": {"token_ids": [6], "logprob": -2.5, "logprob_logits": -2.5},
+                       "1": {"token_ids": [7], "logprob": -1.5, "logprob_logits": -1.5}}}
+    (rank / "tokens.json").write_text(json.dumps(doc))
+    return rank / "tokens.json"
+
+
+TOKEN_SPOILS = {  # (record, change, the field the finding names)
+    "record_text": ("engine", lambda d: "garbage", 'is the text "garbage", not a token record'),
+    "requests_number": ("engine", lambda d: d.__setitem__("requests", 3), "requests is the number 3"),
+    "request_list": ("engine", lambda d: d["requests"].__setitem__(1, [1]), "requests[1] is a list of 1"),
+    "request_id_number": ("engine", lambda d: d["requests"][0].__setitem__("request", 0), "requests[0].request is"),
+    "position_text": ("engine", lambda d: d["requests"][1]["positions"].__setitem__(2, "2"),
+                      'requests[1] (request 1): positions[2] is the text "2"'),
+    "position_negative": ("engine", lambda d: d["requests"][1]["positions"].__setitem__(2, -2),
+                          "positions[2] is the number -2, not a position"),
+    "rows_text": ("engine", lambda d: d["requests"][0].__setitem__("rows", "0:3"), 'rows is the text "0:3"'),
+    "sampled_text": ("engine", lambda d: d.__setitem__("sampled", "x"), 'sampled is the text "x"'),
+    "sampled_ids_list_of_text": ("engine", lambda d: d["sampled"]["0"].__setitem__("token_ids", ["6"]),
+                                 'sampled["0"].token_ids[0] is the text "6"'),
+    "logprob_text": ("engine", lambda d: d["sampled"]["1"].__setitem__("logprob", "-1.5"),
+                     'sampled["1"].logprob is the text "-1.5"'),
+    "architectures_text": ("engine", lambda d: d.__setitem__("architectures", "Qwen2"), "architectures is the text"),
+    "calls_text": ("actor", lambda d: d.__setitem__("calls", "x"), 'calls is the text "x"'),
+    "call_list": ("actor", lambda d: d["calls"].__setitem__(0, []), "calls[0] is a list of 0"),
+    "input_ids_flat": ("actor", lambda d: d["calls"][0].__setitem__("input_ids", [1, 2]), "input_ids[0] is the number 1"),
+    "mask_float": ("actor", lambda d: d["calls"][0]["attention_mask"][0].__setitem__(0, 0.5),
+                   "attention_mask[0][0] is the number 0.5"),
+    "logprobs_text": ("actor", lambda d: d["calls"][0]["next_logprobs"][1].__setitem__(2, "-3"),
+                      'next_logprobs[1][2] is the text "-3"'),
+}
+
+
+def test_token_records_as_written_read_whole(tmp_path):
+    from verl_pdbg_conf.compare.dumpread import read_tokens
+
+    for path in (_engine_record(tmp_path), _actor_record(tmp_path)):
+        doc, said = read_tokens(str(path))
+        assert not said and doc, said
+    engine, _ = read_tokens(str(tmp_path / "engine" / "tokens.json"))
+    assert set(engine) == {"dtype", "architectures", "requests", "sampled"}  # only what the compare reads
+
+
+@pytest.mark.parametrize("case", sorted(TOKEN_SPOILS))
+def test_a_spoiled_token_record_names_the_field(tmp_path, case):
+    from verl_pdbg_conf.compare.rollout import dumps as D
+    from verl_pdbg_conf.compare.rollout import tokens as K
+
+    which, change, said = TOKEN_SPOILS[case]
+    path = _engine_record(tmp_path) if which == "engine" else _actor_record(tmp_path)
+    doc = json.loads(path.read_text())
+    path.write_text(json.dumps(change(doc) or doc))
+    dump = D.read(str(path.parent))  # no dump.json here: only the token record is read
+    (f,) = [f for f in dump.findings if f.rule == "compare-tokens"]
+    assert f.file == str(path) and said in f.message, f.message
+    if dump.tokens is None:
+        return
+    assert dump.unread >= 1
+    # past the boundary every part is of its shape: the alignment takes what is left, without a traceback
+    requests, _ = K.rollout_requests([(0, dump.tokens)])
+    sequences = K.trainer_sequences(dump.tokens.get("calls") or [])
+    if case == "logprob_text":
+        assert requests["1"].sampled[4]["logprob"] is None and requests["0"].sampled[3]["logprob"] == -2.5
+    if case in ("request_list", "position_text"):  # the other request keeps its rows, and its logits row
+        assert set(requests) == {"0"} and requests["0"].sampled[3]["logits_row"] == 0
+    if case == "logprobs_text":  # the call is left out, its place kept
+        assert dump.tokens["calls"] == [None] and sequences == []
