@@ -30,7 +30,8 @@ _IO = (("input_args", ".input", "input"), ("input_kwargs", ".input", "input"), (
 _STATE_RANK = {"parameters": 1, "output": 2, "parameters_grad": 3}  # reorder_index: inputs, params, outputs, grads
 STATS = ("Max", "Min", "Mean", "Norm")
 MAX_DEPTH = 50
-HEADER_TEXT = ("task", "level", "framework")  # header keys the compare reads: text (or null) in every msprobe dump
+HEADER_TEXT = ("task", "level", "framework")
+HEAD_RECORDS = 1024  # records DumpReader.head() reads ahead, at most, to find the first tensor  # header keys the compare reads: text (or null) in every msprobe dump
 
 
 class DumpError(ValueError):
@@ -67,6 +68,9 @@ class DumpReader:
         self._buf = ""
         self._pos = 0
         self._eof = False
+        self._stream = None  # the one pass over the file (records())
+        self._held: list = []  # records head() read ahead
+        self._failed: BaseException | None = None  # what head() met, raised by records()
 
     # -- buffer
     def _fill(self, at_least: int = 0) -> bool:
@@ -121,6 +125,35 @@ class DumpReader:
 
     # -- structure
     def records(self) -> Iterator[tuple[str, dict]]:
+        """The records in file order, the file opened once: those head() read ahead come first, then the
+        rest of the same stream (a failure head() met is raised here, in its place)."""
+        if self._stream is None:
+            self._stream = self._records()
+        while self._held:
+            yield self._held.pop(0)
+        if self._failed is not None:
+            raise self._failed
+        yield from self._stream
+
+    def head(self, limit: int = HEAD_RECORDS) -> dict:
+        """The top-level keys before "data" and the dump's summary_mode (statistics or md5, as its first tensor
+        says), reading ahead at most `limit` records and keeping them for records(); {} where the file cannot
+        be read (records() raises why)."""
+        if self._stream is None:
+            self._stream = self._records()
+        out = {"summary_mode": None}
+        try:
+            for name, rec in self._stream:
+                self._held.append((name, rec))
+                out["summary_mode"] = summary_mode(name, rec)
+                if out["summary_mode"] or len(self._held) >= limit:
+                    break
+        except (OSError, DumpError, UnicodeDecodeError) as e:
+            self._failed = e
+            return {}
+        return {**out, **self.header}
+
+    def _records(self) -> Iterator[tuple[str, dict]]:
         with open(self.path, encoding="utf-8") as self._fh:
             if self._peek() != "{":
                 raise DumpError("is not a JSON object: not an msprobe dump")
@@ -229,14 +262,19 @@ def read_header(path: str) -> dict:
     head = {"summary_mode": None, "records": 0}
     for name, rec in reader.records():
         head["records"] += 1
-        for row in rows_of(name, rec):
-            if row.dtype and row.dtype.startswith("torch."):
-                head["summary_mode"] = "md5" if row.md5 is not None else "statistics"  # as msprobe's md5_find
-                break
+        head["summary_mode"] = summary_mode(name, rec)
         if head["summary_mode"]:
             break
     head.update(reader.header)
     return head
+
+
+def summary_mode(name: str, rec) -> str | None:
+    """md5 or statistics, as the record's first tensor says (msprobe's md5_find); None where it holds none."""
+    for row in rows_of(name, rec):
+        if row.dtype and row.dtype.startswith("torch.") and not row.bad:
+            return "md5" if row.md5 is not None else "statistics"
+    return None
 
 
 # ----------------------------------------------------------------------------- records -> rows

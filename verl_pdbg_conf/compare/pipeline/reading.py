@@ -93,9 +93,10 @@ class Reader:
     the dump (the embedding, the root module) runs forward again after a backward, so an optimizer step
     stays with the mini-batch whose gradients it applies."""
 
-    def __init__(self, path: str, level: str = "", stacks=None, construct: bool = True, unread: list | None = None):
+    def __init__(self, path: str, level: str = "", stacks=None, construct: bool = True, unread: list | None = None,
+                 stream: DumpReader | None = None):
         self.path = path
-        self.reader = DumpReader(path)
+        self.reader = stream or DumpReader(path)  # stream: one whose header was read already (DumpReader.head)
         self.keys = KeyCounter()
         self.construct = Construct(os.path.join(os.path.dirname(path), "construct.json")) \
             if level in ("mix", "L0") and construct else None

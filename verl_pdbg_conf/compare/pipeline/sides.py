@@ -23,12 +23,12 @@ def stacks_of(path: str, level: str):
 class Side:
     """`group`: the replica's dump.json paths, stage by stage, `tp` of them per stage (empty: `path` alone)."""
 
-    def __init__(self, path: str, group: tuple, tp: int, level: str, stacks, construct: bool = True):
+    def __init__(self, path: str, group: tuple, tp: int, level: str, stacks, construct: bool = True, stream=None):
         self.path, self.level = path, level
         self.construct = construct  # construct.json used (not where one of the pair's cannot be read)
         self.unread: list = []  # (dump.json, record, [why]) of every record of its ranks that cannot be read
         # the first rank's: says whether the dump holds records
-        self.reader = Reader(path, level, stacks, construct, self.unread)
+        self.reader = Reader(path, level, stacks, construct, self.unread, stream)
         group = tuple(group) or (path,)
         tp = max(1, tp or len(group))
         self.stages = [group[i:i + tp] for i in range(0, len(group), tp)]
