@@ -225,7 +225,7 @@ ENTRY_CHECKS = {"construct.json": _construct_entry, "stack.json": _stack_entry}
 _CHECKED: dict = {}  # (path, size, mtime) -> the verdict: each file is read once per process to be checked
 
 
-def check_items(path: str) -> str:
+def check_items(path: str, kind: str = "") -> str:
     """Why the construct.json or stack.json at path cannot be used, or "" where it can (or there is none).
     Checked whole, before any of it is used: a file broken half-way would otherwise have given the records
     before the break scopes and call sites, the rest none, and the two runs would seem to differ there."""
@@ -233,10 +233,10 @@ def check_items(path: str) -> str:
         st = os.stat(path)
     except OSError:
         return ""
-    key = (path, st.st_size, st.st_mtime_ns)
+    key = (path, kind, st.st_size, st.st_mtime_ns)
     if key in _CHECKED:
         return _CHECKED[key]
-    check = ENTRY_CHECKS[os.path.basename(path)]
+    check = ENTRY_CHECKS[kind or os.path.basename(path)]  # kind: construct.json or stack.json (the file's name)
     said = ""
     try:
         for k, v in iter_items(path):

@@ -84,7 +84,7 @@ class Stacks:
         self._last: tuple | None = None  # (pass, layer) of the last layered call
         self._placed: dict[str, int] = {}  # forward calls given a layer from the call before them
         own: dict[tuple, int] = {}  # frames outside torch -> the first entry that has them
-        if check_items(path):
+        if check_items(path, "stack.json"):
             return  # not stack.json's shape throughout: none of it is used (the caller says so)
         try:
             for _key, value in iter_items(path):
