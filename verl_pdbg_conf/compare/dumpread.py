@@ -204,18 +204,26 @@ def iter_items(path: str, chunk: int = CHUNK) -> Iterator[tuple]:
 
 
 def _construct_entry(key, parent) -> str:
-    """construct.json: each call's enclosing module call (text), null at the top."""
-    if parent is not None and type(parent) is not str:
-        return f"{key}: its enclosing call is {show(parent)}, not a call name or null"
-    return ""
+    """construct.json, as msprobe 26.2's data_collector writes it: each call's enclosing module call (text),
+    null at the top; under Megatron an optimizer call's [its status or null, the micro step] and the
+    micro step number itself."""
+    if parent is None or type(parent) is str:
+        return ""
+    if key == "megatron_micro_step_number" and type(parent) is int:
+        return ""
+    if type(parent) is list and len(parent) == 2 and (parent[0] is None or type(parent[0]) is str) \
+            and type(parent[1]) is int:
+        return ""
+    return f"{key}: its enclosing call is {show(parent)}, not a call name or null"
 
 
 def _stack_entry(key, entry) -> str:
-    """stack.json: per call stack, [[the calls made from it], [its frames]], all text."""
-    if not (type(entry) is list and len(entry) == 2 and all(type(part) is list for part in entry)):
+    """stack.json: per call stack, [[the calls made from it], [its frames]], all text (msprobe's other
+    analyze_api_call_stack joins the frames into one text)."""
+    if not (type(entry) is list and len(entry) == 2 and type(entry[0]) is list and type(entry[1]) in (list, str)):
         return f"entry {key} is {show(entry)}, not [[call names], [frames]]"
     for part, what in zip(entry, ("call name", "frame")):
-        for x in part:
+        for x in (part if type(part) is list else ()):
             if type(x) is not str:
                 return f"entry {key} holds a {what} that is {show(x)}, not text"
     return ""
