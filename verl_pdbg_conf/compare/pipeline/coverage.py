@@ -141,6 +141,8 @@ class Coverage:
         for g in records:
             parts = g.extra.get("parts") or ()
             self.golden.records -= max(1, len(parts))
+            if g.unread:
+                self.golden.unreadable -= max(1, len(parts))
             for path in (g.extra.get("own_module", g.module), *parts[1:]):
                 m = self.golden.modules[path]
                 m[1] -= 1
