@@ -51,6 +51,13 @@ def test_unspoiled_copies_are_same(runs):
     assert not [f for f in doc["diagnostics"] if f["rule"].startswith("dump-")]
 
 
+def test_a_run_against_itself_reads_each_side_whole():
+    """Both sides the same files: each side streams its own copy (a shared stream would split the records)."""
+    code, doc = run_json(EXAMPLE / "target", EXAMPLE / "target")
+    assert code == 0 and {p["status"] for p in doc["pairs"]} == {"same"}
+    assert all(p["coverage"]["target"]["records"] == p["coverage"]["golden"]["records"] > 30 for p in doc["pairs"])
+
+
 def _set(stat, value):
     def change(doc):
         output0(doc)[stat] = value

@@ -66,8 +66,9 @@ def mismatch(t: dict, g: dict) -> str:
 
 def compare_pair(job: PairJob) -> PairOutcome:
     # each dump.json opened once: its header and first tensor read off the stream the pipeline then reads on
-    streams = {job.target: DumpReader(job.target), job.golden: DumpReader(job.golden)}
-    th, gh = streams[job.target].head(), streams[job.golden].head()
+    # (one reader per side, also where both sides are the same file)
+    streams = (DumpReader(job.target), DumpReader(job.golden))
+    th, gh = streams[0].head(), streams[1].head()
     differ = mismatch(th, gh)
     if differ:
         return PairOutcome(error=f"the two dumps were collected differently ({differ}): not compared node by "
@@ -90,7 +91,7 @@ def compare_pair(job: PairJob) -> PairOutcome:
         return PairOutcome(error=f"cannot be read ({e.strerror})", rule="dump-missing", path=e.filename or job.target)
 
 
-def _compare(job: PairJob, task: str, level: str, streams: dict) -> PairOutcome:
+def _compare(job: PairJob, task: str, level: str, streams: tuple) -> PairOutcome:
     an, notes, empty = run_pipeline(job, task, level, streams)
     if empty:
         return PairOutcome(error="holds no records", rule="dump-empty", path=empty,

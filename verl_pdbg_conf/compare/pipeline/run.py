@@ -282,7 +282,7 @@ def _l1_backends(job, level: str) -> str:
     return "target" if t and not g else "golden" if g and not t else ""
 
 
-def run_pipeline(job, task: str, level: str, streams: dict | None = None):
+def run_pipeline(job, task: str, level: str, streams: tuple = (None, None)):
     """-> (Analysis, notes [(rule, message, hint[, severity, file])], the path of an empty dump or "")."""
     broken = _broken_files(job, level)
     no_stacks = any(name == "stack.json" for name, _f, _w in broken)
@@ -290,9 +290,9 @@ def run_pipeline(job, task: str, level: str, streams: dict | None = None):
     if tstacks is not None and gstacks is not None:
         skip_foreign(tstacks, gstacks)
     construct = not any(name == "construct.json" for name, _f, _w in broken)
-    streams = streams or {}  # dump.json path -> the DumpReader its header was read from (engine.compare_pair)
-    tside = Side(job.target, job.target_group, job.target_tp, level, tstacks, construct, streams.get(job.target))
-    gside = Side(job.golden, job.golden_group, job.golden_tp, level, gstacks, construct, streams.get(job.golden))
+    # streams: each side's DumpReader its header was read from (engine.compare_pair), or None
+    tside = Side(job.target, job.target_group, job.target_tp, level, tstacks, construct, streams[0])
+    gside = Side(job.golden, job.golden_group, job.golden_tp, level, gstacks, construct, streams[1])
     treader, greader = tside.reader, gside.reader
     titer, giter = tside.records(), gside.records()
     alignment, backends = _trees(tside, gside, level)
