@@ -390,10 +390,11 @@ def _read_notes(job, broken: list, unread: list) -> list:
                       "in either run",
                       f"not what msprobe writes (an interrupted writer, an edited file): pairing goes on by record "
                       f"names alone; collect the stage again to have {name} back", WARNING, f))
-    by_file: dict = {}
+    by_file: dict = {}  # file -> record -> why (a record's rows said together)
     for f, record, why in unread:
-        by_file.setdefault(f, []).append(f"{record}: {'; '.join(why)}")
-    for f, said in by_file.items():
+        by_file.setdefault(f, {}).setdefault(record, []).extend(why)
+    for f, records in by_file.items():
+        said = [f"{record}: {'; '.join(why)}" for record, why in records.items()]
         head = " | ".join(said[:MAX_SAID]) + (f" | and {len(said) - MAX_SAID} more" if len(said) > MAX_SAID else "")
         notes.append(("dump-value", f"the {_side_of(job, f)}'s dump.json: {len(said)} record{'s' * (len(said) != 1)} "
                       "not compared, a value in "
