@@ -64,7 +64,8 @@ def test_ignorer_reads_each_sides_callers_when_needed(tmp_path):
     from verl_pdbg_conf.compare.ignores import Ignorer
 
     sides = []
-    for name, stack in (("t", STACK), ("g", {"0": [["Tensor.narrow.7.forward"], STACK["0"][1]]})):
+    whole = {k: v for k, v in STACK.items() if k != "bad"}  # a stack.json of msprobe's shape throughout
+    for name, stack in (("t", whole), ("g", {"0": [["Tensor.narrow.7.forward"], STACK["0"][1]]})):
         (tmp_path / name).mkdir()
         (tmp_path / name / "stack.json").write_text(json.dumps(stack))
         sides.append(str(tmp_path / name / "dump.json"))
@@ -78,3 +79,6 @@ def test_ignorer_reads_each_sides_callers_when_needed(tmp_path):
     assert {p: n for p, n in ig.counts.items() if n} == {default: 2, "Functional.*": 1}
     assert Ignorer(DEFAULT_IGNORES, str(tmp_path / "none" / "dump.json")).match(
         "Tensor.narrow.0.forward.output.0", "Tensor.narrow.0.forward") is None  # no stack.json: kept
+    (tmp_path / "t" / "stack.json").write_text(json.dumps(STACK))  # an entry not of its shape: none of it is used
+    assert Ignorer(DEFAULT_IGNORES, sides[0]).match("Tensor.narrow.0.forward.output.0", "Tensor.narrow.0.forward") \
+        is None

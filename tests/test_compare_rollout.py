@@ -162,7 +162,7 @@ def test_truncated_step(broken):
     code, doc = rollout(broken)
     (pair,) = doc["pairs"]
     assert pair["status"] == "partial" and code == 3, pair  # never "same" for what was not compared
-    assert any("truncated" in m for m in rules(pair)["compare-missing"])
+    assert any("truncated" in m for m in rules(pair)["dump-corrupt"])
     assert pair["coverage"]["tokens_compared"] < pair["coverage"]["rollout_tokens"]
 
 
@@ -201,6 +201,89 @@ def test_statistics_cannot_be_aligned(broken):
     assert "cannot align tokens" in msg
     hint = [f["hint"] for f in pair["findings"] if f["rule"] == "compare-rollout-align"][0]
     assert "task tensor" in hint and "precision_debugger_rollout" in hint
+
+
+def _first_request(doc) -> str:
+    return doc["requests"][0]["request"]
+
+
+def _set_request(key, value):
+    def change(doc):
+        doc["requests"][0][key] = value
+    return change
+
+
+def _set_sampled(key, value):
+    def change(doc):
+        doc["sampled"][_first_request(doc)][key] = value
+    return change
+
+
+def _set_call(change_call):
+    def change(doc):
+        change_call(doc["calls"][0])
+    return change
+
+
+# a token record spoiled one way at a time, on the engine's first step (its prefill: every request) or the
+# actor's; each: (side, change, the words the finding says)
+TOKEN_SPOILS = {
+    "record_list": ("engine", lambda d: [d], "a list of 1, not a token record"),
+    "requests_mapping": ("engine", lambda d: d.__setitem__("requests", {"0": 1}), "requests is a mapping of 1"),
+    "request_number": ("engine", lambda d: d["requests"].__setitem__(0, 5), "requests[0] is the number 5"),
+    "request_id_list": ("engine", _set_request("request", [1]), "requests[0].request is a list of 1"),
+    "positions_text": ("engine", _set_request("positions", "0-5"), 'positions is the text "0-5"'),
+    "position_text": ("engine", lambda d: d["requests"][0]["positions"].__setitem__(1, "1"),
+                      'positions[1] is the text "1"'),
+    "token_id_float": ("engine", lambda d: d["requests"][0]["token_ids"].__setitem__(0, 1.5),
+                       "token_ids[0] is the number 1.5"),
+    "positions_longer": ("engine", lambda d: d["requests"][0]["positions"].append(99), "positions but"),
+    "sampled_list": ("engine", lambda d: d.__setitem__("sampled", []), "sampled is a list of 0"),
+    "sampled_entry_number": ("engine", lambda d: d["sampled"].__setitem__(_first_request(d), 3), "is the number 3"),
+    "sampled_ids_number": ("engine", _set_sampled("token_ids", 3), "token_ids is the number 3"),
+    "logprob_text": ("engine", _set_sampled("logprob", "-0.5"), 'logprob is the text "-0.5"'),
+    "dtype_number": ("engine", lambda d: d.__setitem__("dtype", 32), "dtype is the number 32"),
+    "calls_mapping": ("actor", lambda d: d.__setitem__("calls", {}), "calls is a mapping of 0"),
+    "call_number": ("actor", lambda d: d["calls"].__setitem__(0, 1), "calls[0] is the number 1"),
+    "input_id_text": ("actor", _set_call(lambda c: c["input_ids"][0].__setitem__(0, "5")),
+                      'input_ids[0][0] is the text "5"'),
+    "mask_text": ("actor", _set_call(lambda c: c.__setitem__("attention_mask", "all")),
+                  'attention_mask is the text "all"'),
+    "next_logprob_text": ("actor", _set_call(lambda c: c["next_logprobs"][0].__setitem__(0, "x")),
+                          'next_logprobs[0][0] is the text "x"'),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TOKEN_SPOILS))
+def test_a_spoiled_token_record_is_said_not_compared(broken, case):
+    """No traceback: a finding names the file and the field, what the field held is not compared, and the
+    pair is never "same" (issue 34: 6 of 9 such shapes were a traceback, a text log-prob passed as same)."""
+    side, change, said = TOKEN_SPOILS[case]
+    rec = _steps(broken)[0] / "tokens.json" if side == "engine" else \
+        broken / "step_1" / "actor_compute_log_prob" / "step0" / "rank0" / "tokens.json"
+    doc = json.loads(rec.read_text())
+    rec.write_text(json.dumps(change(doc) or doc))
+    code, out = rollout(broken)
+    (pair,) = out["pairs"]
+    assert pair["status"] in ("partial", "mismatch") and code in (2, 3), (case, pair["status"])
+    (f,) = [f for f in pair["findings"] if f["rule"] == "compare-tokens" and f["file"] == str(rec)]
+    assert said in f["message"], f["message"]
+    if case == "logprob_text":  # everything else was compared: only the log-prob was not
+        assert pair["status"] == "partial" and pair["coverage"]["unreadable"] == 1
+
+
+def test_an_unreadable_tensor_entry_is_not_compared(broken):
+    dump = _steps(broken)[0] / "dump.json"
+    doc = json.loads(dump.read_text())
+    name = next(n for n, r in doc["data"].items() if n.endswith("down_proj.RowParallelLinear.forward.0")
+                or (n.endswith(".forward.0") and "down_proj" in n))
+    doc["data"][name]["output"][0]["data_name"] = 7
+    dump.write_text(json.dumps(doc))
+    code, out = rollout(broken)
+    (pair,) = out["pairs"]
+    assert pair["status"] == "partial" and code == 3
+    (f,) = [f for f in pair["findings"] if f["rule"] == "dump-value"]
+    assert f["file"] == str(dump) and name in f["message"] and "data_name is the number 7" in f["message"]
 
 
 def test_one_stage_only(broken, capsys):

@@ -5,11 +5,18 @@ parsed alone (json's C scanner on a sliding buffer), so memory holds one record,
 msprobe 26.2 writes {"task", "level", "framework", "dump_data_dir", "data": {record: {...}}}; a record
 is an API or module call ("Functional.linear.3.forward", "Module.blocks.3.fc.Linear.forward.0") with
 input_args / input_kwargs / input / output / parameters, or a parameters_grad record. The naming and
-order below follow msprobe.core.compare.utils.read_op / op_item_parse / reorder_index."""
+order below follow msprobe.core.compare.utils.read_op / op_item_parse / reorder_index.
+
+This module is the one boundary where the compare reads what msprobe and the runtime wrote: dump.json
+(streamed), construct.json and stack.json (check_items), and the runtime's tokens.json (read_tokens). A file
+that is not JSON of the expected shape raises DumpError; a value, row or record inside a readable file that
+is not what msprobe writes is kept as unreadable (Row.bad says why), so that it is counted as not compared,
+never as compared and equal."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from typing import Iterator
@@ -23,6 +30,8 @@ _IO = (("input_args", ".input", "input"), ("input_kwargs", ".input", "input"), (
 _STATE_RANK = {"parameters": 1, "output": 2, "parameters_grad": 3}  # reorder_index: inputs, params, outputs, grads
 STATS = ("Max", "Min", "Mean", "Norm")
 MAX_DEPTH = 50
+HEADER_TEXT = ("task", "level", "framework")
+HEAD_RECORDS = 1024  # records DumpReader.head() reads ahead, at most, to find the first tensor  # header keys the compare reads: text (or null) in every msprobe dump
 
 
 class DumpError(ValueError):
@@ -44,6 +53,7 @@ class Row:
     md5: str | None = None
     alike: int = 1  # ranks of a tensor-parallel group that held it alike (taken once: replicated or a shard)
     parts: int = 1  # rows whose statistics were put together into this one (concat.py)
+    bad: str = ""  # why the row cannot be read ("" where it can): it is never judged, and counts as not compared
 
 
 class DumpReader:
@@ -58,6 +68,9 @@ class DumpReader:
         self._buf = ""
         self._pos = 0
         self._eof = False
+        self._stream = None  # the one pass over the file (records())
+        self._held: list = []  # records head() read ahead
+        self._failed: BaseException | None = None  # what head() met, raised by records()
 
     # -- buffer
     def _fill(self, at_least: int = 0) -> bool:
@@ -112,6 +125,35 @@ class DumpReader:
 
     # -- structure
     def records(self) -> Iterator[tuple[str, dict]]:
+        """The records in file order, the file opened once: those head() read ahead come first, then the
+        rest of the same stream (a failure head() met is raised here, in its place)."""
+        if self._stream is None:
+            self._stream = self._records()
+        while self._held:
+            yield self._held.pop(0)
+        if self._failed is not None:
+            raise self._failed
+        yield from self._stream
+
+    def head(self, limit: int = HEAD_RECORDS) -> dict:
+        """The top-level keys before "data" and the dump's summary_mode (statistics or md5, as its first tensor
+        says), reading ahead at most `limit` records and keeping them for records(); {} where the file cannot
+        be read (records() raises why)."""
+        if self._stream is None:
+            self._stream = self._records()
+        out = {"summary_mode": None}
+        try:
+            for name, rec in self._stream:
+                self._held.append((name, rec))
+                out["summary_mode"] = summary_mode(name, rec)
+                if out["summary_mode"] or len(self._held) >= limit:
+                    break
+        except (OSError, DumpError, UnicodeDecodeError) as e:
+            self._failed = e
+            return {}
+        return {**out, **self.header}
+
+    def _records(self) -> Iterator[tuple[str, dict]]:
         with open(self.path, encoding="utf-8") as self._fh:
             if self._peek() != "{":
                 raise DumpError("is not a JSON object: not an msprobe dump")
@@ -132,7 +174,9 @@ class DumpReader:
                             self._pos += 1
                     self._pos += 1
                 else:
-                    self.header[key] = self._value()
+                    value = self.header[key] = self._value()
+                    if key in HEADER_TEXT and value is not None and type(value) is not str:
+                        raise DumpError(f"has a {key} that is {show(value)}, not text: not an msprobe dump")
                 if self._peek() == ",":
                     self._pos += 1
                 elif self._peek() != "}":
@@ -155,6 +199,68 @@ def iter_items(path: str, chunk: int = CHUNK) -> Iterator[tuple]:
             yield key, reader._value()
             if reader._peek() == ",":
                 reader._pos += 1
+            elif reader._peek() != "}":
+                raise DumpError(f"is not valid JSON (expected ',' or '}}' near byte {reader._fh.tell()})")
+
+
+def _construct_entry(key, parent) -> str:
+    """construct.json, as msprobe 26.2's data_collector writes it: each call's enclosing module call (text),
+    null at the top; under Megatron an optimizer call's [its status or null, the micro step] and the
+    micro step number itself."""
+    if parent is None or type(parent) is str:
+        return ""
+    if key == "megatron_micro_step_number" and type(parent) is int:
+        return ""
+    if type(parent) is list and len(parent) == 2 and (parent[0] is None or type(parent[0]) is str) \
+            and type(parent[1]) is int:
+        return ""
+    return f"{key}: its enclosing call is {show(parent)}, not a call name or null"
+
+
+def _stack_entry(key, entry) -> str:
+    """stack.json: per call stack, [[the calls made from it], [its frames]], all text (msprobe's other
+    analyze_api_call_stack joins the frames into one text)."""
+    if not (type(entry) is list and len(entry) == 2 and type(entry[0]) is list and type(entry[1]) in (list, str)):
+        return f"entry {key} is {show(entry)}, not [[call names], [frames]]"
+    for part, what in zip(entry, ("call name", "frame")):
+        for x in (part if type(part) is list else ()):
+            if type(x) is not str:
+                return f"entry {key} holds a {what} that is {show(x)}, not text"
+    return ""
+
+
+ENTRY_CHECKS = {"construct.json": _construct_entry, "stack.json": _stack_entry}
+_CHECKED: dict = {}  # (path, size, mtime) -> the verdict: each file is read once per process to be checked
+
+
+def check_items(path: str, kind: str = "") -> str:
+    """Why the construct.json or stack.json at path cannot be used, or "" where it can (or there is none).
+    Checked whole, before any of it is used: a file broken half-way would otherwise have given the records
+    before the break scopes and call sites, the rest none, and the two runs would seem to differ there."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ""
+    key = (path, kind, st.st_size, st.st_mtime_ns)
+    if key in _CHECKED:
+        return _CHECKED[key]
+    check = ENTRY_CHECKS[kind or os.path.basename(path)]  # kind: construct.json or stack.json (the file's name)
+    said = ""
+    try:
+        for k, v in iter_items(path):
+            said = check(k, v)
+            if said:
+                break
+    except DumpError as e:
+        said = str(e)
+    except UnicodeDecodeError:
+        said = "is not UTF-8 text"
+    except OSError as e:
+        said = f"cannot be read ({e.strerror})"
+    if len(_CHECKED) > 1024:
+        _CHECKED.clear()
+    _CHECKED[key] = said
+    return said
 
 
 def read_header(path: str) -> dict:
@@ -164,14 +270,19 @@ def read_header(path: str) -> dict:
     head = {"summary_mode": None, "records": 0}
     for name, rec in reader.records():
         head["records"] += 1
-        for row in rows_of(name, rec):
-            if row.dtype and row.dtype.startswith("torch."):
-                head["summary_mode"] = "md5" if row.md5 is not None else "statistics"  # as msprobe's md5_find
-                break
+        head["summary_mode"] = summary_mode(name, rec)
         if head["summary_mode"]:
             break
     head.update(reader.header)
     return head
+
+
+def summary_mode(name: str, rec) -> str | None:
+    """md5 or statistics, as the record's first tensor says (msprobe's md5_find); None where it holds none."""
+    for row in rows_of(name, rec):
+        if row.dtype and row.dtype.startswith("torch.") and not row.bad:
+            return "md5" if row.md5 is not None else "statistics"
+    return None
 
 
 # ----------------------------------------------------------------------------- records -> rows
@@ -191,7 +302,8 @@ def split_record(name: str) -> tuple[str, str, str]:
 
 
 def rows_of(name: str, rec, direction: str | None = None) -> list[Row]:
-    """One record's rows in msprobe's order (inputs, parameters, outputs, parameter gradients)."""
+    """One record's rows in msprobe's order (inputs, parameters, outputs, parameter gradients). A record
+    that is not a mapping is one unreadable row."""
     parts = name.split(".")
     out: list = []
     if parts[-1] == "parameters_grad" or (len(parts) >= 2 and parts[-2] == "parameters_grad"):
@@ -200,20 +312,72 @@ def rows_of(name: str, rec, direction: str | None = None) -> list[Row]:
         for key, suffix, state in _IO:
             if key in rec:
                 _walk(rec[key], name + suffix, state, out, 0, False)
+    else:
+        out.append(_unread(name, "input", f"is {show(rec)}, not a record (a mapping of inputs and outputs)"))
     if any(r[0] for r in out):
         out.sort(key=lambda r: r[0])  # stable: msprobe's reorder_index
     if direction is None:
         direction = split_record(name)[2]
-    return [Row(n, n, name, st, direction, *rest) for _, n, st, *rest in out]
+    return [Row(n, n, name, st, direction, dt, sh, stats, dn, md5, bad=bad)
+            for _, n, st, dt, sh, stats, dn, md5, bad in out]
+
+
+def show(value) -> str:
+    """A value as a finding names it: its JSON kind, and the value itself where short."""
+    if value is None:
+        return "null"
+    if isinstance(value, (list, dict)):
+        return f"a {'list' if isinstance(value, list) else 'mapping'} of {len(value)}"
+    kind = "the text" if isinstance(value, str) else "the boolean" if isinstance(value, bool) else "the number"
+    said = json.dumps(value) if isinstance(value, str) else repr(value)
+    return f"{kind} {said[:40]}{'...' if len(said) > 40 else ''}"
+
+
+NONFINITE_WORDS = ("nan", "inf", "-inf", "+inf", "infinity", "-infinity")
+
+
+def stat_problem(stat: str, value, dtype: str) -> str:
+    """Why one statistic of a tensor is not what msprobe 26.2 writes, or "". msprobe writes a number (its
+    json.dump spells NaN and the infinities as the literals NaN, Infinity, -Infinity, which read as floats),
+    null where it computed none (an empty tensor, an integer's Mean and Norm, float64 or precision high), and
+    a boolean for a bool tensor's Max and Min. A text is never one: "nan" in quotes was not written by msprobe."""
+    t = type(value)
+    if t is float or t is int or value is None or (t is bool and dtype == "torch.bool" and stat in ("Max", "Min")):
+        return ""
+    said = f"{stat} is {show(value)}, not a number"
+    if t is str and value.strip().lower() in NONFINITE_WORDS:
+        said += " (msprobe writes a non-finite statistic as the JSON literal NaN or Infinity, not as text)"
+    return said
+
+
+def tensor_problem(d: dict) -> str:
+    """Why a tensor entry of a dump cannot be read (its dtype, shape, statistics, md5, data_name), or ""."""
+    dtype, shape = d.get("dtype"), d.get("shape")
+    if type(dtype) is not str:
+        return f"dtype is {show(dtype)}, not text"
+    if type(shape) is not list or not all(type(n) is int and n >= 0 for n in shape):
+        return f"shape is {show(shape)}, not a list of sizes"
+    for stat in STATS:
+        said = stat_problem(stat, d.get(stat), dtype)
+        if said:
+            return said
+    md5, data_name = d.get("md5"), d.get("data_name")
+    if md5 is not None and type(md5) is not str:
+        return f"md5 is {show(md5)}, not text"
+    if data_name is not None and type(data_name) is not str:
+        return f"data_name is {show(data_name)}, not a file name"
+    return ""
+
+
+def _unread(name: str, state: str, why: str) -> tuple:
+    return (_STATE_RANK.get(state, 0), name, state, "", None, (None,) * 4, "-1", None, why)
 
 
 def _walk(data, name: str, state: str, out: list, depth: int, grad: bool) -> None:
     if depth > MAX_DEPTH:
         raise DumpError(f"nests {name} deeper than {MAX_DEPTH}")
     if data is None:
-        out.append((_STATE_RANK.get(state, 0), name, state, None, None, (None,) * 4, "-1", None))
-        return
-    if not data:
+        out.append((_STATE_RANK.get(state, 0), name, state, None, None, (None,) * 4, "-1", None, ""))
         return
     if isinstance(data, list):
         for i, d in enumerate(data):
@@ -232,16 +396,23 @@ def _walk(data, name: str, state: str, out: list, depth: int, grad: bool) -> Non
         else:
             for k, d in data.items():
                 _walk(d, f"{name}.{k}", state, out, depth + 1, grad)
+    else:  # msprobe writes every argument as a mapping (a tensor, a value) or a list of them
+        out.append(_unread(name, state, f"is {show(data)}, not a tensor, a value or a list of them"))
 
 
 def _leaf(d: dict, name: str, state: str) -> tuple:
     """gen_op_item: a tensor's dtype, shape and statistics; a scalar's value as all four statistics."""
     data_name = d.get("data_name") or "-1"
+    if type(data_name) is not str:
+        return _unread(name, state, f"data_name is {show(data_name)}, not a file name")
     full = data_name.rsplit(".", 1)[0] if data_name != "-1" else name
     dtype = d.get("dtype")
     if dtype:
-        return (_STATE_RANK.get(state, 0), full, state, dtype if type(dtype) is str else str(dtype), d.get("shape"),
-                (d.get("Max"), d.get("Min"), d.get("Mean"), d.get("Norm")), data_name, d.get("md5"))
+        bad = tensor_problem(d)
+        if bad:
+            return _unread(full, state, bad)
+        return (_STATE_RANK.get(state, 0), full, state, dtype, d.get("shape"),
+                (d.get("Max"), d.get("Min"), d.get("Mean"), d.get("Norm")), data_name, d.get("md5"), "")
     else:
         typ = d.get("type")
         value = d.get("value")
@@ -256,7 +427,7 @@ def _leaf(d: dict, name: str, state: str) -> tuple:
             dtype, shape, stats = typ, "[]", (str(value),) * 4
         else:
             dtype, shape, stats = str(type(value)), "[]", (value,) * 4
-    return (_STATE_RANK.get(state, 0), full, state, str(dtype), shape, stats, data_name, d.get("md5"))
+    return (_STATE_RANK.get(state, 0), full, state, str(dtype), shape, stats, data_name, d.get("md5"), "")
 
 
 class KeyCounter:
@@ -280,3 +451,155 @@ class KeyCounter:
         if tail.isdigit():
             tail = str(n)
         return f"{op}.{head}.{tail}", direction
+
+
+# ----------------------------------------------------------------------------- tokens.json
+
+def read_tokens(path: str) -> tuple[dict | None, list[str]]:
+    """The runtime's token record (runtime/rollout.py writes it beside dump.json) as the compare reads it:
+    (the record holding only the keys the compare reads, each of the runtime's shape, what was left out and
+    why). A part that is not of that shape is left out, its place kept (a request's index in its step is its
+    logits row; a trainer call's index is its forward's), so what it held is not compared. None where the
+    file is no token record at all. Raises OSError (FileNotFoundError: there is none)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except UnicodeDecodeError:
+        return None, ["is not UTF-8 text"]
+    except (ValueError, RecursionError) as e:  # not JSON; nested or a number beyond what Python reads
+        return None, [f"is not valid JSON ({getattr(e, 'msg', e.__class__.__name__)}): truncated or overwritten"]
+    if type(doc) is not dict:
+        return None, [f"is {show(doc)}, not a token record (a mapping)"]
+    said: list[str] = []
+    out: dict = {}
+    for key in ("dtype", "error"):
+        if doc.get(key) is not None:
+            if type(doc[key]) is str:
+                out[key] = doc[key]
+            else:
+                said.append(f"{key} is {show(doc[key])}, not text")
+    arch = doc.get("architectures")
+    if arch is not None:
+        if type(arch) is list and all(type(a) is str for a in arch):
+            out["architectures"] = arch
+        else:
+            said.append(f"architectures is {show(arch)}, not a list of class names")
+    hf = doc.get("hf_config")
+    if hf is not None:  # the engine's model config, scalars only (routing.py reads top-k and scoring from it)
+        if type(hf) is dict:
+            out["hf_config"] = {k: v for k, v in hf.items() if type(v) in (str, int, float, bool)}
+            odd = sorted(k for k, v in hf.items() if v is not None and k not in out["hf_config"])
+            if odd:
+                said.append(f"hf_config's {', '.join(odd[:5])} {'is' if len(odd) == 1 else 'are'} not a scalar")
+        else:
+            said.append(f"hf_config is {show(hf)}, not a mapping")
+    if "requests" in doc:
+        out["requests"] = _listed(doc["requests"], "requests", _request, said)
+    if "sampled" in doc:
+        out["sampled"] = _sampled(doc["sampled"], said)
+    if "calls" in doc:
+        out["calls"] = _listed(doc["calls"], "calls", _call, said)
+    return out, said
+
+
+def _listed(value, what: str, check, said: list) -> list:
+    """Each element checked; one that fails is None in its place."""
+    if type(value) is not list:
+        said.append(f"{what} is {show(value)}, not a list: none of it is compared")
+        return []
+    out = []
+    for i, v in enumerate(value):
+        why = check(v)
+        if why:
+            said.append(f"{what}[{i}]{why}: not compared")
+        out.append(None if why else v)
+    return out
+
+
+def _ints(v, what: str, nonneg: bool = False) -> str:
+    if type(v) is not list:
+        return f"{what} is {show(v)}, not a list of integers"
+    for j, x in enumerate(v):
+        if type(x) is not int or (nonneg and x < 0):
+            return f"{what}[{j}] is {show(x)}, not {'a position' if nonneg else 'an integer'}"
+    return ""
+
+
+def _number(x) -> bool:
+    return type(x) is float or type(x) is int
+
+
+def _grid(v, what: str, ok, kind: str) -> str:
+    """[batch, seq] of cells that pass ok."""
+    if type(v) is not list:
+        return f"{what} is {show(v)}, not rows of {kind}"
+    for b, row in enumerate(v):
+        if type(row) is not list:
+            return f"{what}[{b}] is {show(row)}, not a row of {kind}"
+        for s, x in enumerate(row):
+            if not ok(x):
+                return f"{what}[{b}][{s}] is {show(x)}, not {kind}"
+    return ""
+
+
+def _request(req) -> str:
+    """One request of an engine step: its id, its rows [start, end], and the positions and token ids of them."""
+    if type(req) is not dict:
+        return f" is {show(req)}, not a request (a mapping)"
+    rid = req.get("request")
+    if type(rid) is not str:
+        return f".request is {show(rid)}, not a request id (text)"
+    for key, nonneg in (("positions", True), ("token_ids", True)):
+        why = _ints(req.get(key), key, nonneg)
+        if why:
+            return f" (request {rid}): {why}"
+    if len(req["positions"]) != len(req["token_ids"]):
+        return (f" (request {rid}): {len(req['positions'])} positions but {len(req['token_ids'])} token ids")
+    rows = req.get("rows")
+    if rows is not None and (_ints(rows, "rows", True) or len(rows) != 2):
+        return f" (request {rid}): rows is {show(rows)}, not [first row, end]"
+    return ""
+
+
+def _sampled(value, said: list) -> dict:
+    """Per request the sampled token ids and their log-probs (the engine's, and its own logits')."""
+    if type(value) is not dict:
+        said.append(f"sampled is {show(value)}, not a mapping of requests: no sampled token is compared")
+        return {}
+    out = {}
+    for rid, s in value.items():
+        if type(s) is not dict:
+            said.append(f"sampled[{json.dumps(rid)}] is {show(s)}, not a mapping: its sampled token is not compared")
+            continue
+        why = _ints(s.get("token_ids"), "token_ids", True)
+        if why:
+            said.append(f"sampled[{json.dumps(rid)}].{why}: its sampled token is not compared")
+            continue
+        entry = {"token_ids": s["token_ids"]}
+        for key in ("logprob", "logprob_logits"):
+            v = s.get(key)
+            if v is None or _number(v):
+                entry[key] = v
+            else:
+                entry[key] = None
+                said.append(f"sampled[{json.dumps(rid)}].{key} is {show(v)}, not a number: not compared")
+        out[rid] = entry
+    return out
+
+
+def _call(call) -> str:
+    """One forward of the trainer: [batch, seq] token ids, mask and positions, per position the next token's
+    log-prob."""
+    if type(call) is not dict:
+        return f" is {show(call)}, not a forward's record (a mapping)"
+    why = _grid(call.get("input_ids"), "input_ids", lambda x: type(x) is int and x >= 0, "token ids")
+    if why:
+        return f".{why}"
+    for key, ok, kind in (("attention_mask", lambda x: type(x) in (int, bool), "0 or 1"),
+                          ("position_ids", lambda x: type(x) is int and x >= 0, "positions"),
+                          ("next_logprobs", lambda x: x is None or _number(x), "log-probs")):
+        if call.get(key) is not None:
+            why = _grid(call[key], key, ok, kind)
+            if why:
+                return f".{why}"
+    return ""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from verl_pdbg_conf.compare.dumpread import DumpError, read_header
+from verl_pdbg_conf.compare.dumpread import DumpError, DumpReader, read_header
 from verl_pdbg_conf.compare.nodes import DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS, Analysis
 from verl_pdbg_conf.compare.pipeline.coverage import DEFAULT_MIN_COVERAGE
 from verl_pdbg_conf.compare.pipeline.run import run_pipeline
@@ -65,7 +65,10 @@ def mismatch(t: dict, g: dict) -> str:
 
 
 def compare_pair(job: PairJob) -> PairOutcome:
-    th, gh = header_of(job.target), header_of(job.golden)
+    # each dump.json opened once: its header and first tensor read off the stream the pipeline then reads on
+    # (one reader per side, also where both sides are the same file)
+    streams = (DumpReader(job.target), DumpReader(job.golden))
+    th, gh = streams[0].head(), streams[1].head()
     differ = mismatch(th, gh)
     if differ:
         return PairOutcome(error=f"the two dumps were collected differently ({differ}): not compared node by "
@@ -79,7 +82,7 @@ def compare_pair(job: PairJob) -> PairOutcome:
         return PairOutcome(error=f"{job.metric} is not given by a {task} dump", rule="compare-metric",
                            path=job.target, hint="choose another --metric for this task")
     try:
-        return _compare(job, task, th.get("level") or "")
+        return _compare(job, task, th.get("level") or "", streams)
     except (DumpError, UnicodeDecodeError) as e:
         return PairOutcome(error=str(e) if isinstance(e, DumpError) else "is not UTF-8 text", rule="dump-corrupt",
                            path=getattr(e, "path", job.target),
@@ -88,8 +91,8 @@ def compare_pair(job: PairJob) -> PairOutcome:
         return PairOutcome(error=f"cannot be read ({e.strerror})", rule="dump-missing", path=e.filename or job.target)
 
 
-def _compare(job: PairJob, task: str, level: str) -> PairOutcome:
-    an, notes, empty = run_pipeline(job, task, level)
+def _compare(job: PairJob, task: str, level: str, streams: tuple) -> PairOutcome:
+    an, notes, empty = run_pipeline(job, task, level, streams)
     if empty:
         return PairOutcome(error="holds no records", rule="dump-empty", path=empty,
                            hint="the stage ran no hooked API or module (config.json scope/list/level, or the "

@@ -199,8 +199,9 @@ def _reads(job) -> tuple[str, str]:
 
 
 def _finish_engine(cmp: Comparison, p: Pair, out: PairOutcome) -> None:
-    for rule, msg, hint in out.notes:
-        p.findings.append(_finding(rule, I, f"{p.label}: {msg}", p.target.path, hint))
+    for rule, msg, hint, *more in out.notes:  # (rule, message, hint[, severity, file])
+        p.findings.append(_finding(rule, more[0] if more else I, f"{p.label}: {msg}", more[1] if more[1:] else
+                                   p.target.path, hint))
     if out.analysis is None:
         p.status = "mismatch" if out.rule == "compare-mismatch" else "error"
         sev = W if p.status == "mismatch" else E

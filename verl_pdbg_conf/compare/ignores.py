@@ -105,7 +105,7 @@ class Ignorer:
         if self._frames is None:
             import os
 
-            from verl_pdbg_conf.compare.dumpread import iter_items
+            from verl_pdbg_conf.compare.dumpread import check_items, iter_items
 
             # stack.json read as a stream, keeping only the calls a RECORD@CALLER pattern can match:
             # memory stays bounded by those, not by the dump (the engine's bound)
@@ -115,8 +115,9 @@ class Ignorer:
             self._frames = []
             for d in self._dumps:
                 kept: dict = {}
+                stack = os.path.join(os.path.dirname(d), "stack.json")
                 try:
-                    for key, entry in iter_items(os.path.join(os.path.dirname(d), "stack.json")):
+                    for key, entry in iter_items(stack) if not check_items(stack) else ():
                         names = entry[0] if isinstance(entry, list) and entry and isinstance(entry[0], list) else ()
                         if any(fnmatchcase(str(n), r) for n in names for r in records):
                             kept[key] = entry

@@ -80,8 +80,11 @@ RULES: dict[str, str] = {
     "dump-growth": "a dump.json that also holds earlier stages' records (runtime status not reset)",
     "dump-stray": "a directory under save_path that this configuration does not write",
     "dump-layout": "output that is not in the {save_path}/step_N/stage/stepM/rankR layout",
+    "dump-construct": "a construct.json that is not msprobe's shape throughout: its module scopes are not used",
+    "dump-stack": "a stack.json that is not msprobe's shape throughout: its call sites are not used",
     # verl-pdbg-compare: two runs' dumps, pair by pair
     "dump-corrupt": "a dump.json that is not valid JSON (truncated or overwritten) or not an msprobe dump",
+    "dump-value": "a value or record of a dump.json that is not what msprobe writes: not compared",
     "compare-failed": "msprobe compare failed on a pair of dumps or wrote no result",
     "compare-pairing": "a (step, stage, rank) that is in one run only, or proc<pid> directories paired by order",
     "compare-metric": "the chosen metric is not in msprobe's result for this pair (another task or summary mode)",

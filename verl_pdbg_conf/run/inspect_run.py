@@ -14,6 +14,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
+from verl_pdbg_conf.compare.dumpread import check_items
 from verl_pdbg_conf.core.findings import Finding, Severity
 
 E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
@@ -235,6 +236,15 @@ def _check_stage_dir(ins: Inspection, rel: str, full: str, found: list[Dump], wa
             ins.findings.append(_finding(d.error_rule, E, f"{d.rel}/dump.json {d.error}", d.path,
                                          "the writer was interrupted (a killed worker, a full disk); collect this "
                                          "stage again"))
+        for name in ("construct.json", "stack.json"):  # msprobe's files beside dump.json, as the compare reads them
+            why = check_items(os.path.join(os.path.dirname(d.path), name))
+            if why:
+                ins.findings.append(_finding(
+                    f"dump-{name.split('.')[0]}", W, f"{d.rel}/{name} {why}", os.path.join(os.path.dirname(d.path), name),
+                    "the compare will not use it (module scopes, call sites): the writer was interrupted or the file "
+                    "was edited; collect this stage again to have it"))
+                if status == "ok":
+                    status = f"{name} unreadable"
         if d.rank.startswith("proc"):
             ins.findings.append(_finding(
                 "dump-layout", W, f"{d.rel}: msprobe wrote proc<pid>, not rank<R>: no torch.distributed process "

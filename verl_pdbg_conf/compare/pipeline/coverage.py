@@ -8,7 +8,9 @@ inside self_attn against sdpa's one op; LoRA's branch inside q_proj: compared at
 output). A module is compared when paired, and accounted for when it only wraps paired modules (FSDP1's
 wrapper levels) or when the module that encloses it is paired (LoRA's lora_A, an MLP's act_fn a fused
 kernel replaces). The rest is uncompared: records outside any paired module (a collective of FSDP's,
-an optimizer step the other run does not take) and modules under unpaired ones."""
+an optimizer step the other run does not take) and modules under unpaired ones. A record holding a value
+that could not be read (reading.Record.unread) is never compared, and keeps the pair from "same" whatever
+share the rest reaches."""
 
 from __future__ import annotations
 
@@ -38,10 +40,14 @@ class Side:
         self.modules: dict[str, list] = {}  # module path -> [paired, records, records without a counterpart]
         self.loose: dict[str, int] = {}  # scope path -> unpaired records there (not in a compared gap)
         self.bracketed: dict[str, int] = {}  # module path -> its calls in gaps compared at their boundary
+        self.unreadable = 0  # records with a value that could not be read (reading.Record.unread)
 
     def record(self, r, paired: bool) -> None:
         parts = r.extra.get("parts") or ()  # a fused module's parts, put together into this one record
         self.records += max(1, len(parts))
+        if r.unread:
+            self.unreadable += max(1, len(parts))
+            paired = False
         if r.module is not None:
             for path in parts[1:] or ():
                 m = self.modules.setdefault(path, [False, 0, 0])
@@ -54,7 +60,7 @@ class Side:
             m[2] += not paired
         if paired:
             self.paired += max(1, len(parts))
-        elif r.module is None:
+        elif r.module is None and not r.unread:
             where = _where(r)
             self.loose[where] = self.loose.get(where, 0) + 1
 
@@ -101,6 +107,7 @@ class Side:
         compared = self.paired + self.boundary + enclosed
         return {
             "records": self.records, "compared_records": min(compared, self.records),
+            "unreadable_records": self.unreadable,
             "paired_records": self.paired,
             "share": (min(compared, self.records) / self.records) if self.records else 1.0,
             "modules": len(self.modules), "paired_modules": len(paired),
@@ -121,7 +128,8 @@ class Coverage:
         element counts): both count as records without a counterpart."""
         # a call whose tensors are shards or partial results (shards.py) kept its replicated tensors only: it is
         # compared at its module's boundary, as a record with no counterpart is
-        whole = compared and g is not None and not t.extra.get("sharded") and not g.extra.get("sharded")
+        whole = compared and g is not None and not t.extra.get("sharded") and not g.extra.get("sharded") \
+            and not t.unread and not g.unread
         self.target.record(t, whole)
         if g is not None:
             self.golden.record(g, whole)
@@ -135,6 +143,8 @@ class Coverage:
         for g in records:
             parts = g.extra.get("parts") or ()
             self.golden.records -= max(1, len(parts))
+            if g.unread:
+                self.golden.unreadable -= max(1, len(parts))
             for path in (g.extra.get("own_module", g.module), *parts[1:]):
                 m = self.golden.modules[path]
                 m[1] -= 1
@@ -158,7 +168,9 @@ class Coverage:
 
     def finish(self, minimum: float = DEFAULT_MIN_COVERAGE) -> dict:
         t, g = self.target.settle(), self.golden.settle()
-        full = all(s["share"] >= minimum and not s["uncompared_modules"] for s in (t, g))
+        # a value that could not be read was not compared, whatever share the rest reaches
+        full = all(s["share"] >= minimum and not s["uncompared_modules"] and not s["unreadable_records"]
+                   for s in (t, g))
         return {"target": t, "golden": g, "minimum": minimum, "full": full}
 
 
@@ -172,6 +184,9 @@ def coverage_text(cov: dict) -> str:
     said = [_side_text("target", cov["target"]), _side_text("golden", cov["golden"])]
     for name in ("target", "golden"):
         s = cov[name]
+        if s.get("unreadable_records"):
+            n = s["unreadable_records"]
+            said.append(f"{n} record{'s' * (n != 1)} of the {name} could not be read (dump-value): not compared")
         regions = [f"{k} ({n} module{'s' * (n != 1)})" for k, n in s["uncompared_modules"].items()]
         if not regions:
             regions = [f"{k} ({n} record{'s' * (n != 1)})" for k, n in list(s["uncompared_records"].items())[:6]]

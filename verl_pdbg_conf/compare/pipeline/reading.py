@@ -7,7 +7,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from verl_pdbg_conf.compare.dumpread import DumpError, DumpReader, KeyCounter, iter_items, rows_of, split_record
+from verl_pdbg_conf.compare.dumpread import DumpError, DumpReader, KeyCounter, check_items, iter_items, rows_of, \
+    split_record
 from verl_pdbg_conf.compare.nodes import module_path
 
 WINDOW = 1 << 16  # construct.json entries read ahead of the dump
@@ -29,6 +30,7 @@ class Record:
     site: str = ""  # L1: the innermost calling line outside torch (stacks.py)
     layer: int | None = None  # model.layers.K's K (module path, or the call stack at L1)
     extra: dict = field(default_factory=dict)  # what later units attach (a split's note)
+    unread: list = field(default_factory=list)  # why rows of it cannot be read: the record is not compared
 
     @property
     def base(self) -> str:
@@ -60,7 +62,8 @@ class Construct:
     same order; entries not asked for yet wait in a bounded window."""
 
     def __init__(self, path: str):
-        self._items = iter_items(path) if os.path.isfile(path) else iter(())
+        # a file that is not construct.json's shape throughout is not used at all (dumpread.check_items)
+        self._items = iter_items(path) if os.path.isfile(path) and not check_items(path) else iter(())
         self._ahead: dict = {}
 
     def get(self, name: str):
@@ -78,17 +81,26 @@ class Construct:
         return None
 
 
+def _part(row: str, record: str) -> str:
+    """A row's name within its record (output.0), or what it is."""
+    if row == record:
+        return "the record"
+    return row[len(record) + 1:] if row.startswith(record + ".") else row
+
+
 class Reader:
     """Records of one dump in its order. Counts mini-batches on the way: one starts when the op that opened
     the dump (the embedding, the root module) runs forward again after a backward, so an optimizer step
     stays with the mini-batch whose gradients it applies."""
 
-    def __init__(self, path: str, level: str = "", stacks=None):
+    def __init__(self, path: str, level: str = "", stacks=None, construct: bool = True, unread: list | None = None,
+                 stream: DumpReader | None = None):
         self.path = path
-        self.reader = DumpReader(path)
+        self.reader = stream or DumpReader(path)  # stream: one whose header was read already (DumpReader.head)
         self.keys = KeyCounter()
         self.construct = Construct(os.path.join(os.path.dirname(path), "construct.json")) \
-            if level in ("mix", "L0") else None
+            if level in ("mix", "L0") and construct else None
+        self.unread = unread if unread is not None else []  # (dump.json, record, why) of each unreadable record
         self.stacks = stacks  # stacks.Stacks or None
         self.minibatch = 0
         self.passes = 0
@@ -117,6 +129,10 @@ class Reader:
                     self.back = True
                 r = Record(name, key, op, direction, rows_of(name, rec, direction), self.records - 1, self.minibatch,
                            self.passes, self.back)
+                bad = [f"{_part(row.name, name)} {row.bad}" for row in r.rows if row.bad]
+                if bad:
+                    r.unread = bad
+                    self.unread.append((self.path, name, bad))
                 if key is not name:
                     for row in r.rows:
                         if row.name.startswith(name):

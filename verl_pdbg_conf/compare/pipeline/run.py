@@ -7,6 +7,8 @@ from __future__ import annotations
 import itertools
 import os
 
+from verl_pdbg_conf.compare.dumpread import STATS, check_items
+from verl_pdbg_conf.core.findings import Severity
 from verl_pdbg_conf.compare.ignores import Ignorer
 from verl_pdbg_conf.compare.pipeline import splits
 from verl_pdbg_conf.compare.pipeline.attribution import Attributor
@@ -23,6 +25,7 @@ from verl_pdbg_conf.compare.pipeline.sides import Side, stacks_of
 from verl_pdbg_conf.compare.pipeline.trees import Alignment
 
 
+WARNING = Severity.WARNING
 GAP_COMPARED = 64  # records of one side with no counterpart between two pairs, taken as compared at them
 
 
@@ -55,6 +58,7 @@ class _Pair:
         self.bracket = True
         self.split_side = ""
         self.apart = Apart()
+        self.lost: list = []  # (dump.json, record, [why]) of statistics one run lost (_one_sided)
 
     def record(self, t, g, synthetic: bool = False) -> bool:
         """Judge one record pair; True where it holds a row that cannot be the same tensor as its counterpart's
@@ -67,6 +71,10 @@ class _Pair:
                 self.order += 1
             if self.ignorer is not None and self.ignorer.match(row.name, row.record) is not None:
                 continue  # counted per pattern in ignorer.counts
+            if row.bad or (grow is not None and grow.bad):
+                continue  # a value that could not be read is never judged: its record counts as not compared
+            if grow is not None and not synthetic and self._one_sided(t, g, row, grow):
+                continue
             if self.alone and grow is not None and row.shape != grow.shape:
                 row, grow = self._broadcast(row, grow)
             rows.append((row, grow))
@@ -94,6 +102,21 @@ class _Pair:
                 continue
             self.coll.add(order, row, grow, v, t, label, order == f_order, synthetic)
         return apart is not None
+
+    def _one_sided(self, t, g, row, grow) -> bool:
+        """A statistic null in one run and a number in the other, for a tensor of the same dtype and shape:
+        msprobe writes null by dtype and size (an empty tensor, an integer's Mean), so one side's null is a
+        value lost, and the row cannot be judged. Its records count as not compared, and it is said."""
+        if type(row.shape) is not list or row.dtype != grow.dtype or row.shape != grow.shape:
+            return False
+        for stat, a, b in zip(STATS, row.stats, grow.stats):
+            if (a is None) != (b is None):
+                side, rec = ("target", t) if a is None else ("golden", g)
+                why = f"{stat} of {row.name} is null in the {side}, a number in the other: not compared"
+                rec.unread.append(why)
+                self.lost.append((self.job.target if side == "target" else self.job.golden, rec.name, [why]))
+                return True
+        return False
 
     def _broadcast(self, row, grow):
         """A tensor the same in every call of a split, taken as batched, that the other run has broadcast."""
@@ -285,8 +308,11 @@ STACK_PROBE = 1 << 21  # bytes of stack.json read to tell whose code ran
 
 
 def _megatron_stacks(path: str) -> bool:
+    stack = os.path.join(os.path.dirname(path), "stack.json")
+    if check_items(stack):
+        return False  # not read whole: says nothing
     try:
-        with open(os.path.join(os.path.dirname(path), "stack.json"), errors="replace") as f:
+        with open(stack, errors="replace") as f:
             return MEGATRON_FILES in f.read(STACK_PROBE)
     except OSError:
         return False
@@ -300,13 +326,17 @@ def _l1_backends(job, level: str) -> str:
     return "target" if t and not g else "golden" if g and not t else ""
 
 
-def run_pipeline(job, task: str, level: str):
-    """-> (Analysis, notes [(rule, message, hint)], the path of an empty dump or "")."""
-    tstacks, gstacks = stacks_of(job.target, level), stacks_of(job.golden, level)
+def run_pipeline(job, task: str, level: str, streams: tuple = (None, None)):
+    """-> (Analysis, notes [(rule, message, hint[, severity, file])], the path of an empty dump or "")."""
+    broken = _broken_files(job, level)
+    no_stacks = any(name == "stack.json" for name, _f, _w in broken)
+    tstacks, gstacks = (None, None) if no_stacks else (stacks_of(job.target, level), stacks_of(job.golden, level))
     if tstacks is not None and gstacks is not None:
         skip_foreign(tstacks, gstacks)
-    tside = Side(job.target, job.target_group, job.target_tp, level, tstacks)
-    gside = Side(job.golden, job.golden_group, job.golden_tp, level, gstacks)
+    construct = not any(name == "construct.json" for name, _f, _w in broken)
+    # streams: each side's DumpReader its header was read from (engine.compare_pair), or None
+    tside = Side(job.target, job.target_group, job.target_tp, level, tstacks, construct, streams[0])
+    gside = Side(job.golden, job.golden_group, job.golden_tp, level, gstacks, construct, streams[1])
     treader, greader = tside.reader, gside.reader
     titer, giter = tside.records(), gside.records()
     alignment, backends = _trees(tside, gside, level)
@@ -352,13 +382,15 @@ def run_pipeline(job, task: str, level: str):
         else:
             p.close_gap()
         apart = p.record(t, g)
+        # after judging: a row found unreadable there (_one_sided) is not compared
         p.coverage.pair(t, g, compared=not apart)
     p.close_gap(bracketed=False)
     if treader.records == 0:
         return None, [], job.target
     if greader.records == 0:
         return None, [], job.golden
-    notes = _layout_notes(backends, (("target", tside), ("golden", gside)))
+    notes = _read_notes(job, broken, tside.unread + gside.unread + p.lost)
+    notes += _layout_notes(backends, (("target", tside), ("golden", gside)))
     if l1_mcore:
         notes.append(("compare-backends", f"the {l1_mcore} runs Megatron (its call stacks run {MEGATRON_FILES}), the "
                       "other does not: at L1 no module record says which op of one is which of the other, so only "
@@ -366,6 +398,55 @@ def run_pipeline(job, task: str, level: str):
                       "says the runs part, not where",
                       "collect both at level mix: modules then pair by mbridge's table"))
     return _finish(p, treader, greader, split, task, alignment, notes)
+
+
+USES = {"construct.json": ("mix", "L0"), "stack.json": ("L1", "mix")}  # the levels whose pairing reads each
+
+
+def _broken_files(job, level: str) -> list:
+    """(name, path, why) of each construct.json and stack.json of the pair that the level reads and that cannot
+    be read whole (dumpread.check_items)."""
+    out = []
+    for path in (*(job.target_group or (job.target,)), *(job.golden_group or (job.golden,))):
+        for name, levels in USES.items():
+            f = os.path.join(os.path.dirname(path), name)
+            why = check_items(f) if level in levels else ""
+            if why:
+                out.append((name, f, why))
+    return out
+
+
+MAX_SAID = 4  # unreadable records named in a finding; the rest counted
+
+
+def _side_of(job, f: str) -> str:
+    """target or golden: whose rank directory holds file f."""
+    d = os.path.dirname(f)
+    return "target" if any(os.path.dirname(p) == d for p in (job.target, *job.target_group)) else "golden"
+
+
+def _read_notes(job, broken: list, unread: list) -> list:
+    """One finding per file (its path the finding's file): a construct.json or stack.json not used, the records
+    of a dump.json not read."""
+    notes = []
+    for name, f, why in broken:
+        what = "each call's enclosing module" if name == "construct.json" else "each call's calling line and layer"
+        notes.append((f"dump-{name.split('.')[0]}", f"the {_side_of(job, f)}'s {name} {why}: {what} is not used, "
+                      "in either run",
+                      f"not what msprobe writes (an interrupted writer, an edited file): pairing goes on by record "
+                      f"names alone; collect the stage again to have {name} back", WARNING, f))
+    by_file: dict = {}  # file -> record -> why (a record's rows said together)
+    for f, record, why in unread:
+        by_file.setdefault(f, {}).setdefault(record, []).extend(why)
+    for f, records in by_file.items():
+        said = [f"{record}: {'; '.join(why)}" for record, why in records.items()]
+        head = " | ".join(said[:MAX_SAID]) + (f" | and {len(said) - MAX_SAID} more" if len(said) > MAX_SAID else "")
+        notes.append(("dump-value", f"the {_side_of(job, f)}'s dump.json: {len(said)} record{'s' * (len(said) != 1)} "
+                      "not compared, a value in "
+                      f"{'them' if len(said) != 1 else 'it'} cannot be read: {head}",
+                      "not what msprobe writes (the file was edited or overwritten): those records count as not "
+                      "compared, so the pair is at best partial", WARNING, f))
+    return notes
 
 
 def _layout_notes(backends, sides) -> list:

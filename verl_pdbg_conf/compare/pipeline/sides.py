@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 
+from verl_pdbg_conf.compare.dumpread import check_items
 from verl_pdbg_conf.compare.pipeline.reading import Reader
 from verl_pdbg_conf.compare.pipeline.shards import ShardMerge
 from verl_pdbg_conf.compare.pipeline.stacks import Stacks
@@ -14,16 +15,20 @@ from verl_pdbg_conf.compare.pipeline.trees import Tree
 
 
 def stacks_of(path: str, level: str):
+    """The dump's call stacks (L1, mix), or None where there are none or they cannot be read whole."""
     stack = os.path.join(os.path.dirname(path), "stack.json")
-    return Stacks(stack) if level in ("L1", "mix") and os.path.isfile(stack) else None
+    return Stacks(stack) if level in ("L1", "mix") and os.path.isfile(stack) and not check_items(stack) else None
 
 
 class Side:
     """`group`: the replica's dump.json paths, stage by stage, `tp` of them per stage (empty: `path` alone)."""
 
-    def __init__(self, path: str, group: tuple, tp: int, level: str, stacks):
+    def __init__(self, path: str, group: tuple, tp: int, level: str, stacks, construct: bool = True, stream=None):
         self.path, self.level = path, level
-        self.reader = Reader(path, level, stacks)  # the first rank's: says whether the dump holds records
+        self.construct = construct  # construct.json used (not where one of the pair's cannot be read)
+        self.unread: list = []  # (dump.json, record, [why]) of every record of its ranks that cannot be read
+        # the first rank's: says whether the dump holds records
+        self.reader = Reader(path, level, stacks, construct, self.unread, stream)
         group = tuple(group) or (path,)
         tp = max(1, tp or len(group))
         self.stages = [group[i:i + tp] for i in range(0, len(group), tp)]
@@ -50,11 +55,13 @@ class Side:
         for n, ranks in enumerate(self.stages):
             if n and self.offsets is None:
                 break  # stages that cannot be numbered are not put together: the first one only
-            first = self.reader if n == 0 else Reader(ranks[0], self.level, stacks_of(ranks[0], self.level))
+            first = self.reader if n == 0 else Reader(ranks[0], self.level, stacks_of(ranks[0], self.level),
+                                                      self.construct, self.unread)
             if len(ranks) > 1:
                 merge = ShardMerge(scoped=self.level in ("mix", "L0"))
                 self.merges.append(merge)
-                streams.append(merge([iter(first), *(iter(Reader(p, self.level, None)) for p in ranks[1:])]))
+                streams.append(merge([iter(first), *(iter(Reader(p, self.level, None, self.construct, self.unread))
+                                                     for p in ranks[1:])]))
             else:
                 streams.append(iter(first))
         if len(streams) == 1:
@@ -62,6 +69,8 @@ class Side:
         return S.chain(streams, self.relayers, S.spanning(self._trees, self.relayers))
 
     def tree(self):
+        if not self.construct:
+            return None
         if self._trees is not None:
             return S.merged_tree(self._trees, self.relayers)
         return Tree.read(self.path)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from verl_pdbg_conf.compare.dumpread import DumpError, iter_items, split_record
+from verl_pdbg_conf.compare.dumpread import DumpError, check_items, iter_items, split_record
 from verl_pdbg_conf.compare.nodes import _FRAME, _LIBS
 
 MODEL_OPENER = "Functional.embedding"  # a forward pass of a language model begins at its token embedding
@@ -84,6 +84,8 @@ class Stacks:
         self._last: tuple | None = None  # (pass, layer) of the last layered call
         self._placed: dict[str, int] = {}  # forward calls given a layer from the call before them
         own: dict[tuple, int] = {}  # frames outside torch -> the first entry that has them
+        if check_items(path, "stack.json"):
+            return  # not stack.json's shape throughout: none of it is used (the caller says so)
         try:
             for _key, value in iter_items(path):
                 if not (isinstance(value, list) and len(value) == 2 and isinstance(value[0], list)):

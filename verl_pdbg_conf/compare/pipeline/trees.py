@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from verl_pdbg_conf.compare.dumpread import DumpError, iter_items
+from verl_pdbg_conf.compare.dumpread import DumpError, check_items, iter_items
 from verl_pdbg_conf.compare.pipeline.reading import layer_of_path
 
 DIRECTIONS = ("forward", "backward", "parameters_grad")
@@ -52,8 +52,8 @@ class Tree:
     def read(cls, dump_path: str):
         """The tree of the dump's construct.json, or None where there is none to read."""
         path = os.path.join(os.path.dirname(dump_path), "construct.json")
-        if not os.path.isfile(path):
-            return None
+        if not os.path.isfile(path) or check_items(path):
+            return None  # none, or not construct.json's shape throughout (dumpread.check_items)
         tree, parents = cls(), []
         try:
             for n, (key, parent) in enumerate(iter_items(path)):

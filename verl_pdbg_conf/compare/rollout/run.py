@@ -128,8 +128,9 @@ def _pair(key: str, rollout_dir: str, actor_dir: str, threshold: float, dtype_aw
     results, unpaired, routing = _judge(engine, trainer, al, judge, T.packed_for(archs), moe,
                                         R.setting(moe, info.get("hf_config") or {}))
     pair["routing"] = routing
+    unread = sum(d.unread for _, d in engine) + sum(d.unread for d in trainer)
     return _summarize(pair, results, al, requests, sequences, findings, top, min_coverage,
-                      _unpaired(unpaired, results, actor_dir, findings))
+                      _unpaired(unpaired, results, actor_dir, findings), unread)
 
 
 def _batch_shape(call: dict) -> tuple[int, int] | None:
@@ -269,7 +270,9 @@ def _gap_dict(t: TokenResult) -> dict:
     return d
 
 
-def _summarize(pair, results, al, requests, sequences, findings, top, min_coverage, uncompared=()) -> dict:
+def _summarize(pair, results, al, requests, sequences, findings, top, min_coverage, uncompared=(), unread=0) -> dict:
+    """`unread`: values of the pair's files that could not be read (dump-value, compare-tokens): not compared,
+    so the pair is at best partial."""
     rollout_tokens = sum(len(r.rows) for r in requests.values())
     trainer_tokens = sum(len(s.tokens) for s in sequences)
     compared_tokens = [t for t in results if t.compared]
@@ -282,7 +285,7 @@ def _summarize(pair, results, al, requests, sequences, findings, top, min_covera
                         "tokens_compared": len(compared_tokens), "target": round(min(cov_r, 1.0), 4),
                         "golden": round(min(cov_t, 1.0), 4), "points_compared": points, "points_skipped": skipped,
                         "requests_aligned": len(al.pairs), "rollout_requests": len(requests),
-                        "uncompared_modules": list(uncompared),
+                        "uncompared_modules": list(uncompared), "unreadable": unread,
                         "trainer_sequences": len(sequences)}
     diverged = [t for t in results if t.gap is not None]
     gaps = [t for t in results if t.logprob_gap is not None]
@@ -317,7 +320,7 @@ def _summarize(pair, results, al, requests, sequences, findings, top, min_covera
         pair["status"] = "mismatch"
         findings.append(_f("compare-rollout-align", Severity.ERROR, "no token of the rollout could be aligned with "
                            "the actor's forward", pair["target"], ALIGN_HINT))
-    elif min(cov_r, cov_t) >= min_coverage and not skipped and not uncompared:
+    elif min(cov_r, cov_t) >= min_coverage and not skipped and not uncompared and not unread:
         pair["status"] = "same"
     else:
         pair["status"] = "partial"

@@ -59,7 +59,9 @@ def rollout_requests(steps: list[tuple[int, dict]]) -> tuple[dict[str, Request],
             problems.append(f"engine step {k}: {rec['error']}")
         sampled = rec.get("sampled") or {}
         for i, req in enumerate(rec.get("requests") or ()):
-            rid = str(req.get("request"))
+            if req is None:
+                continue  # left out at reading (dumpread.read_tokens), its index kept: i is the logits row
+            rid = req["request"]
             r = out.setdefault(rid, Request(rid))
             first = (req.get("rows") or [0])[0]
             positions, ids = req.get("positions") or [], req.get("token_ids") or []
@@ -91,6 +93,8 @@ def _ranges(values: list[int]) -> str:
 def trainer_sequences(calls: list[dict]) -> list[Sequence]:
     out = []
     for c, call in enumerate(calls):
+        if call is None:
+            continue  # left out at reading, its index kept: c is its forward's call number
         ids = call.get("input_ids") or []
         mask, pos = call.get("attention_mask"), call.get("position_ids")
         lps = call.get("next_logprobs")
