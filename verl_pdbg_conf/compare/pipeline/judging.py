@@ -43,7 +43,7 @@ class Judge:
     lowest precision the runs differ in), and the dtype suggestion made once without it."""
 
     def __init__(self, metric: str, threshold: float, task: str, target: str, golden: str,
-                 ignore_dtype: bool = False, dtype_aware: bool = False):
+                 ignore_dtype: bool = False, dtype_aware: bool = False, layout_free: bool = False):
         self.metric, self.threshold, self.task = metric, threshold, task
         self.spec = METRICS[metric]
         self.arrays = task == "tensor" and metric != "NormRelativeErr"  # the others come from the tensor files
@@ -55,8 +55,8 @@ class Judge:
         self.lowp_eps = 0.0
         self.suggest = ""
         # another layout of the same tensor ([s, b, h] against [b, s, h], a concatenation of parts or shards)
-        # is no shape difference: set where the runs are known to lay tensors out differently
-        self.layout_free = False
+        # is no shape difference where the runs are known to lay tensors out differently (plan.AlignmentPlan)
+        self.layout_free = layout_free
 
     @property
     def limit(self) -> float:

@@ -20,6 +20,7 @@ from collections import deque
 from verl_pdbg_conf.compare import metrics as M
 from verl_pdbg_conf.compare.nodes import module_kind, module_path
 from verl_pdbg_conf.compare.pipeline.equivalents import equivalent
+from verl_pdbg_conf.compare.pipeline.plan import AlignmentPlan, Kinship
 
 WINDOW = 1 << 13  # golden records held while looking ahead for a target record's counterpart
 FORWARDS = 1 << 17  # forward API calls remembered for their backward calls (the oldest dropped past this)
@@ -112,14 +113,13 @@ class Aligner:
     as (None, None, rest). The record at the head of the golden stream is tried first, by name; golden
     records are indexed by signature only once a search needs them (two runs of the same code never do)."""
 
-    def __init__(self, golden, window: int = WINDOW, skip_max: int = SKIP_MAX, by_name: bool = True,
-                 backends: bool = False, layout_free: bool = False, anchored: bool = True):
+    def __init__(self, golden, window: int = WINDOW, skip_max: int = SKIP_MAX, plan: AlignmentPlan = AlignmentPlan()):
         self.golden = iter(golden)
         # runs of other code (two backends, two tensor-parallel sizes) number their API calls alike by chance
         # only: there, API records pair by signature alone, and a backward by its forward's counterpart always
-        self.by_name = by_name
-        self.signature = (cross_signature if anchored else anchorless_signature) if backends else \
-            layout_signature if layout_free else signature
+        self.by_name = plan.by_name
+        self.signature = {Kinship.SAME_CODE: signature, Kinship.SHARDS: layout_signature,
+                          Kinship.BACKENDS: cross_signature, Kinship.BACKENDS_L1: anchorless_signature}[plan.kinship]
         self.window, self.skip_max = window, skip_max
         self.buf: deque = deque()  # [signature or None (not indexed yet), record]
         self.base = 0  # absolute position of buf[0]

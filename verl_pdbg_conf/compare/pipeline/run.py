@@ -16,6 +16,7 @@ from verl_pdbg_conf.compare.pipeline.collecting import Collector, label_of, node
 from verl_pdbg_conf.compare.pipeline.coverage import Coverage
 from verl_pdbg_conf.compare.pipeline.judging import Judge, Verdict
 from verl_pdbg_conf.compare.pipeline.locating import describe, spread
+from verl_pdbg_conf.compare.pipeline.plan import AlignmentPlan, plan_for
 from verl_pdbg_conf.compare.pipeline.pairing import Aligner, Gap, Structure, row_pairs
 from verl_pdbg_conf.compare.pipeline.stacks import skip_foreign
 from verl_pdbg_conf.compare.megatron.table import Correspondence
@@ -36,10 +37,10 @@ def _calls(n: int, batch: int) -> str:
 class _Pair:
     """The state of one pair's run: what the loop hands from record to record."""
 
-    def __init__(self, job, task: str):
+    def __init__(self, job, task: str, plan: AlignmentPlan):
         self.job = job
         self.judge = Judge(job.metric, job.threshold, task, job.target, job.golden, job.ignore_dtype,
-                           job.dtype_aware)
+                           job.dtype_aware, plan.layout_free)
         self.ignorer = Ignorer(job.ignores, job.target, job.golden) if job.ignores else None
         self.coll = Collector(task, job.top, job.keep_nodes)
         self.attr = Attributor()
@@ -53,9 +54,7 @@ class _Pair:
         self.order = 0
         self.auto_dtype = ""
         self.alone: dict = {}  # splits.Split.alone of a combined split
-        # records between two pairs count as compared at them, unless the pairs themselves are guesses (ops of
-        # two backends at L1, paired by op and sizes with no module to anchor them)
-        self.bracket = True
+        self.bracket = plan.bracketed  # records between two pairs count as compared at them
         self.split_side = ""
         self.apart = Apart()
         self.lost: list = []  # (dump.json, record, [why]) of statistics one run lost (_one_sided)
@@ -357,17 +356,11 @@ def run_pipeline(job, task: str, level: str, streams: tuple = (None, None)):
             tstream = splits.combine(tstream, split)
         else:
             gstream = splits.combine(gstream, split)
-    p = _Pair(job, task)
-    merged = tside.merged or gside.merged
-    p.judge.layout_free = backends is not None or bool(l1_mcore) or merged
-    p.bracket = not l1_mcore
+    plan = plan_for(backends is not None, bool(l1_mcore), tside.merged or gside.merged)
+    p = _Pair(job, task, plan)
     if split is not None:
         p.alone, p.split_side = split.alone, split.side
-    # API calls are numbered alike only by the same code: not across backends, nor across tensor-parallel
-    # sizes (a vocabulary shard masks its ids with calls of its own)
-    cross = backends is not None or bool(l1_mcore)
-    aligner = Aligner(gstream, by_name=not cross and not merged, backends=cross, layout_free=merged,
-                      anchored=not l1_mcore)
+    aligner = Aligner(gstream, plan=plan)
     for t, g, passed in aligner.pairs(tstream):
         p.coverage.golden_only(passed)
         p.coverage.late(aligner.late_paired)
