@@ -284,12 +284,13 @@ def _csv_rows(path: str) -> list[dict]:
 
 def _csv_value(row: dict, metric: str):
     """The metric as msprobe's CSV gives it, as a badness (Cosine: 1 - value), a fraction."""
-    from verl_pdbg_conf.compare.msprobe_csv import _norm_rel, parse_value
+    from verl_pdbg_conf.compare.metrics import norm_rel
+    from verl_pdbg_conf.compare.msprobe_csv import parse_value
     from verl_pdbg_conf.compare.nodes import METRICS
 
     spec = METRICS[metric]
     if spec.column not in row:  # the tensor task's NormRelativeErr, from its l2norm columns
-        return _norm_rel(parse_value(row["NPU l2norm"]), parse_value(row["Bench l2norm"]))
+        return norm_rel(parse_value(row["NPU l2norm"]), parse_value(row["Bench l2norm"]))
     v = parse_value(row[spec.column])
     return v if v is None or spec.higher_is_worse else 1.0 - v
 
