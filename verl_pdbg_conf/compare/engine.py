@@ -16,7 +16,7 @@ from verl_pdbg_conf.compare.dumpread import DumpError, read_header
 from verl_pdbg_conf.compare.nodes import DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS, Analysis
 from verl_pdbg_conf.compare.pipeline.coverage import DEFAULT_MIN_COVERAGE
 from verl_pdbg_conf.compare.pipeline.run import run_pipeline
-from verl_pdbg_conf.compare.verdict import Reason, failure
+from verl_pdbg_conf.compare.verdict import FAULT_HINT, Reason, failure
 
 
 @dataclass(frozen=True)
@@ -45,9 +45,6 @@ class PairOutcome:
     path: str = ""  # the file at fault
     hint: str = ""
     notes: list = field(default_factory=list)  # (rule, message, hint) said about a compared pair
-
-
-FAULT_HINT = "a fault of verl-pdbg-compare itself, not of the dumps: please report it with this pair's dumps"
 
 
 def failed_outcome(job: PairJob, error: str, hint: str = FAULT_HINT) -> PairOutcome:

@@ -17,9 +17,10 @@ from verl_pdbg_conf.compare.engine import PairJob, PairOutcome, failed_outcome, 
 from verl_pdbg_conf.compare.msprobe_run import diagnose, msprobe_compare, precheck, csv_written, msprobe_remote
 from verl_pdbg_conf.compare.nodes import METRICS
 from verl_pdbg_conf.compare.output import write_summaries
-from verl_pdbg_conf.compare.pairs import E, I, W, Comparison, Pair, UsageError, finding, pair_dir, refuse_inside
+from verl_pdbg_conf.compare.output_paths import refuse_inside
+from verl_pdbg_conf.compare.pairs import E, I, W, Comparison, Pair, finding, pair_dir
 from verl_pdbg_conf.compare.pipeline.coverage import coverage_text
-from verl_pdbg_conf.compare.verdict import Reason, Status, failure
+from verl_pdbg_conf.compare.verdict import Reason, Status, UsageError, failure
 
 # Each worker holds torch and msprobe (a few hundred MB) and msprobe's tensor compare starts its own pool.
 MAX_DEFAULT_JOBS = 4

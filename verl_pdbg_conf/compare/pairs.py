@@ -1,6 +1,5 @@
 """Pairing of two runs: the dumps of each (collect, through inspect_run.scan, the layout's one reader),
-paired by (step, stage, rank) (pair_up), and what a comparison is made of (Side, Pair, Comparison).
-Plus the output-safety rule every command keeps: nothing is written under TARGET or GOLDEN."""
+paired by (step, stage, rank) (pair_up), and what a comparison is made of (Side, Pair, Comparison)."""
 
 from __future__ import annotations
 
@@ -14,10 +13,6 @@ from verl_pdbg_conf.compare.verdict import ExitCode, Reason, Status, Verdict, ex
 from verl_pdbg_conf.run.inspect_run import INNER_DIR, RANK_DIR, STAGE_DIR, STEP_DIR, scan
 
 E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
-
-
-class UsageError(ValueError):
-    """Arguments that cannot be compared at all (exit code 2)."""
 
 
 @dataclass
@@ -229,30 +224,6 @@ def _is_proc(r: str) -> bool:
 
 def _pid(r: str) -> int:
     return int(r[4:]) if r[4:].isdigit() else 0
-
-
-def _inside(path: str, root: str) -> bool:
-    """path is root or under it; for a dump.json root, under its directory (stack.json, construct.json).
-    Symlinks and `..` resolved on both sides."""
-    path, root = os.path.realpath(path), os.path.realpath(root)
-    if os.path.isfile(root):
-        root = os.path.dirname(root)
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
-
-
-def refuse_inside(outputs: dict[str, str | None], inputs: tuple[str, ...]) -> None:
-    """UsageError if an output path (option -> path) is inside an input: nothing is ever written under
-    TARGET or GOLDEN, whatever the option. Checked before anything runs."""
-    for option, path in outputs.items():
-        if not path:
-            continue
-        for root in inputs:
-            if _inside(path, root):
-                real = os.path.realpath(path)
-                shown = path if real == os.path.abspath(path) else f"{path} (that is {real})"
-                where = f"the directory of {root}" if os.path.isfile(root) else root
-                raise UsageError(f"{option} {shown} is inside {where}: nothing is written under TARGET or GOLDEN; "
-                                 "choose a path outside both")
 
 
 def pair_dir(out_dir: str, p: Pair) -> str:

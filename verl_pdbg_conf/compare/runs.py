@@ -12,6 +12,7 @@ data; nothing is printed here."""
 from __future__ import annotations
 
 import concurrent.futures as cf
+import importlib.util
 import os
 
 from verl_pdbg_conf.compare import layout
@@ -21,10 +22,13 @@ from verl_pdbg_conf.compare.ignores import DEFAULT_IGNORES
 from verl_pdbg_conf.compare.nodes import DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS
 from verl_pdbg_conf.compare.pipeline.coverage import DEFAULT_MIN_COVERAGE
 from verl_pdbg_conf.compare.output import as_dict  # noqa: F401
-from verl_pdbg_conf.compare.pairs import (W, Comparison, Pair, Side, UsageError, collect, finding, layout_of,
-                                          pair_up, rank_number, refuse_inside, sort_key)
+from verl_pdbg_conf.compare.output_paths import check_outputs
+from verl_pdbg_conf.compare.pairs import (W, Comparison, Pair, Side, collect, finding, layout_of, pair_up, rank_number,
+                                          sort_key)
+from verl_pdbg_conf.compare.verdict import UsageError
 
 DEFAULT_TOP = 5
+RUNTIME_EXTRA = "verl-pdbg-conf[runtime]"  # pyproject's extra that installs msprobe (mindstudio-probe)
 
 
 def compare_runs(target: str, golden: str, out_dir: str | None = None, metric: str = DEFAULT_METRIC,
@@ -119,8 +123,17 @@ def _check_args(metric: str, ignores, default_ignores: bool, out_dir: str | None
     for p in inputs:
         if not os.path.exists(p):
             raise UsageError(f"{p}: no such file or directory")
-    refuse_inside({"-o": out_dir}, inputs)
+    check_outputs({"-o": out_dir}, {}, inputs)
+    require_msprobe(msprobe_csv)
     return patterns
+
+
+def require_msprobe(msprobe_csv: str | None) -> None:
+    """--msprobe-csv runs msprobe's own compare: refused before anything runs where msprobe is not installed
+    (found, not imported: the compare stays light)."""
+    if msprobe_csv and importlib.util.find_spec("msprobe") is None:
+        raise UsageError(f"--msprobe-csv runs msprobe's own compare, and msprobe is not installed here: "
+                         f"pip install '{RUNTIME_EXTRA}'")
 
 
 def _sides(root: str) -> list[Side]:

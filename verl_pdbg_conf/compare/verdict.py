@@ -42,6 +42,10 @@ class Reason(str, enum.Enum):
         return self.value
 
 
+class UsageError(ValueError):
+    """Arguments or paths refused before any dump is read (exit code 2, USAGE)."""
+
+
 class ExitCode(enum.IntEnum):
     SAME = 0
     DIVERGED = 1
@@ -68,6 +72,9 @@ def exit_code(verdicts: Iterable[Verdict], one_sided: bool = False) -> ExitCode:
     if not verdicts or one_sided or any(v.status != Status.SAME for v in verdicts):
         return ExitCode.INCOMPLETE
     return ExitCode.SAME
+
+
+FAULT_HINT = "a fault of verl-pdbg-compare itself, not of the dumps: please report it with this pair's dumps"
 
 
 def failure(exc: BaseException) -> str:
