@@ -131,21 +131,21 @@ def test_rollout_fault_stays_in_its_step(tmp_path, monkeypatch):
     for step in ("step_1", "step_2"):
         for stage in (rollout_run.ROLLOUT, rollout_run.ACTOR):
             (tmp_path / step / stage).mkdir(parents=True)
-    real = rollout_run._pair
+    real = rollout_run.compare_step
 
     def pair(key, *a):
         if key == "step_1":
             raise IndexError("list index out of range")
         return real(key, *a)
 
-    monkeypatch.setattr(rollout_run, "_pair", pair)
+    monkeypatch.setattr(rollout_run, "compare_step", pair)
     code, doc = run_json("--rollout", tmp_path)
     one, two = doc["pairs"]
     assert code == ExitCode.ERROR == doc["exit_code"]
     assert (one["step"], one["status"], one["reason"]) == (1, "error", "compare-failed")
     assert "IndexError: list index out of range" in one["findings"][0]["message"]
     assert (two["step"], two["status"], two["reason"]) == (2, "error", "dump-missing")
-    monkeypatch.setattr(rollout_run, "_pair", real)
+    monkeypatch.setattr(rollout_run, "compare_step", real)
     assert run_json("--rollout", tmp_path)[0] == ExitCode.INCOMPLETE  # nothing comparable: not a usage error
 
 

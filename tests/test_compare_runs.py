@@ -263,9 +263,9 @@ def test_pairing_rules():
 
 
 def test_progress_bar_draws_in_place(capsys):
-    from verl_pdbg_conf.compare.cli import _progress_bar
+    from verl_pdbg_conf.compare.cli import ProgressBar
 
-    bar = _progress_bar()
+    bar = ProgressBar()
     bar(0, 4)
     bar(4, 4)
     bar.close()

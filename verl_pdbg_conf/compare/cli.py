@@ -140,7 +140,7 @@ def _main(argv: list[str] | None) -> int:
         require_msprobe(args.msprobe_csv)
     except UsageError as e:
         return _usage(str(e))
-    progress = _progress_bar() if sys.stderr.isatty() else None
+    progress = ProgressBar() if sys.stderr.isatty() else None
     try:
         common = dict(out_dir=args.output, metric=args.metric, threshold=args.threshold, top=args.top,
                       jobs=args.jobs, progress=progress, ignore_dtype=args.ignore_dtype, ignores=args.ignore,
@@ -189,7 +189,7 @@ def _rollout(args) -> int:
     return doc["exit_code"]
 
 
-class _progress_bar:
+class ProgressBar:
     """pairs done / total on stderr, redrawn in place (a terminal only)."""
 
     def __init__(self):

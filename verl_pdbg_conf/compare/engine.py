@@ -96,11 +96,12 @@ def _checked(job: PairJob) -> PairOutcome:
     try:
         return _compare(job, task, th.get("level") or "")
     except (DumpError, UnicodeDecodeError) as e:
-        return PairOutcome(error=str(e) if isinstance(e, DumpError) else "is not UTF-8 text", rule=Reason.DUMP_CORRUPT,
-                           path=getattr(e, "path", job.target),
+        return PairOutcome(error=str(e) if isinstance(e, DumpError) else "is not UTF-8 text",
+                           rule=Reason.DUMP_CORRUPT, path=getattr(e, "path", job.target),
                            hint="the writer was interrupted (a killed worker, a full disk); collect this stage again")
     except OSError as e:
-        return PairOutcome(error=f"cannot be read ({e.strerror})", rule=Reason.DUMP_MISSING, path=e.filename or job.target)
+        return PairOutcome(error=f"cannot be read ({e.strerror})", rule=Reason.DUMP_MISSING,
+                           path=e.filename or job.target)
 
 
 def _compare(job: PairJob, task: str, level: str) -> PairOutcome:

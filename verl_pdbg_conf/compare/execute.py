@@ -133,7 +133,8 @@ def _run_engine(cmp: Comparison, todo: list[Pair], jobs: int | None, progress, s
 
 def _run_msprobe(cmp: Comparison, jobs: int | None, shared: cf.Executor | None) -> None:
     """msprobe's own compare, for its CSV: on the diverged pairs, or on every compared pair."""
-    todo = [p for p in cmp.pairs if p.status == Status.DIVERGED or (cmp.msprobe_csv == "all" and p.status == Status.SAME)]
+    todo = [p for p in cmp.pairs
+            if p.status == Status.DIVERGED or (cmp.msprobe_csv == "all" and p.status == Status.SAME)]
     if not todo:
         return
     for p in todo:

@@ -99,9 +99,9 @@ def _blank(key: str, rollout_dir: str, actor_dir: str) -> dict:
 
 
 def _guarded(key: str, rollout_dir: str, actor_dir: str, *options) -> dict:
-    """_pair, whose unexpected exception is that step's `error` (compare-failed): the other steps go on."""
+    """compare_step, its unexpected exception that step's `error` (compare-failed): the other steps go on."""
     try:
-        return _pair(key, rollout_dir, actor_dir, *options)
+        return compare_step(key, rollout_dir, actor_dir, *options)
     except Exception as e:  # noqa: BLE001 - a fault stays in its pair
         pair = _blank(key, rollout_dir, actor_dir)
         pair["reason"] = Reason.FAILED.value
@@ -110,8 +110,8 @@ def _guarded(key: str, rollout_dir: str, actor_dir: str, *options) -> dict:
         return pair
 
 
-def _pair(key: str, rollout_dir: str, actor_dir: str, threshold: float, dtype_aware: bool, top: int,
-          min_coverage: float) -> dict:
+def compare_step(key: str, rollout_dir: str, actor_dir: str, threshold: float, dtype_aware: bool, top: int,
+                 min_coverage: float) -> dict:
     """One profiled step: read both sides, refuse what cannot be aligned, align, judge every token, sum up."""
     findings: list[Finding] = []
     engine, trainer = _read(rollout_dir, actor_dir, findings)
