@@ -104,6 +104,12 @@ def always_die(job):
     return compare_pair(job)
 
 
+def raises(job):
+    if "step_2" in job.target and "ref_compute_log_prob" in job.target:
+        raise RuntimeError("injected on a Ray node")
+    return compare_pair(job)
+
+
 def file_size(path):
     return {"size": os.path.getsize(path), "where": ray.get_runtime_context().get_node_id()}
 
@@ -154,6 +160,18 @@ def test_a_worker_that_always_dies_fails_its_pair_alone(runs, cluster, tmp_path)
     assert bad.status == "error" and "compare worker died on Ray node" in f.message and "2 tries" in f.message
     assert [p.status for p in cmp.pairs if p is not bad] == ["diverged"] * 5
     assert cmp.exit_code == ExitCode.ERROR  # the pair lost may hold a divergence: never "diverged"
+
+
+def test_a_job_that_raises_fails_its_pair_alone_at_once(runs, cluster, tmp_path):
+    """A job that raises would raise again anywhere: not retried; its pair is `error` with the exception, and
+    the exit code is the error code, not "diverged"."""
+    cmp = compare_runs(str(runs / "scaled"), str(runs / "golden"), ray=cluster.address, ray_resource="dumps",
+                       job_fn=raises)
+    bad = next(p for p in cmp.pairs if (p.step, p.stage) == (2, "ref_compute_log_prob"))
+    (f,) = bad.findings
+    assert (bad.status, bad.reason, f.rule) == ("error", "compare-failed", "compare-failed")
+    assert "RuntimeError: injected on a Ray node" in f.message and "tries" not in f.message, f.message
+    assert [p.status for p in cmp.pairs if p is not bad] == ["diverged"] * 5 and cmp.exit_code == ExitCode.ERROR
 
 
 def test_generic_job_and_unreadable_files(runs, cluster, tmp_path):
