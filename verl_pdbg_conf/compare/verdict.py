@@ -29,7 +29,8 @@ class Status(str, enum.Enum):
 
 
 class Reason(str, enum.Enum):
-    """pairs[].reason: why a pair is partial, mismatch or error (the rule of the finding that says it)."""
+    """pairs[].reason: why a pair is partial, mismatch or error (in the run compare, also the rule of the
+    finding that says it)."""
     DUMP_MISSING = "dump-missing"
     DUMP_EMPTY = "dump-empty"
     DUMP_CORRUPT = "dump-corrupt"

@@ -99,7 +99,7 @@ def _blank(key: str, rollout_dir: str, actor_dir: str) -> dict:
 
 
 def _guarded(key: str, rollout_dir: str, actor_dir: str, *options) -> dict:
-    """compare_step, its unexpected exception that step's `error` (compare-failed): the other steps go on."""
+    """compare_step; an unexpected exception makes that step `error` (compare-failed), the others go on."""
     try:
         return compare_step(key, rollout_dir, actor_dir, *options)
     except Exception as e:  # noqa: BLE001 - a fault stays in its pair
