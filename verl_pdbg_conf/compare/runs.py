@@ -104,9 +104,10 @@ def compare_ranks(run: str, reference: int = 0, out_dir: str | None = None, metr
             step, stage = layout_of(ranks[r].path)
             cmp.pairs.append(Pair(ranks[r], ref, step, stage, rank_number(r)))
     cmp.pairs.sort(key=sort_key)
+    if not cmp.pairs and cmp.only_in_target:
+        raise UsageError(f"{run}: no {ref_dir} to compare the other ranks against; choose another with --ranks N")
     if not cmp.pairs:
-        raise UsageError(f"{run}: no {ref_dir} there" if cmp.only_in_target else
-                         f"{run}: only {ref_dir} there, no other rank to compare against it")
+        raise UsageError(f"{run}: only {ref_dir} there, no other rank to compare against it")
     return execute(cmp, out_dir, jobs, progress, pool, job_fn or compare_pair)
 
 
