@@ -124,6 +124,6 @@ def test_ranks_against_rank0(fsdp2_runs, pool, tmp_path, capsys):
     page = (tmp_path / "r1.html").read_text()  # the HTML says it too, and what the default left out
     assert "reference rank1" in page and "left out (default)" in page and "FSDP2" in page
     assert [(p["rank_dir"]["target"], p["rank_dir"]["golden"]) for p in doc["pairs"]] == [("rank0", "rank1")]
-    assert main([str(run), "--ranks", "7"]) == ExitCode.USAGE  # no rank7 anywhere: nothing compared
-    assert "no rank7 to compare rank0, rank1 against" in capsys.readouterr().out
+    assert main([str(run), "--ranks", "7"]) == ExitCode.USAGE  # no rank7 anywhere: nothing to compare against
+    assert "no rank7 to compare rank0, rank1 against" in capsys.readouterr().err
     assert main([str(run), str(run), "--ranks"]) == ExitCode.USAGE

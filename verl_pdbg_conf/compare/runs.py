@@ -105,7 +105,9 @@ def compare_ranks(run: str, reference: int = 0, out_dir: str | None = None, metr
             cmp.pairs.append(Pair(ranks[r], ref, step, stage, rank_number(r)))
     cmp.pairs.sort(key=sort_key)
     if not cmp.pairs and cmp.only_in_target:
-        raise UsageError(f"{run}: no {ref_dir} to compare the other ranks against; choose another with --ranks N")
+        others = sorted({s.rank_dir for s in cmp.only_in_target},
+                        key=lambda r: (rank_number(r) is None, rank_number(r) or 0, r))
+        raise UsageError(f"{run}: no {ref_dir} to compare {', '.join(others)} against; choose another with --ranks N")
     if not cmp.pairs:
         raise UsageError(f"{run}: only {ref_dir} there, no other rank to compare against it")
     return execute(cmp, out_dir, jobs, progress, pool, job_fn or compare_pair)
