@@ -79,17 +79,33 @@ def ours(target: str, golden: str, out: str, jobs: int | None) -> tuple[float, d
     return dt, json.loads(proc.stdout)
 
 
+def csv_first(csv_path: str, threshold: float) -> str | None:
+    """msprobe's CSV read by hand: forward rows before backward ones, the first with no golden counterpart,
+    another shape or dtype, a NaN or a NormRelativeErr over the threshold."""
+    import csv
+
+    from verl_pdbg_conf.compare.msprobe_csv import parse_value
+    from verl_pdbg_conf.compare.nodes import split_name
+
+    with open(csv_path, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    rows.sort(key=lambda r: split_name(r["NPU Name"])[0] == "backward")
+    for r in rows:
+        v = parse_value(r.get("NormRelativeErr"))
+        if (r["Bench Name"] in ("", "N/A") or r["NPU Tensor Shape"] != r["Bench Tensor Shape"]
+                or r["NPU Dtype"] != r["Bench Dtype"] or (v is not None and (v != v or v > threshold))):
+            return r["NPU Name"]
+    return None
+
+
 def agree(doc: dict, hand_out: str, target: str) -> int:
     """Pairs whose by-hand CSV's first row over the threshold is the first divergence ours names."""
-    from verl_pdbg_conf.compare.msprobe_csv import read_result
-
     n = 0
     for p in doc["pairs"]:
         rel = os.path.relpath(os.path.dirname(p["target"]), target)
         (csv_path,) = glob.glob(os.path.join(hand_out, rel, "compare_result_*.csv"))
-        an = read_result(csv_path, doc["metric"], doc["threshold"], 0, p["target"])
         mine = p["first_divergence"]["name"] if p["first_divergence"] else None
-        n += (an.first.name if an.first else None) == mine
+        n += csv_first(csv_path, doc["threshold"]) == mine
     return n
 
 

@@ -134,10 +134,10 @@ def check(proc: subprocess.CompletedProcess, what: str) -> dict:
 
 def job_name() -> str:
     """The per-pair job verl-pdbg-compare runs by default (the engine once it has landed)."""
-    from verl_pdbg_conf.compare.runs import compare_runs
+    from verl_pdbg_conf.compare import runs
 
-    fn = inspect.signature(compare_runs).parameters.get("job_fn")
-    fn = fn.default if fn is not None else None
+    fn = inspect.signature(runs.compare_runs).parameters.get("job_fn")
+    fn = (fn.default or runs.compare_pair) if fn is not None else None  # None: the engine's, looked up per call
     return f"{fn.__module__}.{fn.__name__}" if fn else "unknown"
 
 

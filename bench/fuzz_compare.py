@@ -1,8 +1,8 @@
 """The hostile-input campaign for verl-pdbg-compare: mutated dump.json, stack.json and construct.json of real
-pairs, each case through the CLI's main() (in this process, -j 1), and the promises checked: one of the four
-documented exit codes (0 same, 1 diverged, 2 usage, 3 incomplete), no exception and no traceback, a JSON
-document on stdout for 0, 1 and 3, and no input file changed. Prints the cases, the count per exit code,
-the failures, and the worst time, overall and per source.
+pairs, each case through the CLI's main() (in this process, -j 1), and the promises checked: one of the
+documented exit codes 0 same, 1 diverged, 2 usage, 3 incomplete (4, the compare's own fault, is a failure), no
+exception and no traceback, a JSON document on stdout for 0, 1 and 3, and no input file changed. Prints the
+cases, the count per exit code, the failures, and the worst time, overall and per source.
 
     python bench/fuzz_compare.py [--cases 10000] [--seconds 0] [--seed 0] [--dumps DIR] [--records 60]
                                [--out DIR] [--json FILE]

@@ -10,7 +10,8 @@ import re
 
 import pytest
 
-from verl_pdbg_conf.compare.runs import EXIT_DIVERGED, EXIT_OK, as_dict, compare_runs
+from verl_pdbg_conf.compare.runs import as_dict, compare_runs
+from verl_pdbg_conf.compare.verdict import ExitCode
 
 pytestmark = pytest.mark.slow
 LAYER = re.compile(r"(?:^|\.)layers\.(\d+)(?:\.|$)")
@@ -36,9 +37,9 @@ def test_every_verdict_is_right(cross_impl_pairs):
         firsts = [p["first_divergence"] for p in doc["pairs"]]
         assert len(firsts) == 2, pair["name"]  # both stages compared
         if pair["expect_layer"] is None:
-            if any(firsts) or cmp.exit_code != EXIT_OK:
+            if any(firsts) or cmp.exit_code != ExitCode.SAME:
                 wrong.append((pair["name"], [f and f["name"] for f in firsts]))
-        elif cmp.exit_code != EXIT_DIVERGED or any(not f or named_layer(pair, f) != pair["expect_layer"]
+        elif cmp.exit_code != ExitCode.DIVERGED or any(not f or named_layer(pair, f) != pair["expect_layer"]
                                                    for f in firsts):
             wrong.append((pair["name"], pair["expect_layer"], [f and (f["name"], f.get("layer"), f.get("module"))
                                                               for f in firsts]))

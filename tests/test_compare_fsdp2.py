@@ -12,8 +12,8 @@ import pytest
 
 from verl_pdbg_conf.compare.cli import main
 from verl_pdbg_conf.compare.ignores import DEFAULT_IGNORES, innermost_frames, match_ignore
-from verl_pdbg_conf.compare.runs import EXIT_DIVERGED, EXIT_OK, EXIT_USAGE, as_dict, compare_ranks, compare_runs, \
-    worker_pool
+from verl_pdbg_conf.compare.runs import as_dict, compare_ranks, compare_runs, worker_pool
+from verl_pdbg_conf.compare.verdict import ExitCode
 
 pytestmark = pytest.mark.slow
 
@@ -78,7 +78,7 @@ def test_identical_runs_differ_only_where_the_default_ignores(fsdp2_runs):
 def test_identical_runs_compare_same_by_default(fsdp2_runs, pool, tmp_path):
     cmp = compare_runs(*map(str, fsdp2_runs), str(tmp_path), pool=pool)
     doc = as_dict(cmp)
-    assert cmp.exit_code == EXIT_OK, [(p.label, p.analysis and p.analysis.first) for p in cmp.pairs]
+    assert cmp.exit_code == ExitCode.SAME, [(p.label, p.analysis and p.analysis.first) for p in cmp.pairs]
     assert len(cmp.pairs) == 8 and {p["rank"] for p in doc["pairs"]} == {0, 1}
     assert all(p["status"] == "same" and p["ignored"] for p in doc["pairs"])
     (summary,) = [s for s in doc["ignored"] if s["records"]]  # the FSDP2 default only; Megatron's leaves out none
@@ -89,7 +89,7 @@ def test_identical_runs_compare_same_by_default(fsdp2_runs, pool, tmp_path):
 def test_without_the_default_they_diverge_at_the_buffer(fsdp2_runs, pool, tmp_path):
     cmp = compare_runs(*map(str, fsdp2_runs), str(tmp_path), pool=pool, default_ignores=False)
     diverged = [p for p in cmp.pairs if p.status == "diverged"]
-    assert cmp.exit_code == EXIT_DIVERGED and diverged and as_dict(cmp)["ignored"] == []
+    assert cmp.exit_code == ExitCode.DIVERGED and diverged and as_dict(cmp)["ignored"] == []
     for p in diverged:
         frames = innermost_frames(json.loads(Path(p.target.path).with_name("stack.json").read_text()))
         first = p.analysis.first
@@ -101,9 +101,9 @@ def test_cli_ignore_pattern_and_report(fsdp2_runs, tmp_path, capsys):
     a, b = (str(r / "step_1" / "ref_compute_log_prob") for r in fsdp2_runs)
     code = main([a, b, "--no-default-ignores", "--ignore", "Tensor.narrow.*", "-o", str(tmp_path / "o")])
     out = capsys.readouterr().out
-    assert code == EXIT_OK, out
+    assert code == ExitCode.SAME, out
     assert "left out (--ignore): " in out and "matching Tensor.narrow.*\n" in out and "left out (default)" not in out
-    assert main([a, b, "--ignore", "@*"]) == EXIT_USAGE  # no record pattern
+    assert main([a, b, "--ignore", "@*"]) == ExitCode.USAGE  # no record pattern
 
 
 def test_ranks_against_rank0(fsdp2_runs, pool, tmp_path, capsys):
@@ -115,15 +115,15 @@ def test_ranks_against_rank0(fsdp2_runs, pool, tmp_path, capsys):
         assert (p.target.rank_dir, p.golden.rank_dir, p.rank, p.step) == ("rank1", "rank0", 1, 1)
         assert p.target.key == p.golden.key and p.status in ("same", "diverged")
     # each rank holds its own half of the batch: the ranks differ, first where the data enters
-    assert cmp.exit_code == EXIT_DIVERGED and all(p.status == "diverged" for p in cmp.pairs)
+    assert cmp.exit_code == ExitCode.DIVERGED and all(p.status == "diverged" for p in cmp.pairs)
     # the other way round, through the command, one stage: the output names the reference rank
     code = main([str(run / "step_1" / "actor_update"), "--ranks", "1", "-o", str(tmp_path / "r1"), "-f", "json",
                  "--html", str(tmp_path / "r1.html")])
     doc = json.loads(capsys.readouterr().out)
-    assert code == EXIT_DIVERGED and doc["reference_rank"] == 1
+    assert code == ExitCode.DIVERGED and doc["reference_rank"] == 1
     page = (tmp_path / "r1.html").read_text()  # the HTML says it too, and what the default left out
     assert "reference rank1" in page and "left out (default)" in page and "FSDP2" in page
     assert [(p["rank_dir"]["target"], p["rank_dir"]["golden"]) for p in doc["pairs"]] == [("rank0", "rank1")]
-    assert main([str(run), "--ranks", "7"]) == EXIT_USAGE  # no rank7 anywhere: nothing compared
-    assert "no rank7 to compare rank0, rank1 against" in capsys.readouterr().out
-    assert main([str(run), str(run), "--ranks"]) == EXIT_USAGE
+    assert main([str(run), "--ranks", "7"]) == ExitCode.USAGE  # no rank7 anywhere: nothing to compare against
+    assert "no rank7 to compare rank0, rank1 against" in capsys.readouterr().err
+    assert main([str(run), str(run), "--ranks"]) == ExitCode.USAGE

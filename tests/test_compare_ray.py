@@ -21,7 +21,8 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from verl_pdbg_conf.compare.ray_runner import ClusterError, run_ray  # noqa: E402
 from verl_pdbg_conf.compare.engine import compare_pair  # noqa: E402
-from verl_pdbg_conf.compare.runs import EXIT_DIVERGED, UsageError, compare_ranks, compare_runs  # noqa: E402
+from verl_pdbg_conf.compare.runs import UsageError, compare_ranks, compare_runs  # noqa: E402
+from verl_pdbg_conf.compare.verdict import ExitCode  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -103,6 +104,12 @@ def always_die(job):
     return compare_pair(job)
 
 
+def raises(job):
+    if "step_2" in job.target and "ref_compute_log_prob" in job.target:
+        raise RuntimeError("injected on a Ray node")
+    return compare_pair(job)
+
+
 def file_size(path):
     return {"size": os.path.getsize(path), "where": ray.get_runtime_context().get_node_id()}
 
@@ -115,7 +122,7 @@ def test_ray_agrees_with_the_local_pool_and_uses_readable_nodes_only(runs, clust
                          msprobe_csv="diverged")
     remote = compare_runs(str(runs / "scaled"), str(runs / "golden"), str(tmp_path / "ray"), ray=cluster.address,
                           ray_resource="dumps", progress=lambda d, t: seen.append((d, t)), msprobe_csv="diverged")
-    assert remote.exit_code == local.exit_code == EXIT_DIVERGED and len(remote.pairs) == 6
+    assert remote.exit_code == local.exit_code == ExitCode.DIVERGED and len(remote.pairs) == 6
     assert [(p.label, p.status, p.analysis.first.name, p.analysis.n_nodes) for p in remote.pairs] == \
         [(p.label, p.status, p.analysis.first.name, p.analysis.n_nodes) for p in local.pairs]
     assert {p.analysis.first.name for p in remote.pairs} == {FIRST}
@@ -132,7 +139,7 @@ def test_ray_agrees_with_the_local_pool_and_uses_readable_nodes_only(runs, clust
         assert summary["layers"] and sum(lay["nodes"] for lay in summary["layers"]) == summary["nodes"]
         twin = next(q for q in local.pairs if q.label == p.label)
         assert Path(p.result_file).read_bytes() == Path(twin.result_file).read_bytes()
-    assert json.loads((tmp_path / "ray" / "summary.json").read_text())["exit_code"] == EXIT_DIVERGED
+    assert json.loads((tmp_path / "ray" / "summary.json").read_text())["exit_code"] == ExitCode.DIVERGED
 
 
 def test_a_worker_that_dies_is_tried_again(runs, cluster, tmp_path, monkeypatch):
@@ -152,7 +159,19 @@ def test_a_worker_that_always_dies_fails_its_pair_alone(runs, cluster, tmp_path)
     (f,) = bad.findings
     assert bad.status == "error" and "compare worker died on Ray node" in f.message and "2 tries" in f.message
     assert [p.status for p in cmp.pairs if p is not bad] == ["diverged"] * 5
-    assert cmp.exit_code == EXIT_DIVERGED
+    assert cmp.exit_code == ExitCode.ERROR  # the pair lost may hold a divergence: never "diverged"
+
+
+def test_a_job_that_raises_fails_its_pair_alone_at_once(runs, cluster, tmp_path):
+    """A job that raises would raise again anywhere: not retried; its pair is `error` with the exception, and
+    the exit code is the error code, not "diverged"."""
+    cmp = compare_runs(str(runs / "scaled"), str(runs / "golden"), ray=cluster.address, ray_resource="dumps",
+                       job_fn=raises)
+    bad = next(p for p in cmp.pairs if (p.step, p.stage) == (2, "ref_compute_log_prob"))
+    (f,) = bad.findings
+    assert (bad.status, bad.reason, f.rule) == ("error", "compare-failed", "compare-failed")
+    assert "RuntimeError: injected on a Ray node" in f.message and "tries" not in f.message, f.message
+    assert [p.status for p in cmp.pairs if p is not bad] == ["diverged"] * 5 and cmp.exit_code == ExitCode.ERROR
 
 
 def test_generic_job_and_unreadable_files(runs, cluster, tmp_path):
@@ -196,13 +215,13 @@ def test_command_with_ray(runs, cluster, tmp_path):
              "sys.stderr.write('RAY %s' % ('ray' in sys.modules)); sys.exit(code)")
     proc = subprocess.run([sys.executable, "-c", probe, *argv, "-o", str(tmp_path / "a"), "--ray", cluster.address,
                            "--ray-resource", "dumps"], env=ENV, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == EXIT_DIVERGED, proc.stderr[-3000:]
+    assert proc.returncode == ExitCode.DIVERGED, proc.stderr[-3000:]
     doc = json.loads(proc.stdout)
     assert [p["first_divergence"]["name"] for p in doc["pairs"]] == [FIRST] * 3
     assert {p["ran_on"] for p in doc["pairs"]} <= cluster.readers and "RAY True" in proc.stderr
     proc = subprocess.run([sys.executable, "-c", probe, *argv, "-o", str(tmp_path / "b")],
                           env=ENV, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == EXIT_DIVERGED and "RAY False" in proc.stderr, proc.stderr[-3000:]
+    assert proc.returncode == ExitCode.DIVERGED and "RAY False" in proc.stderr, proc.stderr[-3000:]
     assert all(p["result_file"] is None and "ran_on" not in p for p in json.loads(proc.stdout)["pairs"])
     # no msprobe CSV unless asked; a bounded summary per pair and one for the whole
     assert not list((tmp_path / "b").rglob("*.csv")) and len(list((tmp_path / "b").rglob("summary.json"))) == 4

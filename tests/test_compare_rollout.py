@@ -151,7 +151,7 @@ def test_rollout_dump_without_token_record(broken):
     os.remove(_steps(broken)[1] / "tokens.json")
     code, doc = rollout(broken)
     (pair,) = doc["pairs"]
-    assert pair["status"] == "mismatch" and code == 2
+    assert pair["status"] == "mismatch" and code == 3  # nothing comparable: incomplete, not usage
     assert any("no token record" in m for m in rules(pair)["compare-tokens"])
 
 
@@ -196,7 +196,7 @@ def test_statistics_cannot_be_aligned(broken):
         dump.write_text(json.dumps(doc))
     code, out = rollout(broken)
     (pair,) = out["pairs"]
-    assert pair["status"] == "mismatch" and code == 2
+    assert pair["status"] == "mismatch" and code == 3
     (msg,) = rules(pair)["compare-rollout-align"]
     assert "cannot align tokens" in msg
     hint = [f["hint"] for f in pair["findings"] if f["rule"] == "compare-rollout-align"][0]

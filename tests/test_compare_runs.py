@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from verl_pdbg_conf.compare.runs import (EXIT_DIVERGED, EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, UsageError, as_dict,
-                                        compare_runs, worker_pool)
+from verl_pdbg_conf.compare.runs import UsageError, as_dict, compare_runs, worker_pool
+from verl_pdbg_conf.compare.verdict import ExitCode
 from verl_pdbg_conf.compare.cli import main
 
 pytestmark = pytest.mark.slow
@@ -79,7 +79,7 @@ def test_scaled_weight_is_named_in_every_pair_mix(runs, pool, tmp_path):
     cmp = compare_runs(str(runs / "mix" / "scaled"), str(runs / "mix" / "golden"), str(tmp_path), pool=pool,
                        msprobe_csv="diverged")
     doc = as_dict(cmp)
-    assert cmp.exit_code == EXIT_DIVERGED and doc["only_in_target"] == doc["only_in_golden"] == []
+    assert cmp.exit_code == ExitCode.DIVERGED and doc["only_in_target"] == doc["only_in_golden"] == []
     assert [(p["step"], p["stage"], p["rank"]) for p in doc["pairs"]] == \
         [(n, s, r) for n in (1, 2) for s in STAGES for r in (0, 1)]
     for p in doc["pairs"]:
@@ -97,7 +97,7 @@ def test_scaled_weight_is_named_in_every_pair_mix(runs, pool, tmp_path):
 
 def test_dtype_change_is_named_in_every_pair_mix(runs, pool, tmp_path):
     cmp = compare_runs(str(runs / "mix" / "dtype"), str(runs / "mix" / "golden"), str(tmp_path), pool=pool)
-    assert cmp.exit_code == EXIT_DIVERGED and len(cmp.pairs) == 12
+    assert cmp.exit_code == ExitCode.DIVERGED and len(cmp.pairs) == 12
     for p in cmp.pairs:
         f = p.analysis.first
         assert (f.name, f.module, f.reason) == ("Functional.linear.3.forward.input.0", "blocks.3.fc", "dtype"), p.label
@@ -111,7 +111,7 @@ def test_dtype_change_is_named_in_every_pair_mix(runs, pool, tmp_path):
 def test_identical_runs_name_nothing(runs, pool, tmp_path):
     for level in ("mix", "l1"):
         cmp = compare_runs(str(runs / level / "same"), str(runs / level / "golden"), str(tmp_path / level), pool=pool)
-        assert cmp.exit_code == EXIT_OK, [f.message for f in cmp.all_findings]
+        assert cmp.exit_code == ExitCode.SAME, [f.message for f in cmp.all_findings]
         assert cmp.pairs and all(p.status == "same" and p.analysis.first is None and p.analysis.top == []
                                  for p in cmp.pairs)
 
@@ -165,7 +165,7 @@ def test_faults_are_per_pair(runs, pool, tmp_path):
         assert by[key].status == "error" and f.rule == rule and f.file.startswith(str(target)), (key, f)
     assert [p.status for k, p in by.items() if k not in expect] == ["diverged"] * 6
     assert [s.label for s in cmp.only_in_golden] == ["step_2/ref_compute_log_prob/step0/rank1"]
-    assert cmp.exit_code == EXIT_DIVERGED
+    assert cmp.exit_code == ExitCode.DIVERGED
 
 
 def test_dumps_collected_differently_are_one_finding(runs, pool, tmp_path):
@@ -177,7 +177,7 @@ def test_dumps_collected_differently_are_one_finding(runs, pool, tmp_path):
     (f,) = p.findings
     assert p.status == "mismatch" and f.rule == "compare-mismatch" and p.analysis is None
     assert "task tensor against statistics" in f.message and "level L0 against mix" in f.message
-    assert cmp.exit_code == EXIT_USAGE
+    assert cmp.exit_code == ExitCode.INCOMPLETE  # nothing comparable: not a usage error
 
 
 def test_stage_directories_and_files(runs, pool, tmp_path):
@@ -188,7 +188,7 @@ def test_stage_directories_and_files(runs, pool, tmp_path):
     cmp = compare_runs(str(mix / "same/step_1/actor_update/step0/rank1/dump.json"),
                        str(mix / "golden/step_1/actor_update/step0/rank1/dump.json"), str(tmp_path / "b"), pool=pool)
     (p,) = cmp.pairs
-    assert (p.step, p.stage, p.rank, p.status, cmp.exit_code) == (1, "actor_update", 1, "same", EXIT_OK)
+    assert (p.step, p.stage, p.rank, p.status, cmp.exit_code) == (1, "actor_update", 1, "same", ExitCode.SAME)
 
 
 def test_only_in_one_run(runs, pool, tmp_path):
@@ -196,7 +196,7 @@ def test_only_in_one_run(runs, pool, tmp_path):
     shutil.copytree(runs / "l1" / "same", target)
     shutil.rmtree(target / "step_1" / "actor_update")
     cmp = compare_runs(str(target), str(runs / "l1" / "golden"), str(tmp_path / "o"), pool=pool)
-    assert len(cmp.pairs) == 2 and len(cmp.only_in_golden) == 1 and cmp.exit_code == EXIT_INCOMPLETE
+    assert len(cmp.pairs) == 2 and len(cmp.only_in_golden) == 1 and cmp.exit_code == ExitCode.INCOMPLETE
     assert as_dict(cmp)["only_in_golden"][0]["stage"] == "actor_update"
 
 
@@ -205,14 +205,14 @@ def test_usage_errors(runs, tmp_path, capsys):
         compare_runs(str(runs / "mix" / "same"), str(runs / "mix" / "golden"), str(runs / "mix" / "golden" / "o"))
     with pytest.raises(UsageError, match="in common"):
         compare_runs(str(runs / "mix" / "same"), str(runs / "mix" / "golden" / "step_1"), str(tmp_path))
-    assert main([str(tmp_path / "nowhere"), str(runs / "mix" / "golden")]) == EXIT_USAGE
+    assert main([str(tmp_path / "nowhere"), str(runs / "mix" / "golden")]) == ExitCode.USAGE
     assert "no such file" in capsys.readouterr().err
-    assert main([str(runs / "mix" / "same"), str(runs / "mix" / "golden"), "--metric", "bogus"]) == EXIT_USAGE
+    assert main([str(runs / "mix" / "same"), str(runs / "mix" / "golden"), "--metric", "bogus"]) == ExitCode.USAGE
 
 
 def test_html_without_matplotlib(runs, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # fault injection: the extra is not installed
-    assert main([str(runs / "l1" / "same"), str(runs / "l1" / "golden"), "--html", "r.html"]) == EXIT_USAGE
+    assert main([str(runs / "l1" / "same"), str(runs / "l1" / "golden"), "--html", "r.html"]) == ExitCode.USAGE
     assert "pip install 'verl-pdbg-conf[report]'" in capsys.readouterr().err
 
 
@@ -226,7 +226,7 @@ def test_command_json_html_and_read_only_inputs(runs, tmp_path):
     proc = subprocess.run([sys.executable, "-c", probe, str(target), str(golden), "--msprobe-csv",
                            "--format", "json", "-o", str(out), "--html", str(html), "--top", "3"],
                           cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == EXIT_DIVERGED, proc.stderr[-3000:]
+    assert proc.returncode == ExitCode.DIVERGED, proc.stderr[-3000:]
     assert "HEAVY []" in proc.stderr  # msprobe and torch load in the worker processes only
     assert "comparing [" not in proc.stderr  # the progress bar is for a terminal only
     doc = json.loads(proc.stdout)
@@ -263,9 +263,9 @@ def test_pairing_rules():
 
 
 def test_progress_bar_draws_in_place(capsys):
-    from verl_pdbg_conf.compare.cli import _progress_bar
+    from verl_pdbg_conf.compare.cli import ProgressBar
 
-    bar = _progress_bar()
+    bar = ProgressBar()
     bar(0, 4)
     bar(4, 4)
     bar.close()
@@ -284,12 +284,13 @@ def _csv_rows(path: str) -> list[dict]:
 
 def _csv_value(row: dict, metric: str):
     """The metric as msprobe's CSV gives it, as a badness (Cosine: 1 - value), a fraction."""
-    from verl_pdbg_conf.compare.msprobe_csv import _norm_rel, parse_value
+    from verl_pdbg_conf.compare.metrics import norm_rel
+    from verl_pdbg_conf.compare.msprobe_csv import parse_value
     from verl_pdbg_conf.compare.nodes import METRICS
 
     spec = METRICS[metric]
     if spec.column not in row:  # the tensor task's NormRelativeErr, from its l2norm columns
-        return _norm_rel(parse_value(row["NPU l2norm"]), parse_value(row["Bench l2norm"]))
+        return norm_rel(parse_value(row["NPU l2norm"]), parse_value(row["Bench l2norm"]))
     v = parse_value(row[spec.column])
     return v if v is None or spec.higher_is_worse else 1.0 - v
 
@@ -372,7 +373,7 @@ def test_no_output_option_writes_inside_an_input(runs, tmp_path, capsys, option)
         for how, path in _pointed_inside(root, tmp_path):
             existed = os.path.exists(path)
             assert main([str(target), str(golden), option, path, "-o" if option == "--html" else "--top",
-                         str(tmp_path / "out") if option == "--html" else "3"]) == EXIT_USAGE, (how, path)
+                         str(tmp_path / "out") if option == "--html" else "3"]) == ExitCode.USAGE, (how, path)
             err = capsys.readouterr().err
             assert f"{option} " in err and "is inside" in err and str(root) in err, (how, err)
             assert os.path.exists(path) == existed and not (tmp_path / "out").exists()
@@ -381,7 +382,7 @@ def test_no_output_option_writes_inside_an_input(runs, tmp_path, capsys, option)
     # a dump.json given as the input: its directory (stack.json, construct.json) is inside it too
     dump = next(golden.rglob("dump.json"))
     assert main([str(next(target.rglob("dump.json"))), str(dump), option,
-                 str(dump.parent / "stack.json")]) == EXIT_USAGE
+                 str(dump.parent / "stack.json")]) == ExitCode.USAGE
     assert (tree_hash(target), tree_hash(golden)) == before
 
 
@@ -395,13 +396,13 @@ def test_default_output_is_removed_and_o_keeps_it(runs, tmp_path, monkeypatch, c
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where mkdtemp puts the default output
     target, golden = str(runs / "l1" / "scaled"), str(runs / "l1" / "golden")
     # msprobe's CSVs are written only with --msprobe-csv (issue 18); the engine alone writes nothing
-    assert main([target, golden, "-f", "json"]) == EXIT_DIVERGED
+    assert main([target, golden, "-f", "json"]) == ExitCode.DIVERGED
     assert list(scratch.iterdir()) == [] and json.loads(capsys.readouterr().out)["output_dir"] is None
-    assert main([target, golden, "--msprobe-csv", "-f", "json"]) == EXIT_DIVERGED
+    assert main([target, golden, "--msprobe-csv", "-f", "json"]) == ExitCode.DIVERGED
     doc = json.loads(capsys.readouterr().out)
     assert list(scratch.iterdir()) == [] and doc["output_dir"] is None
     assert doc["pairs"] and all(p["result_file"] is None and p["first_divergence"] for p in doc["pairs"])
     assert "result files removed (-o DIR keeps them)" in render_text(None, doc)
-    assert main([target, golden, "--msprobe-csv", "-o", str(tmp_path / "kept")]) == EXIT_DIVERGED
+    assert main([target, golden, "--msprobe-csv", "-o", str(tmp_path / "kept")]) == ExitCode.DIVERGED
     assert f"msprobe results in {tmp_path / 'kept'}" in capsys.readouterr().out
     assert len(list((tmp_path / "kept").rglob("compare_result_*.csv"))) == 3 and list(scratch.iterdir()) == []

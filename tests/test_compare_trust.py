@@ -17,7 +17,8 @@ import pytest
 
 from verl_pdbg_conf.compare import runs as runs_mod
 from verl_pdbg_conf.compare.cli import main
-from verl_pdbg_conf.compare.runs import EXIT_DIVERGED, EXIT_OK, EXIT_USAGE, as_dict, compare_runs
+from verl_pdbg_conf.compare.runs import as_dict, compare_runs
+from verl_pdbg_conf.compare.verdict import ExitCode
 
 pytestmark = pytest.mark.slow
 
@@ -63,12 +64,12 @@ def text_of(argv: list[str], capsys) -> tuple[int, str]:
     return code, capsys.readouterr().out
 
 
-def test_nan_in_a_weight_is_the_first_divergence(tmp_path, block, capsys):
+def test_nan_in_a_weight_is_the_first_divergence(tmp_path, block, capsys, monkeypatch):
     make(tmp_path, [("mix", "statistics", "mix", "--variants", "golden,nan", "--block", str(block),
                      "--stages", "actor_compute_log_prob,actor_update", "--minibatches", "2")])
     run = tmp_path / "mix"
     cmp = compare_runs(str(run / "nan"), str(run / "golden"))
-    assert cmp.exit_code == EXIT_DIVERGED and len(cmp.pairs) == 2
+    assert cmp.exit_code == ExitCode.DIVERGED and len(cmp.pairs) == 2
     for p in cmp.pairs:
         f = p.analysis.first
         # F.linear's weight input: the NaN itself, before any metric (msprobe's CSV says "nan" there)
@@ -76,11 +77,28 @@ def test_nan_in_a_weight_is_the_first_divergence(tmp_path, block, capsys):
                                                 f"blocks.{block}.fc"), p.label
         assert f.golden_nonfinite == "" and f.minibatch == 0
     code, out = text_of([str(run / "nan"), str(run / "golden")], capsys)
-    assert code == EXIT_DIVERGED and out.count(f"first NaN: Functional.linear.{block}.forward.input.1") == 2
+    assert code == ExitCode.DIVERGED and out.count(f"first NaN: Functional.linear.{block}.forward.input.1") == 2
     assert "golden is finite there" in out
     # the golden run NaN too, at the same place: not a divergence, and said so
     code, out = text_of([str(run / "nan"), str(run / "nan")], capsys)
-    assert code == EXIT_OK and "both NaN" in out and "golden run is non-finite there too" in out
+    assert code == ExitCode.SAME and "both NaN" in out and "golden run is non-finite there too" in out
+    # a fault in one pair (fault injection: runs.compare_pair is looked up per call) stays in that pair: the
+    # other keeps its first NaN, and the exit code is the error code, never the "diverged" one
+    real = runs_mod.compare_pair
+
+    def flaky(job):
+        if "actor_update" in job.target:
+            raise RuntimeError("injected")
+        return real(job)
+
+    monkeypatch.setattr(runs_mod, "compare_pair", flaky)
+    code, out = text_of([str(run / "nan"), str(run / "golden"), "-j", "1", "--format", "json"], capsys)
+    by = {p["stage"]: p for p in json.loads(out)["pairs"]}
+    assert code == ExitCode.ERROR and (by["actor_update"]["status"], by["actor_update"]["reason"]) == ("error",
+                                                                                                   "compare-failed")
+    assert "RuntimeError: injected" in by["actor_update"]["findings"][0]["message"]
+    first = by["actor_compute_log_prob"]["first_divergence"]
+    assert by["actor_compute_log_prob"]["status"] == "diverged" and first["reason"] == "nan", first
 
 
 def test_scaled_gradient_is_a_backward_node_of_the_first_minibatch(tmp_path, block, capsys):
@@ -129,7 +147,7 @@ def test_changed_token_id_is_named_at_the_input_ids(tmp_path, block, capsys):
     code, out = text_of([str(tmp_path / "l1" / "token"), str(tmp_path / "l1" / "golden"), "--ignore",
                          "Functional.embedding.*", "--format", "json"], capsys)
     doc = json.loads(out)
-    assert code == EXIT_DIVERGED and doc["ignore_patterns"][-1] == "Functional.embedding.*"
+    assert code == ExitCode.DIVERGED and doc["ignore_patterns"][-1] == "Functional.embedding.*"
     for p in doc["pairs"]:
         assert p["ignored"]["Functional.embedding.*"] >= 3 * p["minibatches"]  # ids, weight, output per call
         assert p["first_divergence"]["name"] == "Functional.linear.0.forward.input.0"
@@ -144,16 +162,23 @@ def test_level_and_task_mismatch_is_one_finding_per_pair(tmp_path, capsys, monke
                     ("l1t", "tensor", "L1", "--variants", "golden", "--stages", "actor_compute_log_prob,actor_update")])
     for other, said in (("l0", "level L0 against L1"), ("l1t", "task tensor against statistics")):
         code, out = text_of([str(tmp_path / other / "golden"), str(tmp_path / "l1" / "golden")], capsys)
-        assert code == EXIT_USAGE and "diverged" not in out, out
+        # nothing comparable, because of how the dumps were collected: incomplete, not a usage error
+        assert code == ExitCode.INCOMPLETE and "diverged" not in out, out
         assert out.count(said) == 2 * 2 and "2 collected differently" in out  # row and finding, per pair
         cmp = compare_runs(str(tmp_path / other / "golden"), str(tmp_path / "l1" / "golden"))
         assert [p.status for p in cmp.pairs] == ["mismatch"] * 2
         assert all(len(p.findings) == 1 and p.findings[0].rule == "compare-mismatch" for p in cmp.pairs)
         assert all(d["first_divergence"] is None for d in as_dict(cmp)["pairs"])
     # a metric statistics dumps cannot give is refused before any pair is compared
-    def boom(job):  # fault injection: no pair may be compared
-        raise AssertionError("compared a pair")
+    compared = []
+    real = runs_mod.compare_pair
 
-    monkeypatch.setattr(runs_mod, "compare_pair", boom)
-    assert main([str(tmp_path / "l1" / "golden"), str(tmp_path / "l1" / "golden"), "--metric", "Cosine"]) == EXIT_USAGE
+    def counted(job):  # fault injection: runs.compare_pair is looked up per call, so every pair passes here
+        compared.append(job.target)
+        return real(job)
+
+    monkeypatch.setattr(runs_mod, "compare_pair", counted)
+    golden = str(tmp_path / "l1" / "golden")
+    assert main([golden, golden, "--metric", "Cosine", "-j", "1"]) == ExitCode.USAGE and compared == []
     assert "--metric Cosine cannot be computed" in capsys.readouterr().err
+    assert main([golden, golden, "-j", "1"]) == ExitCode.SAME and len(compared) == 2  # the injection does reach pairs

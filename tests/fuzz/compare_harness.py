@@ -1,11 +1,11 @@
 """One hostile input through verl-pdbg-compare, and the promises checked on what comes out.
 
-Shared by tests/fuzz/test_fuzz_compare.py (a few hundred cases) and bench/fuzz_compare.py (10,000 and
-more). Seeds are real pairs (make_cross_impl_dumps.py), each stage cut to a few dozen records so a case
-takes milliseconds; a case replaces one file (dump.json, stack.json or construct.json of one stage of one
-side) with mutated bytes. The promises: the CLI's main() returns one of its four documented exit codes
-(0 same, 1 diverged, 2 usage, 3 incomplete) and raises nothing; nothing says "Traceback"; with 0, 1 or 3,
-stdout is one JSON document; no input file changes."""
+Shared by tests/fuzz/test_fuzz_compare.py (a few hundred cases) and bench/fuzz_compare.py (10,000 and more).
+Seeds are real pairs (make_cross_impl_dumps.py), each stage cut to a few dozen records so a case takes
+milliseconds; a case replaces one file (dump.json, stack.json or construct.json of one stage of one side) with
+mutated bytes. The promises: the CLI's main() returns one of its documented exit codes 0 same, 1 diverged, 2
+usage, 3 incomplete (4, the compare's own fault, fails the case) and raises nothing; nothing says "Traceback";
+with 0, 1 or 3, stdout is one JSON document; no input file changes."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 
-EXIT_CODES = (0, 1, 2, 3)
+EXIT_CODES = (0, 1, 2, 3)  # all but 4 (ERROR): a hostile dump is the dumps' fault, never the tool's
 FILES = ("dump.json", "stack.json", "construct.json")
 SEED_PAIRS = ("qwen2-mix-statistics/sdpa-weight", "qwen2-L1-statistics/same-weight", "qwen2-mix-statistics/split")
 
@@ -136,7 +136,7 @@ def check(code, stdout: str, stderr: str, tb: str) -> list[str]:
     if tb:
         problems.append("exception escaped:\n" + tb[-3000:])
     elif code not in EXIT_CODES:
-        problems.append(f"exit code {code!r} is not one of {EXIT_CODES}")
+        problems.append(f"exit code {code!r} is not one of {EXIT_CODES}: {stderr[-2000:]}")
     for where, text in (("stdout", stdout), ("stderr", stderr)):
         if "Traceback (most recent call last)" in text:
             problems.append(f"a traceback on {where}:\n{text[-3000:]}")

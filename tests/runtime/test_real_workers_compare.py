@@ -14,7 +14,8 @@ import pytest
 
 from runtime_helpers import bench_summary, start_bench
 
-from verl_pdbg_conf.compare.runs import EXIT_OK, as_dict, compare_runs
+from verl_pdbg_conf.compare.runs import as_dict, compare_runs
+from verl_pdbg_conf.compare.verdict import ExitCode
 
 pytestmark = pytest.mark.slow
 
@@ -78,7 +79,7 @@ def test_sdpa_same_weights_no_divergence_in_the_update(runs):
     log-probs that agree to 1e-7 (Norm 11.0) and leaves a difference of 4e-5: its relative error is ~1%
     while its inputs carried 1e-7, rounding magnified by cancellation, not an error introduced there."""
     cmp, pairs = _compared(runs, "sdpa")
-    assert pairs["actor_update"]["first_divergence"] is None and cmp.exit_code == EXIT_OK
+    assert pairs["actor_update"]["first_divergence"] is None and cmp.exit_code == ExitCode.SAME
 
 
 def test_planted_layer_is_named(runs):

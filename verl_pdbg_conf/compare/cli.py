@@ -1,20 +1,24 @@
 """`verl-pdbg-compare TARGET GOLDEN`: the first divergence of two runs, per step, stage and rank;
-`verl-pdbg-compare RUN --ranks [REF]`: every rank of one run against rank REF (default 0).
+`verl-pdbg-compare RUN --ranks [REF]`: every rank of one run against rank REF (default 0);
+`verl-pdbg-compare --rollout SAVE_PATH`: the rollout against the actor, token by token.
 
-Exit codes: 0 every pair compared and none diverged; 1 a divergence was found (in at least one
-pair); 2 usage error, or nothing could be compared; 3 no divergence found, but some pair could not
-be compared (a missing, empty or corrupt dump.json, msprobe failed) or a (step, stage, rank) is in
-one run only."""
+Exit codes (verdict.ExitCode, the same for all three): 0 same, 1 diverged, 2 usage, 3 incomplete,
+4 error. Nothing escapes main() as a traceback: an unexpected error is one line and exit code 4
+(VERL_PDBG_DEBUG=1 prints the traceback too)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import os
 import sys
+import traceback
 
-from verl_pdbg_conf.compare.runs import (DEFAULT_TOP, EXIT_USAGE, UsageError, as_dict, compare_ranks, compare_runs,
-                                        refuse_inside, remove_output)
+from verl_pdbg_conf.compare.output_paths import check_outputs
+from verl_pdbg_conf.compare.runs import (DEFAULT_TOP, as_dict, compare_ranks, compare_runs, remove_output,
+                                        require_msprobe)
+from verl_pdbg_conf.compare.verdict import ExitCode, Reason, UsageError, failure
 from verl_pdbg_conf.compare.nodes import DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS
 from verl_pdbg_conf.compare.pipeline.coverage import DEFAULT_MIN_COVERAGE, short
 
@@ -26,9 +30,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog=PROG, description="Compare two runs' msprobe dumps pair by pair (step, stage, rank) with msprobe "
         "compare, and name the first node in execution order whose difference passes a threshold.",
-        epilog="exit codes: 0 no divergence, every pair compared whole; 1 divergence found; 2 usage error or "
-        "nothing compared; 3 no divergence, but a pair could not be compared, was compared only in part, or is "
-        "in one run only")
+        epilog="exit codes: 0 same: every pair compared whole, none diverged; 1 diverged: a divergence found; "
+        "2 usage: arguments or output paths refused, before any dump is read; 3 incomplete: no divergence, but a "
+        "pair could not be compared (its dumps missing, empty, corrupt or collected differently), was compared "
+        "only in part, or is in one run only; 4 error: the compare itself failed (on a pair, whose status is "
+        "then 'error' with reason compare-failed, or as a whole); it wins over 1, since the pair it lost may "
+        "hold a divergence. VERL_PDBG_DEBUG=1 prints an unexpected error's traceback.")
     ap.add_argument("target", help="the run under test: a save_path, a step_N/stage directory or a dump.json")
     ap.add_argument("golden", nargs="?", help="the reference run, the same kind of path (not with --ranks)")
     ap.add_argument("--rollout", action="store_true",
@@ -87,38 +94,53 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+DEBUG_ENV = "VERL_PDBG_DEBUG"
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The command; whatever happens inside, one of the five exit codes, never a traceback by default."""
+    try:
+        return _main(argv)
+    except Exception as e:  # noqa: BLE001 - a fault of the tool is exit code 4, never 1 ("diverged")
+        if os.environ.get(DEBUG_ENV):
+            traceback.print_exc()
+        sys.stderr.write(f"{PROG}: error: the compare failed: {failure(e)} ({DEBUG_ENV}=1 shows where; please "
+                         "report it)\n")
+        return ExitCode.ERROR
+
+
+def _usage(message: str) -> int:
+    sys.stderr.write(f"{PROG}: error: {message}\n")
+    return ExitCode.USAGE
+
+
+def _main(argv: list[str] | None) -> int:
     ap = build_parser()
     try:
         args = ap.parse_args(argv)
     except SystemExit as e:
-        return EXIT_USAGE if e.code not in (0, None) else 0
+        return ExitCode.USAGE if e.code not in (0, None) else ExitCode.SAME
     if args.threshold < 0 or math.isnan(args.threshold) or args.top < 0 or (args.jobs is not None and args.jobs < 1):
-        sys.stderr.write(f"{PROG}: error: --threshold and --top must be >= 0, --jobs >= 1\n")
-        return EXIT_USAGE
+        return _usage("--threshold and --top must be >= 0, --jobs >= 1")
     if args.html and not args.rollout:
         from verl_pdbg_conf.compare.report_html import matplotlib_missing
 
         missing = matplotlib_missing()
         if missing:
-            sys.stderr.write(f"{PROG}: error: --html {missing}\n")
-            return EXIT_USAGE
+            return _usage(f"--html {missing}")
     if args.ray_resource and not args.ray:
-        sys.stderr.write(f"{PROG}: error: --ray-resource needs --ray\n")
-        return EXIT_USAGE
+        return _usage("--ray-resource needs --ray")
     if args.rollout:
         return _rollout(args)
     if (args.ranks is None) == (args.golden is None) or (args.ranks is not None and args.ranks < 0):
-        sys.stderr.write(f"{PROG}: error: give TARGET and GOLDEN, or one run and --ranks [REF] (REF >= 0)\n")
-        return EXIT_USAGE
+        return _usage("give TARGET and GOLDEN, or one run and --ranks [REF] (REF >= 0)")
     inputs = (args.target,) if args.golden is None else (args.target, args.golden)
-    try:  # nothing is written under an input: --html here, -o (and each pair's directory) by compare_runs/
-        # compare_ranks, both before anything runs
-        refuse_inside({"--html": args.html}, inputs)
+    try:  # every output before any dump is read (compare_runs checks -o again, and each pair's directory)
+        check_outputs({"-o": args.output}, {"--html": args.html}, inputs)
+        require_msprobe(args.msprobe_csv)
     except UsageError as e:
-        sys.stderr.write(f"{PROG}: error: {e}\n")
-        return EXIT_USAGE
-    progress = _progress_bar() if sys.stderr.isatty() else None
+        return _usage(str(e))
+    progress = ProgressBar() if sys.stderr.isatty() else None
     try:
         common = dict(out_dir=args.output, metric=args.metric, threshold=args.threshold, top=args.top,
                       jobs=args.jobs, progress=progress, ignore_dtype=args.ignore_dtype, ignores=args.ignore,
@@ -131,8 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             cmp = compare_runs(args.target, args.golden, confs={"target": args.target_conf,
                                                                  "golden": args.golden_conf}, **common)
     except UsageError as e:
-        sys.stderr.write(f"{PROG}: error: {e}\n")
-        return EXIT_USAGE
+        return _usage(str(e))
     finally:
         if progress:
             progress.close()
@@ -147,7 +168,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _rollout(args) -> int:
-    from verl_pdbg_conf.compare.rollout.run import UsageError as RolloutUsage
     from verl_pdbg_conf.compare.rollout.report import render_html, render_text as rollout_text
     from verl_pdbg_conf.compare.rollout.run import compare_rollout
 
@@ -155,16 +175,13 @@ def _rollout(args) -> int:
                              ("--ray", args.ray), ("--target-conf", args.target_conf), ("--golden-conf", args.golden_conf))
               if v]
     if unused:
-        sys.stderr.write(f"{PROG}: error: --rollout compares one run's two stages from its tensor dumps; not with "
-                         f"{', '.join(unused)}\n")
-        return EXIT_USAGE
+        return _usage(f"--rollout compares one run's two stages from its tensor dumps; not with {', '.join(unused)}")
     try:
-        refuse_inside({"--html": args.html}, tuple(p for p in (args.target, args.golden) if p))
+        check_outputs({}, {"--html": args.html}, tuple(p for p in (args.target, args.golden) if p))
         doc = compare_rollout(args.target, args.golden, threshold=args.threshold, dtype_aware=args.dtype_aware,
                               top=args.top, min_coverage=args.min_coverage)
-    except (RolloutUsage, UsageError) as e:
-        sys.stderr.write(f"{PROG}: error: {e}\n")
-        return EXIT_USAGE
+    except UsageError as e:
+        return _usage(str(e))
     if args.html:
         with open(args.html, "w", encoding="utf-8") as fh:
             fh.write(render_html(doc))
@@ -172,7 +189,7 @@ def _rollout(args) -> int:
     return doc["exit_code"]
 
 
-class _progress_bar:
+class ProgressBar:
     """pairs done / total on stderr, redrawn in place (a terminal only)."""
 
     def __init__(self):
@@ -296,12 +313,14 @@ def render_text(cmp, doc: dict) -> str:
                      f" from {b['name']} on: the golden run is non-finite there too")
     n = len(doc["pairs"])
     count = {s: sum(p["status"] == s for p in doc["pairs"]) for s in ("diverged", "partial", "mismatch", "error")}
+    failed = sum(p.get("reason") == Reason.FAILED for p in doc["pairs"])
     L.append("")
     parts = [f"{count['diverged']} diverged" if count["diverged"] else "",
              f"{n - sum(count.values())} same",
              f"{count['partial']} partly compared" if count["partial"] else "",
              f"{count['mismatch']} collected differently (not compared)" if count["mismatch"] else "",
-             f"{count['error']} not compared" if count["error"] else ""]
+             f"{count['error'] - failed} not compared" if count["error"] > failed else "",
+             f"{failed} failed (an error of the compare itself, exit code 4)" if failed else ""]
     L.append("compared: the share of target/golden records compared; \"same\" needs "
              f"{100 * doc['min_coverage']:.3g}% of each and every module")
     L.append(f"{n} pair(s): {', '.join(x for x in parts if x)}; "

@@ -16,6 +16,7 @@ from verl_pdbg_conf.compare.dumpread import DumpError, DumpReader, read_header
 from verl_pdbg_conf.compare.nodes import DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS, Analysis
 from verl_pdbg_conf.compare.pipeline.coverage import DEFAULT_MIN_COVERAGE
 from verl_pdbg_conf.compare.pipeline.run import run_pipeline
+from verl_pdbg_conf.compare.verdict import FAULT_HINT, Reason, failure
 
 
 @dataclass(frozen=True)
@@ -40,10 +41,15 @@ class PairJob:
 class PairOutcome:
     analysis: Analysis | None = None
     error: str = ""  # why nothing was compared
-    rule: str = ""  # its finding rule: dump-corrupt, compare-mismatch...
+    rule: Reason | None = None  # the reason, also its finding's rule: dump-corrupt, compare-mismatch...
     path: str = ""  # the file at fault
     hint: str = ""
     notes: list = field(default_factory=list)  # (rule, message, hint) said about a compared pair
+
+
+def failed_outcome(job: PairJob, error: str, hint: str = FAULT_HINT) -> PairOutcome:
+    """The pair's job raised or was lost (`error` says how): nothing compared, the other pairs go on."""
+    return PairOutcome(error=f"the compare failed: {error}", rule=Reason.FAILED, path=job.target, hint=hint)
 
 
 def header_of(path: str) -> dict:
@@ -65,6 +71,15 @@ def mismatch(t: dict, g: dict) -> str:
 
 
 def compare_pair(job: PairJob) -> PairOutcome:
+    """One pair, whatever happens: an unexpected exception is returned as the pair's failure, so a worker
+    process or a Ray task reports it like any outcome."""
+    try:
+        return _checked(job)
+    except Exception as e:  # noqa: BLE001 - a fault stays in its pair
+        return failed_outcome(job, failure(e))
+
+
+def _checked(job: PairJob) -> PairOutcome:
     # each dump.json opened once: its header and first tensor read off the stream the pipeline then reads on
     # (one reader per side, also where both sides are the same file)
     streams = (DumpReader(job.target), DumpReader(job.golden))
@@ -72,33 +87,34 @@ def compare_pair(job: PairJob) -> PairOutcome:
     differ = mismatch(th, gh)
     if differ:
         return PairOutcome(error=f"the two dumps were collected differently ({differ}): not compared node by "
-                           "node", rule="compare-mismatch", path=job.target,
+                           "node", rule=Reason.MISMATCH, path=job.target,
                            hint="collect both runs with the same config.json task, level and summary_mode")
     task = th.get("task") or gh.get("task") or "statistics"
     if th.get("summary_mode") == "md5":
         task = "md5"
     spec = METRICS[job.metric]
     if task not in spec.tasks:
-        return PairOutcome(error=f"{job.metric} is not given by a {task} dump", rule="compare-metric",
+        return PairOutcome(error=f"{job.metric} is not given by a {task} dump", rule=Reason.METRIC,
                            path=job.target, hint="choose another --metric for this task")
     try:
         return _compare(job, task, th.get("level") or "", streams)
     except (DumpError, UnicodeDecodeError) as e:
-        return PairOutcome(error=str(e) if isinstance(e, DumpError) else "is not UTF-8 text", rule="dump-corrupt",
-                           path=getattr(e, "path", job.target),
+        return PairOutcome(error=str(e) if isinstance(e, DumpError) else "is not UTF-8 text",
+                           rule=Reason.DUMP_CORRUPT, path=getattr(e, "path", job.target),
                            hint="the writer was interrupted (a killed worker, a full disk); collect this stage again")
     except OSError as e:
-        return PairOutcome(error=f"cannot be read ({e.strerror})", rule="dump-missing", path=e.filename or job.target)
+        return PairOutcome(error=f"cannot be read ({e.strerror})", rule=Reason.DUMP_MISSING,
+                           path=e.filename or job.target)
 
 
 def _compare(job: PairJob, task: str, level: str, streams: tuple) -> PairOutcome:
     an, notes, empty = run_pipeline(job, task, level, streams)
     if empty:
-        return PairOutcome(error="holds no records", rule="dump-empty", path=empty,
+        return PairOutcome(error="holds no records", rule=Reason.DUMP_EMPTY, path=empty,
                            hint="the stage ran no hooked API or module (config.json scope/list/level, or the "
                            "stage's model was not resolved)")
     if an.tokens:
-        return PairOutcome(error=an.tokens, rule="compare-mismatch", path=job.target,
+        return PairOutcome(error=an.tokens, rule=Reason.MISMATCH, path=job.target,
                            hint="collect both with the same token layout (verl: use_remove_padding and the "
                            "log-prob micro-batch size alike), or compare the same tokens")
     out = PairOutcome(an)

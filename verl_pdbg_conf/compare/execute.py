@@ -1,6 +1,8 @@
 """Execution of a comparison: each pair's engine job in local worker processes (or this one), or on a Ray
 cluster, then msprobe's compare for its CSV when asked, then the summaries; a worker that dies is retried
-in this process. The output directory is refused inside an input before anything runs."""
+in this process. A fault stays in its pair: an exception from a pair's job, wherever it ran, makes that
+pair `error` (reason compare-failed) and the others are compared. The output directory is refused inside
+an input before anything runs."""
 
 from __future__ import annotations
 
@@ -11,12 +13,14 @@ import shutil
 import tempfile
 
 from verl_pdbg_conf.core.findings import Finding
-from verl_pdbg_conf.compare.engine import PairJob, PairOutcome, compare_pair, header_of
-from verl_pdbg_conf.compare.msprobe_run import _diagnose, _msprobe_compare, _precheck, _csv_written, msprobe_remote
+from verl_pdbg_conf.compare.engine import PairJob, PairOutcome, failed_outcome, header_of
+from verl_pdbg_conf.compare.msprobe_run import diagnose, msprobe_compare, precheck, csv_written, msprobe_remote
 from verl_pdbg_conf.compare.nodes import METRICS
 from verl_pdbg_conf.compare.output import write_summaries
-from verl_pdbg_conf.compare.pairs import E, I, W, Comparison, Pair, UsageError, _finding, _pair_dir, refuse_inside
+from verl_pdbg_conf.compare.output_paths import refuse_inside
+from verl_pdbg_conf.compare.pairs import E, I, W, Comparison, Pair, finding, pair_dir
 from verl_pdbg_conf.compare.pipeline.coverage import coverage_text
+from verl_pdbg_conf.compare.verdict import Reason, Status, UsageError, failure
 
 # Each worker holds torch and msprobe (a few hundred MB) and msprobe's tensor compare starts its own pool.
 MAX_DEFAULT_JOBS = 4
@@ -26,14 +30,15 @@ def default_jobs() -> int:
     return max(1, min(os.cpu_count() or 1, MAX_DEFAULT_JOBS))
 
 
-def _execute(cmp: Comparison, out_dir: str | None, jobs, progress, pool, job_fn) -> Comparison:
+def execute(cmp: Comparison, out_dir: str | None, jobs, progress, pool, job_fn) -> Comparison:
+    """Run the comparison `cmp` (paired, not compared): job_fn(PairJob) -> PairOutcome per pair."""
     inputs = (cmp.target, cmp.golden)
     if out_dir is not None:  # -o beside an input must not reach into it through a pair's subdirectory either
         for p in cmp.pairs:
-            refuse_inside({"-o": _pair_dir(out_dir, p)}, inputs)
+            refuse_inside({"-o": pair_dir(out_dir, p)}, inputs)
     for side, which in [(s, "target") for s in cmp.only_in_target] + [(s, "golden") for s in cmp.only_in_golden]:
         if cmp.reference_rank is None:
-            cmp.findings.append(_finding("compare-pairing", W, f"{side.label} is in the {which} run only",
+            cmp.findings.append(finding("compare-pairing", W, f"{side.label} is in the {which} run only",
                                          os.path.dirname(side.path), "the other run did not collect it"))
     todo = _prechecked(cmp)
     _refuse_metric(cmp, todo)
@@ -61,9 +66,9 @@ def _execute(cmp: Comparison, out_dir: str | None, jobs, progress, pool, job_fn)
 def _prechecked(cmp: Comparison) -> list[Pair]:
     todo = []
     for p in cmp.pairs:
-        bad = [f for f in (_precheck(p.target), _precheck(p.golden)) if f]
+        bad = [f for f in (precheck(p.target), precheck(p.golden)) if f]
         if bad:
-            p.status, p.findings = "error", bad
+            p.status, p.reason, p.findings = Status.ERROR, Reason(bad[0].rule), bad
         else:
             todo.append(p)
     return todo
@@ -90,11 +95,18 @@ def worker_pool(jobs: int | None = None) -> cf.ProcessPoolExecutor:
 
 
 def _run_engine(cmp: Comparison, todo: list[Pair], jobs: int | None, progress, shared: cf.Executor | None,
-                job_fn=compare_pair) -> None:
+                job_fn) -> None:
     def job(p: Pair) -> PairJob:
-        return PairJob(p.target.path, p.golden.path, cmp.metric, cmp.threshold, cmp.top, cmp.ignore_dtype,
-                       cmp.dtype_aware, cmp.ignores, cmp.keep_nodes, cmp.min_coverage, p.target.group, p.golden.group,
-                       p.target.tp, p.golden.tp)
+        return PairJob(p.target.path, p.golden.path, metric=cmp.metric, threshold=cmp.threshold, top=cmp.top,
+                       ignore_dtype=cmp.ignore_dtype, dtype_aware=cmp.dtype_aware, ignores=cmp.ignores,
+                       keep_nodes=cmp.keep_nodes, min_coverage=cmp.min_coverage, target_group=p.target.group,
+                       golden_group=p.golden.group, target_tp=p.target.tp, golden_tp=p.golden.tp)
+
+    def here(p: Pair) -> PairOutcome:  # in this process: an exception stays in its pair
+        try:
+            return job_fn(job(p))
+        except Exception as e:  # noqa: BLE001 - any fault of one pair's job is that pair's finding
+            return failed_outcome(job(p), failure(e))
 
     done = len(cmp.pairs) - len(todo)
     if progress:
@@ -103,50 +115,56 @@ def _run_engine(cmp: Comparison, todo: list[Pair], jobs: int | None, progress, s
         return
     if cmp.ray:
         _spread(cmp, todo, job_fn, job, lambda p, out: _finish_engine(cmp, p, out), progress, done, len(cmp.pairs),
-                lambda p, error: PairOutcome(error=error, rule="compare-failed", path=p.target.path,
-                                             hint="see the Ray cluster's logs for that node"))
+                lambda p, error: failed_outcome(job(p), error, "see the Ray cluster's logs for that node"))
         return
     workers = max(1, min(jobs or default_jobs(), len(todo)))
     if shared is None and workers == 1:  # one pair or -j 1: no worker process to start
         for p in todo:
-            _finish_engine(cmp, p, job_fn(job(p)))
+            _finish_engine(cmp, p, here(p))
             done += 1
             if progress:
                 progress(done, len(cmp.pairs))
         return
-    retry = _pool(todo, shared or worker_pool(workers), job_fn, job,
-                  lambda p, out: _finish_engine(cmp, p, out), progress, done, len(cmp.pairs), shared is None)
+    retry = _pool(todo, shared or worker_pool(workers), job_fn, job, lambda p, out: _finish_engine(cmp, p, out),
+                  lambda p, error: failed_outcome(job(p), error), progress, done, len(cmp.pairs), shared is None)
     for p in retry:  # a worker died (killed, out of memory) and took the pool: each again, in this process
-        _finish_engine(cmp, p, job_fn(job(p)))
+        _finish_engine(cmp, p, here(p))
 
 
 def _run_msprobe(cmp: Comparison, jobs: int | None, shared: cf.Executor | None) -> None:
     """msprobe's own compare, for its CSV: on the diverged pairs, or on every compared pair."""
-    todo = [p for p in cmp.pairs if p.status == "diverged" or (cmp.msprobe_csv == "all" and p.status == "same")]
+    todo = [p for p in cmp.pairs
+            if p.status == Status.DIVERGED or (cmp.msprobe_csv == "all" and p.status == Status.SAME)]
     if not todo:
         return
     for p in todo:
-        p.out_dir = _pair_dir(cmp.out_dir, p)
+        p.out_dir = pair_dir(cmp.out_dir, p)
         os.makedirs(p.out_dir, mode=0o750, exist_ok=True)
     if cmp.ray:  # the CSV comes back as data and is written here, by the driver
         _spread(cmp, todo, msprobe_remote, lambda p: (p.target.path, p.golden.path),
-                lambda p, out: _finish_csv(p, _csv_written(p, out)), None, 0, len(todo),
+                lambda p, out: _finish_csv(p, csv_written(p, out)), None, 0, len(todo),
                 lambda p, error: {"result": None, "error": error, "log": None})
         return
     workers = max(1, min(jobs or default_jobs(), len(todo)))
-    lost = _pool(todo, shared or worker_pool(workers), _msprobe_compare,
-                 lambda p: (p.target.path, p.golden.path, p.out_dir), lambda p, out: _finish_csv(p, out),
-                 None, 0, len(todo), shared is None)
+
+    def job(p: Pair) -> tuple[str, str, str]:
+        return p.target.path, p.golden.path, p.out_dir
+
+    def failed(p: Pair, error: str) -> dict:
+        return {"result": None, "error": error, "log": None}
+
+    lost = _pool(todo, shared or worker_pool(workers), msprobe_compare, job, _finish_csv, failed, None, 0,
+                 len(todo), shared is None)
     if lost:
-        _pool(lost, worker_pool(1), _msprobe_compare, lambda p: (p.target.path, p.golden.path, p.out_dir),
-              lambda p, out: _finish_csv(p, out), None, 0, len(lost), True,
-              died={"result": None, "error": "the msprobe compare worker process died", "log": None})
+        _pool(lost, worker_pool(1), msprobe_compare, job, _finish_csv, failed, None, 0, len(lost), True,
+              retry=False)
 
 
-def _pool(todo: list[Pair], pool: cf.Executor, fn, make_job, finish, progress, done: int, total: int, own: bool,
-          died: dict | None = None) -> list[Pair]:
-    """Run fn(make_job(p)) for each pair; finish(p, outcome) as they complete. Returns the pairs lost to a
-    worker that died (when `died` is None; otherwise they finish with it)."""
+def _pool(todo: list[Pair], pool: cf.Executor, fn, make_job, finish, failed, progress, done: int, total: int,
+          own: bool, retry: bool = True) -> list[Pair]:
+    """Run fn(make_job(p)) for each pair; finish(p, outcome) as they complete, finish(p, failed(p, error))
+    where the job raised. Returns the pairs lost to a worker that died (with `retry`; otherwise they
+    finish as failed)."""
     lost = []
     try:
         try:
@@ -158,10 +176,12 @@ def _pool(todo: list[Pair], pool: cf.Executor, fn, make_job, finish, progress, d
             try:
                 outcome = fut.result()
             except cf.process.BrokenProcessPool:
-                if died is None:
+                if retry:
                     lost.append(p)
                     continue
-                outcome = died
+                outcome = failed(p, "the worker process died")
+            except Exception as e:  # noqa: BLE001 - raised in the worker, or its job not sent: that pair only
+                outcome = failed(p, failure(e))
             finish(p, outcome)
             done += 1
             if progress:
@@ -189,7 +209,7 @@ def _spread(cmp: Comparison, todo: list[Pair], fn, make_job, finish, progress, d
                 progress(done, total)
     except ClusterError as e:
         raise UsageError(str(e)) from e
-    cmp.findings += [_finding("compare-ray", W, n, cmp.ray) for n in notes if n not in
+    cmp.findings += [finding("compare-ray", W, n, cmp.ray) for n in notes if n not in
                      {f.message for f in cmp.findings}]
 
 
@@ -199,23 +219,33 @@ def _reads(job) -> tuple[str, str]:
 
 
 def _finish_engine(cmp: Comparison, p: Pair, out: PairOutcome) -> None:
+    try:
+        _verdict(p, out)
+    except Exception as e:  # noqa: BLE001 - an outcome this process cannot read is that pair's fault alone
+        p.analysis, p.findings = None, []
+        _verdict(p, failed_outcome(PairJob(p.target.path, p.golden.path), failure(e)))
+
+
+def _verdict(p: Pair, out: PairOutcome) -> None:
     for rule, msg, hint, *more in out.notes:  # (rule, message, hint[, severity, file])
-        p.findings.append(_finding(rule, more[0] if more else I, f"{p.label}: {msg}", more[1] if more[1:] else
-                                   p.target.path, hint))
+        p.findings.append(finding(rule, more[0] if more else I, f"{p.label}: {msg}", more[1] if more[1:] else
+                                  p.target.path, hint))
     if out.analysis is None:
-        p.status = "mismatch" if out.rule == "compare-mismatch" else "error"
-        sev = W if p.status == "mismatch" else E
+        p.reason = Reason(out.rule)
+        p.status = Status.MISMATCH if p.reason == Reason.MISMATCH else Status.ERROR
+        sev = W if p.status == Status.MISMATCH else E
         side = p.golden if out.path == p.golden.path else p.target
         what = f"{side.file_label} {out.error}" if out.rule.startswith("dump-") else f"{p.label}: {out.error}"
-        p.findings.append(_finding(out.rule, sev, what, out.path or p.target.path, out.hint))
+        p.findings.append(finding(p.reason.value, sev, what, out.path or p.target.path, out.hint))
         return
     p.analysis = out.analysis
     cov = p.analysis.coverage
-    p.status = "diverged" if p.analysis.first else "same" if cov is None or cov["full"] else "partial"
-    if p.status == "partial":
-        p.findings.append(_finding("compare-coverage", W, f"{p.label}: partly compared: {coverage_text(cov)}",
-                                   p.target.path, "the regions named have no counterpart in the other run: "
-                                   "nothing there was compared (--min-coverage sets the share \"same\" needs)"))
+    p.status = Status.DIVERGED if p.analysis.first else Status.SAME if cov is None or cov["full"] else Status.PARTIAL
+    if p.status == Status.PARTIAL:
+        p.reason = Reason.COVERAGE
+        p.findings.append(finding(Reason.COVERAGE.value, W, f"{p.label}: partly compared: {coverage_text(cov)}",
+                                  p.target.path, "the regions named have no counterpart in the other run: "
+                                  "nothing there was compared (--min-coverage sets the share \"same\" needs)"))
 
 
 def _finish_csv(p: Pair, outcome: dict) -> None:
@@ -223,7 +253,7 @@ def _finish_csv(p: Pair, outcome: dict) -> None:
     if outcome.get("result"):
         p.result_file = outcome["result"]
     else:
-        f = _diagnose(p, outcome)  # the engine's verdict stands; only msprobe's CSV is missing
+        f = diagnose(p, outcome)  # the engine's verdict stands; only msprobe's CSV is missing
         p.findings.append(Finding(f.rule, W, f.message, f.file, f.line, f.column, f.path, f.hint))
 
 

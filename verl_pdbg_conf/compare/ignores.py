@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Iterable
 
-from verl_pdbg_conf.compare.nodes import _FRAME, stack_entries
+from verl_pdbg_conf.compare.nodes import FRAME, stack_entries
 
 # (pattern, why). Found by diffing every record of two identical 2-rank FSDP2 runs of verl's real
 # workers (bench/real_workers.py --nproc 2): the only records that differ are these, and only in their
@@ -80,7 +80,7 @@ def innermost_frames(stack) -> dict[str, str]:
     included: FSDP2's copy-in is inside torch."""
     out: dict[str, str] = {}
     for names, frames in stack_entries(stack):
-        m = _FRAME.search(str(frames[0])) if frames else None
+        m = FRAME.search(str(frames[0])) if frames else None
         if not m:
             continue
         where = f"{m.group('file').replace(chr(92), '/')}:{m.group('line')} in {m.group('func')}"

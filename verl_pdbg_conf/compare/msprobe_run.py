@@ -10,10 +10,10 @@ import shutil
 import tempfile
 
 from verl_pdbg_conf.core.findings import Finding
-from verl_pdbg_conf.compare.pairs import E, Pair, Side, _finding
+from verl_pdbg_conf.compare.pairs import E, Pair, Side, finding
 
 
-def _msprobe_compare(job: tuple[str, str, str]) -> dict:
+def msprobe_compare(job: tuple[str, str, str]) -> dict:
     """In a worker process: `msprobe compare -tp T -gp G -o OUT` through msprobe's own CLI code, its
     output to OUT/msprobe.log. Returns the result file it wrote, or the error."""
     tp, gp, out = job
@@ -70,18 +70,18 @@ def _log_tail(log: str | None, n: int = 3) -> str:
     return " | ".join(re.sub(r"^.*?\[(ERROR|WARNING)\]\s*", r"\1: ", ln) for ln in lines[-n:])
 
 
-def _precheck(side: Side) -> Finding | None:
+def precheck(side: Side) -> Finding | None:
     """A dump.json msprobe should not even be given: absent or empty."""
     if not os.path.isfile(side.path):
-        return _finding("dump-missing", E, f"{side.label}: no dump.json", os.path.dirname(side.path),
+        return finding("dump-missing", E, f"{side.label}: no dump.json", os.path.dirname(side.path),
                         "the session was started but never stopped (a crash inside the stage?)")
     if os.path.getsize(side.path) == 0:
-        return _finding("dump-empty", E, f"{side.file_label} is empty (0 bytes)", side.path,
+        return finding("dump-empty", E, f"{side.file_label} is empty (0 bytes)", side.path,
                         "the writer was interrupted or the stage collected nothing; collect it again")
     return None
 
 
-def _diagnose(pair: Pair, outcome: dict) -> Finding:
+def diagnose(pair: Pair, outcome: dict) -> Finding:
     """msprobe wrote no result: say which dump.json is at fault, or quote msprobe."""
     import json
 
@@ -90,21 +90,21 @@ def _diagnose(pair: Pair, outcome: dict) -> Finding:
             with open(side.path, encoding="utf-8") as fh:
                 doc = json.load(fh)
         except ValueError as e:
-            return _finding("dump-corrupt", E, f"{side.file_label} is not valid JSON ({e.msg} at line "
+            return finding("dump-corrupt", E, f"{side.file_label} is not valid JSON ({e.msg} at line "
                             f"{e.lineno if hasattr(e, 'lineno') else '?'}): truncated or overwritten", side.path,
                             "the writer was interrupted (a killed worker, a full disk); collect this stage again")
         except OSError as e:
-            return _finding("dump-missing", E, f"{side.file_label} cannot be read ({e.strerror})", side.path)
+            return finding("dump-missing", E, f"{side.file_label} cannot be read ({e.strerror})", side.path)
         data = doc.get("data") if isinstance(doc, dict) else None
         if not isinstance(data, dict):
-            return _finding("dump-corrupt", E, f"{side.file_label} has no \"data\" mapping: not an msprobe "
+            return finding("dump-corrupt", E, f"{side.file_label} has no \"data\" mapping: not an msprobe "
                             "dump", side.path)
         if not data:
-            return _finding("dump-empty", E, f"{side.file_label} holds no records", side.path,
+            return finding("dump-empty", E, f"{side.file_label} holds no records", side.path,
                             "the stage ran no hooked API or module (config.json scope/list/level, or the stage's "
                             "model was not resolved)")
     said = outcome.get("log_tail") or _log_tail(outcome.get("log")) or outcome.get("error") or "no result file"
-    return _finding("compare-failed", E, f"{pair.label}: msprobe compare wrote no result: {said}",
+    return finding("compare-failed", E, f"{pair.label}: msprobe compare wrote no result: {said}",
                     outcome.get("log") or pair.target.path,
                     "the two dumps may be of different tasks or levels, or hold no call in common; "
                     "see msprobe.log beside it")
@@ -115,7 +115,7 @@ def msprobe_remote(job: tuple[str, str]) -> dict:
     (the driver writes it), with the tail of msprobe's log."""
     out = tempfile.mkdtemp(prefix="verl-pdbg-csv-")
     try:
-        outcome = _msprobe_compare((job[0], job[1], out))
+        outcome = msprobe_compare((job[0], job[1], out))
         outcome["log_tail"] = _log_tail(outcome["log"])
         if outcome["result"]:
             with open(outcome["result"], "rb") as fh:
@@ -126,7 +126,7 @@ def msprobe_remote(job: tuple[str, str]) -> dict:
         shutil.rmtree(out, ignore_errors=True)
 
 
-def _csv_written(p: Pair, outcome: dict) -> dict:
+def csv_written(p: Pair, outcome: dict) -> dict:
     if outcome.get("csv"):
         name, data = outcome.pop("csv")
         outcome["result"] = os.path.join(p.out_dir, name)

@@ -1,9 +1,8 @@
-"""What a comparison is made of, whoever computes it (msprobe's CSV or the engine): the metrics, one
+"""What a comparison is made of, as the engine computes it: the metrics, one
 node (a tensor of an API or module call) and a pair's analysis, and how msprobe's record names read."""
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -38,11 +37,6 @@ METRICS = {
     "OneThousandthErrRatio": Metric("One Thousandth Err Ratio", higher_is_worse=False, tasks=("tensor",)),
     "FiveThousandthsErrRatio": Metric("Five Thousandths Err Ratio", higher_is_worse=False, tasks=("tensor",)),
 }
-_NA = {"", "N/A", "NAN", "NONE", "UNSUPPORTED", "NAN%"}
-
-
-class MetricUnavailable(ValueError):
-    """The result file has no column for the chosen metric (another task, or md5 summary mode)."""
 
 
 @dataclass
@@ -72,7 +66,7 @@ class Node:
     in_tensor: dict | None = None  # tensor task: where in the tensor the error sits (pipeline/locating.py)
 
     def as_dict(self, metric: str) -> dict:
-        d = {"name": self.name, "metric": metric, "value": _json_number(self.value), "order": self.order,
+        d = {"name": self.name, "metric": metric, "value": json_number(self.value), "order": self.order,
              "direction": self.direction, "kind": self.kind, "module": self.module, "node": self.owner}
         if self.where:
             d["where"] = self.where
@@ -80,7 +74,7 @@ class Node:
             d["dtype"] = {"target": self.target_dtype, "golden": self.golden_dtype}
         for key, value in (("reason", self.reason), ("msprobe_result", self.result), ("minibatch", self.minibatch),
                            ("call", self.call), ("golden_nonfinite", self.golden_nonfinite), ("note", self.note),
-                           ("layer", self.layer), ("received", _json_number(self.received)),
+                           ("layer", self.layer), ("received", json_number(self.received)),
                            ("in_tensor", self.in_tensor)):
             if value not in ("", None):
                 d[key] = value
@@ -193,7 +187,7 @@ def _add(layer: LayerStat, n: Node, first: Node | None) -> None:
         layer.diverged = True
 
 
-def _json_number(v):
+def json_number(v):
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return None
     if isinstance(v, float) and math.isinf(v):
@@ -244,25 +238,8 @@ def module_path(owner: str) -> str | None:
     return ".".join(parts[1:-1])
 
 
-def _load_json(path: str):
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except (OSError, ValueError):
-        return None
-
-
-def _api_modules(construct: dict | None) -> dict:
-    """construct.json (mix level): API call -> its enclosing module's path."""
-    out = {}
-    for child, parent in (construct or {}).items():
-        if isinstance(parent, str) and not child.startswith(("Module.", "Cell.")):
-            out[child] = module_path(parent)
-    return out
-
-
-_FRAME = re.compile(r"File (?P<file>.+?), line (?P<line>\d+), in (?P<func>[^,\s]+)")
-_LIBS = (f"{os.sep}torch{os.sep}", f"{os.sep}msprobe{os.sep}", f"{os.sep}verl_pdbg_conf{os.sep}runtime{os.sep}")
+FRAME = re.compile(r"File (?P<file>.+?), line (?P<line>\d+), in (?P<func>[^,\s]+)")
+LIBRARY_DIRS = (f"{os.sep}torch{os.sep}", f"{os.sep}msprobe{os.sep}", f"{os.sep}verl_pdbg_conf{os.sep}runtime{os.sep}")
 
 
 def stack_entries(stack):
@@ -272,18 +249,3 @@ def stack_entries(stack):
     for entry in stack.values():
         if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], list):
             yield entry[0], entry[1] if isinstance(entry[1], list) else []
-
-
-def _stack_index(stack) -> dict:
-    """stack.json -> {call name: innermost frame outside torch and msprobe, as file:line in func}."""
-    out = {}
-    for names, frames in stack_entries(stack):
-        where = ""
-        for fr in frames:
-            m = _FRAME.search(str(fr))
-            if m and not any(lib in m.group("file") for lib in _LIBS):
-                where = f"{os.path.basename(m.group('file'))}:{m.group('line')} in {m.group('func')}"
-                break
-        for n in names:
-            out.setdefault(n, where)
-    return out

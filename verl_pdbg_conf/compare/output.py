@@ -7,21 +7,21 @@ import json
 import os
 
 from verl_pdbg_conf.compare.ignores import DEFAULT_IGNORES
-from verl_pdbg_conf.compare.nodes import MAX_LAYERS, _json_number, fold_layers
-from verl_pdbg_conf.compare.pairs import Comparison, Pair, Side, _layout_of, _pair_dir, _rank_number
+from verl_pdbg_conf.compare.nodes import MAX_LAYERS, fold_layers, json_number
+from verl_pdbg_conf.compare.pairs import Comparison, Pair, Side, layout_of, pair_dir, rank_number
 
 SUMMARY = "summary.json"  # with an output directory: per pair in its directory, the whole comparison at the top
 
 
 def side_dict(s: Side) -> dict:
-    step, stage = _layout_of(s.path)
-    return {"step": step, "stage": stage, "rank": _rank_number(s.rank_dir), "rank_dir": s.rank_dir,
+    step, stage = layout_of(s.path)
+    return {"step": step, "stage": stage, "rank": rank_number(s.rank_dir), "rank_dir": s.rank_dir,
             "path": s.path}
 
 
 def layer_dict(layer) -> dict:
     return {"label": layer.label, "first_order": layer.first_order, "nodes": layer.n_nodes,
-            "worst": _json_number(layer.worst), "nan": layer.nan, "inf": layer.inf, "diverged": layer.diverged}
+            "worst": json_number(layer.worst), "nan": layer.nan, "inf": layer.inf, "diverged": layer.diverged}
 
 
 def pair_dict(p: Pair, metric: str, layers: bool = False) -> dict:
@@ -31,7 +31,8 @@ def pair_dict(p: Pair, metric: str, layers: bool = False) -> dict:
     d = {
         "step": p.step, "stage": p.stage, "rank": p.rank,
         "rank_dir": {"target": p.target.rank_dir, "golden": p.golden.rank_dir},
-        "status": p.status,
+        "status": str(p.status),
+        "reason": str(p.reason) if p.reason else None,
         "first_divergence": an.first.as_dict(metric) if an and an.first else None,
         "top": [n.as_dict(metric) for n in an.top] if an else [],
         "result_file": p.result_file,
@@ -41,7 +42,7 @@ def pair_dict(p: Pair, metric: str, layers: bool = False) -> dict:
         "ignored": {k: v for k, v in an.ignored.items() if v} if an else {},
         "both_nonfinite": an.both_nonfinite.as_dict(metric) if an and an.both_nonfinite else None,
         "coverage": an.coverage if an else None,
-        "layer_errors": [dict(lay, worst=_json_number(lay["worst"]), worst_backward=_json_number(lay["worst_backward"]))
+        "layer_errors": [dict(lay, worst=json_number(lay["worst"]), worst_backward=json_number(lay["worst_backward"]))
                          for lay in an.by_layer[:MAX_LAYERS]] if an else [],
         "target": p.target.path, "golden": p.golden.path,
         "findings": [f.to_dict() for f in p.findings],
@@ -57,7 +58,7 @@ def write_summaries(cmp: Comparison) -> None:
     """OUT/<step>/<stage>/<inner>/<rank>/summary.json per pair (with its layers) and OUT/summary.json (the
     whole comparison, without them): bounded files, written by this process only."""
     for p in cmp.pairs:
-        d = _pair_dir(cmp.out_dir, p)
+        d = pair_dir(cmp.out_dir, p)
         os.makedirs(d, mode=0o750, exist_ok=True)
         _write_json(os.path.join(d, SUMMARY), pair_dict(p, cmp.metric, layers=True))
     _write_json(os.path.join(cmp.out_dir, SUMMARY), as_dict(cmp))

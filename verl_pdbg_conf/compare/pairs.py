@@ -1,6 +1,5 @@
 """Pairing of two runs: the dumps of each (collect, through inspect_run.scan, the layout's one reader),
-paired by (step, stage, rank) (pair_up), and what a comparison is made of (Side, Pair, Comparison).
-Plus the output-safety rule every command keeps: nothing is written under TARGET or GOLDEN."""
+paired by (step, stage, rank) (pair_up), and what a comparison is made of (Side, Pair, Comparison)."""
 
 from __future__ import annotations
 
@@ -10,14 +9,10 @@ from dataclasses import dataclass, field
 from verl_pdbg_conf.core.findings import Finding, Severity
 from verl_pdbg_conf.compare.nodes import Analysis
 from verl_pdbg_conf.compare.pipeline.coverage import DEFAULT_MIN_COVERAGE
-from verl_pdbg_conf.run.inspect_run import _INNER, _RANK, _STAGE, _STEP, scan
+from verl_pdbg_conf.compare.verdict import ExitCode, Reason, Status, Verdict, exit_code
+from verl_pdbg_conf.run.inspect_run import INNER_DIR, RANK_DIR, STAGE_DIR, STEP_DIR, scan
 
 E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
-EXIT_OK, EXIT_DIVERGED, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
-
-
-class UsageError(ValueError):
-    """Arguments that cannot be compared at all (exit code 2)."""
 
 
 @dataclass
@@ -52,8 +47,8 @@ class Pair:
     rank: int | None
     out_dir: str = ""
     note: str = ""
-    status: str = "pending"  # same | diverged | partial (no divergence in what was compared, not all was) |
-    # mismatch (collected differently) | error
+    status: Status = Status.PENDING
+    reason: Reason | None = None  # why partial, mismatch or error
     analysis: Analysis | None = None
     result_file: str | None = None
     log_file: str | None = None
@@ -98,21 +93,13 @@ class Comparison:
         return self.findings + [f for p in self.pairs for f in p.findings]
 
     @property
-    def exit_code(self) -> int:
-        """1 a divergence was found; 3 none was, but a pair could not be compared, was compared only in part,
-        or a (step, stage, rank) is in one run only; 2 nothing could be compared; 0 every pair compared
-        whole, none diverged."""
-        if any(p.status == "diverged" for p in self.pairs):
-            return EXIT_DIVERGED
-        if not self.pairs or all(p.status in ("error", "mismatch") for p in self.pairs):
-            return EXIT_USAGE
-        if any(p.status in ("error", "mismatch", "partial") for p in self.pairs) or self.only_in_target or \
-                self.only_in_golden:
-            return EXIT_INCOMPLETE
-        return EXIT_OK
+    def exit_code(self) -> ExitCode:
+        """verdict.exit_code of the pairs (a (step, stage, rank) in one run only: incomplete)."""
+        return exit_code((Verdict(p.status, p.reason) for p in self.pairs),
+                         one_sided=bool(self.only_in_target or self.only_in_golden))
 
 
-def _finding(rule, sev, msg, path, hint="") -> Finding:
+def finding(rule, sev, msg, path, hint="") -> Finding:
     return Finding(rule, sev, msg, path, 1, 1, "", hint)
 
 
@@ -122,11 +109,11 @@ def collect(root: str) -> list[Side]:
     root = os.path.abspath(root)
     if os.path.isfile(root):
         parent = os.path.basename(os.path.dirname(root))
-        return [Side((), parent if _RANK.match(parent) else "", root)]
+        return [Side((), parent if RANK_DIR.match(parent) else "", root)]
     if not os.path.isdir(root):
         return []
-    if _RANK.match(os.path.basename(root)) or os.path.isfile(os.path.join(root, "dump.json")):
-        return [Side((), os.path.basename(root) if _RANK.match(os.path.basename(root)) else "",
+    if RANK_DIR.match(os.path.basename(root)) or os.path.isfile(os.path.join(root, "dump.json")):
+        return [Side((), os.path.basename(root) if RANK_DIR.match(os.path.basename(root)) else "",
                      os.path.join(root, "dump.json"))]
     dumps, _ = scan(root)
     ranked = [d for d in dumps if d.rank]
@@ -136,7 +123,7 @@ def collect(root: str) -> list[Side]:
     for here, dirs, _files in os.walk(root):
         dirs.sort()
         for d in list(dirs):
-            if _RANK.match(d):
+            if RANK_DIR.match(d):
                 rel = os.path.relpath(here, root)
                 key = () if rel == "." else tuple(rel.split(os.sep))
                 sides.append(Side(key, d, os.path.join(here, d, "dump.json")))
@@ -144,27 +131,27 @@ def collect(root: str) -> list[Side]:
     return sides
 
 
-def _layout_of(path: str) -> tuple[int | None, str | None]:
+def layout_of(path: str) -> tuple[int | None, str | None]:
     """step and stage directory read off a rank directory's path (.../step_N/<stage>/stepM/rankR)."""
     parts = os.path.abspath(path).split(os.sep)
     if parts and parts[-1] == "dump.json":
         parts = parts[:-1]
-    if len(parts) >= 4 and _RANK.match(parts[-1]) and _INNER.match(parts[-2]) and _STAGE.match(parts[-3]):
-        m = _STEP.match(parts[-4])
+    if len(parts) >= 4 and RANK_DIR.match(parts[-1]) and INNER_DIR.match(parts[-2]) and STAGE_DIR.match(parts[-3]):
+        m = STEP_DIR.match(parts[-4])
         return (int(m.group(1)) if m else None), parts[-3]
     return None, None
 
 
-def _rank_number(rank_dir: str) -> int | None:
-    m = _RANK.match(rank_dir or "")
+def rank_number(rank_dir: str) -> int | None:
+    m = RANK_DIR.match(rank_dir or "")
     return int(m.group(2)) if m and m.group(2) is not None else None
 
 
-def _sort_key(p: Pair):
+def sort_key(p: Pair):
     from verl_pdbg_conf.run.plan import RUN_ORDER
 
     order = {s: i for i, s in enumerate(RUN_ORDER)}
-    stage = _STAGE.match(p.stage or "")
+    stage = STAGE_DIR.match(p.stage or "")
     return (p.step if p.step is not None else -1, order.get(stage.group("stage") if stage else "", 99),
             p.stage or "", p.target.key, p.rank if p.rank is not None else 1 << 30, _pid(p.target.rank_dir),
             p.target.rank_dir)
@@ -180,7 +167,7 @@ def pair_up(target: list[Side], golden: list[Side]) -> tuple[list[Pair], list[Si
             into.setdefault(s.key, {})[s.rank_dir] = s
     # Two stage (or rank) directories or two files: one place each, compared whatever its name (step_2
     # against step_1 is a question the guide asks). Two save_paths pair by step and stage, strictly.
-    single = len(by_t) == 1 and len(by_g) == 1 and not any(k and _STEP.match(k[0]) for k in (*by_t, *by_g))
+    single = len(by_t) == 1 and len(by_g) == 1 and not any(k and STEP_DIR.match(k[0]) for k in (*by_t, *by_g))
     if single:
         (kt, t), (kg, g) = next(iter(by_t.items())), next(iter(by_g.items()))
         by_t, by_g = {(): t}, {(): g}
@@ -188,7 +175,7 @@ def pair_up(target: list[Side], golden: list[Side]) -> tuple[list[Pair], list[Si
     for key in sorted(set(by_t) | set(by_g)):
         t, g = by_t.get(key, {}), by_g.get(key, {})
         named = sorted(set(t) & set(g) - {""} - {r for r in t if r.startswith("proc")},
-                       key=lambda r: (_rank_number(r) is None, _rank_number(r) or 0, r))
+                       key=lambda r: (rank_number(r) is None, rank_number(r) or 0, r))
         matched = [(t[r], g[r]) for r in named]
         rest_t = [r for r in t if r not in named]
         rest_g = [r for r in g if r not in named]
@@ -201,12 +188,12 @@ def pair_up(target: list[Side], golden: list[Side]) -> tuple[list[Pair], list[Si
             if len(rest_t) == 1:
                 msg = (f"{where}: {rest_t[0]} paired with {rest_g[0]} (msprobe writes proc<pid> without a process "
                        "group; one on each side)")
-                notes.append(_finding("compare-pairing", I, msg, t[rest_t[0]].path))
+                notes.append(finding("compare-pairing", I, msg, t[rest_t[0]].path))
             else:
                 msg = (f"{where}: {len(rest_t)} proc<pid> directories on each side paired in sorted pid order "
                        f"({', '.join(f'{a}~{b}' for a, b in zip(rest_t, rest_g))}): pids say nothing of ranks, "
                        "check the pairing")
-                notes.append(_finding("compare-pairing", W, msg, t[rest_t[0]].path,
+                notes.append(finding("compare-pairing", W, msg, t[rest_t[0]].path,
                                       "initialize a torch.distributed process group so msprobe writes rank<N>"))
             rest_t, rest_g = [], []
         elif len(rest_t) == 1 and len(rest_g) == 1 and not named and "rank0" in (rest_t[0], rest_g[0]) and \
@@ -214,7 +201,7 @@ def pair_up(target: list[Side], golden: list[Side]) -> tuple[list[Pair], list[Si
             # one run without a process group (proc<pid>), the other on a one-rank group (rank0)
             matched.append((t[rest_t[0]], g[rest_g[0]]))
             where = "/".join(key) or "the given directories"
-            notes.append(_finding("compare-pairing", I, f"{where}: {rest_t[0]} paired with {rest_g[0]} (a run "
+            notes.append(finding("compare-pairing", I, f"{where}: {rest_t[0]} paired with {rest_g[0]} (a run "
                                   "without a process group writes proc<pid>, a one-rank run rank0)",
                                   t[rest_t[0]].path))
             rest_t, rest_g = [], []
@@ -224,10 +211,10 @@ def pair_up(target: list[Side], golden: list[Side]) -> tuple[list[Pair], list[Si
         only_t += [t[r] for r in rest_t]
         only_g += [g[r] for r in rest_g]
         for st, sg in matched:
-            step, stage = _layout_of(st.path)
-            rank = _rank_number(st.rank_dir) if st.rank_dir == sg.rank_dir else None
+            step, stage = layout_of(st.path)
+            rank = rank_number(st.rank_dir) if st.rank_dir == sg.rank_dir else None
             pairs.append(Pair(st, sg, step, stage, rank))
-    pairs.sort(key=_sort_key)
+    pairs.sort(key=sort_key)
     return pairs, only_t, only_g, notes
 
 
@@ -239,29 +226,5 @@ def _pid(r: str) -> int:
     return int(r[4:]) if r[4:].isdigit() else 0
 
 
-def _inside(path: str, root: str) -> bool:
-    """path is root or under it; for a dump.json root, under its directory (stack.json, construct.json).
-    Symlinks and `..` resolved on both sides."""
-    path, root = os.path.realpath(path), os.path.realpath(root)
-    if os.path.isfile(root):
-        root = os.path.dirname(root)
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
-
-
-def refuse_inside(outputs: dict[str, str | None], inputs: tuple[str, ...]) -> None:
-    """UsageError if an output path (option -> path) is inside an input: nothing is ever written under
-    TARGET or GOLDEN, whatever the option. Checked before anything runs."""
-    for option, path in outputs.items():
-        if not path:
-            continue
-        for root in inputs:
-            if _inside(path, root):
-                real = os.path.realpath(path)
-                shown = path if real == os.path.abspath(path) else f"{path} (that is {real})"
-                where = f"the directory of {root}" if os.path.isfile(root) else root
-                raise UsageError(f"{option} {shown} is inside {where}: nothing is written under TARGET or GOLDEN; "
-                                 "choose a path outside both")
-
-
-def _pair_dir(out_dir: str, p: Pair) -> str:
+def pair_dir(out_dir: str, p: Pair) -> str:
     return os.path.join(out_dir, *p.target.key, p.rank_label)

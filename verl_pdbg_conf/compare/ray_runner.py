@@ -19,6 +19,8 @@ import os
 from collections import deque
 from typing import Callable, Iterator, Sequence
 
+from verl_pdbg_conf.compare.verdict import failure
+
 PROBE_TIMEOUT = 120.0  # seconds for every node to answer the probe (a worker may have to start first)
 TRIES = 2
 
@@ -132,6 +134,9 @@ def _schedule(ray, fn, jobs: list, reads, resource: str | None, notes: list):
             free[n] += 1
         try:
             outcome = ray.get(ref)
+        except ray.exceptions.RayTaskError as e:  # the job raised: it would raise again anywhere
+            yield i, None, n, f"{failure(getattr(e, 'cause', None) or e)} (on Ray node {n})"
+            continue
         except ray.exceptions.RayError as e:
             live = set(_alive(ray, resource))
             for gone in set(free) - live:

@@ -14,7 +14,8 @@ import math
 
 from verl_pdbg_conf.compare.nodes import MAX_LAYERS, fold_layers, layer_label, layers_of
 from verl_pdbg_conf.compare.pipeline.coverage import coverage_text, short
-from verl_pdbg_conf.compare.runs import _layout_of, _rank_number, ignored_summary
+from verl_pdbg_conf.compare.output import ignored_summary
+from verl_pdbg_conf.compare.pairs import layout_of, rank_number
 
 MAX_PLOTS = 50  # diverged pairs plotted; the others are in the overview and get one line
 COMPACT_RANKS = 16  # above this many ranks, overview cells are colour only (details on hover)
@@ -197,13 +198,13 @@ def overview(cmp) -> str:
             ranks.append(p.rank_label)
     for which, sides in (("target", cmp.only_in_target), ("golden", cmp.only_in_golden)):
         for s in sides:
-            step, stage = _layout_of(s.path)
+            step, stage = layout_of(s.path)
             label = s.rank_dir or "dump"
             rows.setdefault((step, stage or "/".join(s.key) or "-"), {}).setdefault(
                 label, ("only", f"only in {which}", f"{s.label}: only in the {which} run", ""))
             if label not in ranks:
                 ranks.append(label)
-    ranks.sort(key=lambda r: (_rank_number(r) is None, _rank_number(r) or 0, r))
+    ranks.sort(key=lambda r: (rank_number(r) is None, rank_number(r) or 0, r))
     compact = len(ranks) > COMPACT_RANKS
     out = ["<table class='overview'><tr><th>step</th><th>stage</th>"
            + "".join(f"<th>{html.escape(r) if not compact else ''}</th>" for r in ranks) + "</tr>"]

@@ -12,22 +12,23 @@ data; nothing is printed here."""
 from __future__ import annotations
 
 import concurrent.futures as cf
+import importlib.util
 import os
 
 from verl_pdbg_conf.compare import layout
 from verl_pdbg_conf.compare.engine import compare_pair
-from verl_pdbg_conf.compare.execute import (MAX_DEFAULT_JOBS, _execute, default_jobs, remove_output,  # noqa: F401
-                                            worker_pool)
+from verl_pdbg_conf.compare.execute import default_jobs, execute, remove_output, worker_pool  # noqa: F401
 from verl_pdbg_conf.compare.ignores import DEFAULT_IGNORES
 from verl_pdbg_conf.compare.nodes import DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS
 from verl_pdbg_conf.compare.pipeline.coverage import DEFAULT_MIN_COVERAGE
-from verl_pdbg_conf.compare.output import (SUMMARY, as_dict, ignored_summary, layer_dict, pair_dict,  # noqa: F401
-                                           side_dict, write_summaries)
-from verl_pdbg_conf.compare.pairs import (EXIT_DIVERGED, EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, W,  # noqa: F401
-                                          Comparison, Pair, Side, UsageError, _finding, _layout_of, _rank_number,
-                                          _sort_key, collect, pair_up, refuse_inside)
+from verl_pdbg_conf.compare.output import as_dict  # noqa: F401
+from verl_pdbg_conf.compare.output_paths import check_outputs
+from verl_pdbg_conf.compare.pairs import (W, Comparison, Pair, Side, collect, finding, layout_of, pair_up, rank_number,
+                                          sort_key)
+from verl_pdbg_conf.compare.verdict import UsageError
 
 DEFAULT_TOP = 5
+RUNTIME_EXTRA = "verl-pdbg-conf[runtime]"  # pyproject's extra that installs msprobe (mindstudio-probe)
 
 
 def compare_runs(target: str, golden: str, out_dir: str | None = None, metric: str = DEFAULT_METRIC,
@@ -35,14 +36,14 @@ def compare_runs(target: str, golden: str, out_dir: str | None = None, metric: s
                  progress=None, ignore_dtype: bool = False, pool: cf.Executor | None = None,
                  msprobe_csv: str | None = None, ignores: tuple = (), default_ignores: bool = True,
                  dtype_aware: bool = False, keep_nodes: int = 0, ray: str | None = None,
-                 ray_resource: str | None = None, job_fn=compare_pair,
+                 ray_resource: str | None = None, job_fn=None,
                  min_coverage: float = DEFAULT_MIN_COVERAGE, confs: dict | None = None) -> Comparison:
     """Pair, compare (the engine, per pair) and analyze. progress(done, total) is called as pairs
     finish. msprobe_csv: None, "diverged" or "all": also run msprobe's own compare on those pairs for
     its result file. `ignores`: record patterns left out (ignores.py), after DEFAULT_IGNORES unless
     default_ignores is False. `pool` (from worker_pool()) lets several comparisons share workers; `ray`
     (an address, or "auto") runs the pairs on a Ray cluster instead (ray_runner). job_fn(PairJob) ->
-    PairOutcome is the per-pair job. With an output directory, a summary.json per pair and one for the
+    PairOutcome is the per-pair job (default: the engine's compare_pair). With an output directory, a summary.json per pair and one for the
     whole are written there. A pair with no divergence is "same" only where it compared at least
     `min_coverage` of each side's records and every module (pipeline/coverage.py), else "partial".
     `confs` (side -> a verl config) gives a Megatron run's parallel layout (layout.py); else the dumps do."""
@@ -61,7 +62,7 @@ def compare_runs(target: str, golden: str, out_dir: str | None = None, metric: s
                      ignore_dtype=ignore_dtype, ignores=patterns, msprobe_csv=msprobe_csv, dtype_aware=dtype_aware,
                      keep_nodes=keep_nodes, ray=ray, ray_resource=ray_resource, min_coverage=min_coverage)
     cmp.pairs, cmp.only_in_target, cmp.only_in_golden, cmp.findings = pairs, only_t, only_g, notes
-    return _execute(cmp, out_dir, jobs, progress, pool, job_fn)
+    return execute(cmp, out_dir, jobs, progress, pool, job_fn or compare_pair)
 
 
 def compare_ranks(run: str, reference: int = 0, out_dir: str | None = None, metric: str = DEFAULT_METRIC,
@@ -69,7 +70,7 @@ def compare_ranks(run: str, reference: int = 0, out_dir: str | None = None, metr
                   progress=None, ignore_dtype: bool = False, pool: cf.Executor | None = None,
                   msprobe_csv: str | None = None, ignores: tuple = (), default_ignores: bool = True,
                   dtype_aware: bool = False, keep_nodes: int = 0, ray: str | None = None,
-                  ray_resource: str | None = None, job_fn=compare_pair,
+                  ray_resource: str | None = None, job_fn=None,
                   min_coverage: float = DEFAULT_MIN_COVERAGE) -> Comparison:
     """Rank against rank in one run: every rank's dump against the reference rank's dump of the same
     (step, stage), for every step and stage under `run`. Each pair's target is the other rank; the
@@ -79,7 +80,7 @@ def compare_ranks(run: str, reference: int = 0, out_dir: str | None = None, metr
     by_key: dict[tuple, dict[str, Side]] = {}
     for s in _sides(run):
         by_key.setdefault(s.key, {})[s.rank_dir] = s
-    if not any(_rank_number(r) is not None for ranks in by_key.values() for r in ranks):
+    if not any(rank_number(r) is not None for ranks in by_key.values() for r in ranks):
         raise UsageError(f"{run}: no rank<N> directory (msprobe writes proc<pid> without a process group, and "
                          "pids say nothing of ranks): --ranks needs a run with a torch.distributed process group")
     cmp = Comparison(os.path.abspath(run), os.path.abspath(run), "", metric, threshold, top,
@@ -88,24 +89,28 @@ def compare_ranks(run: str, reference: int = 0, out_dir: str | None = None, metr
                      min_coverage=min_coverage)
     for key in sorted(by_key):
         ranks = by_key[key]
-        others = sorted((r for r in ranks if r != ref_dir), key=lambda r: (_rank_number(r) is None,
-                                                                           _rank_number(r) or 0, r))
+        others = sorted((r for r in ranks if r != ref_dir), key=lambda r: (rank_number(r) is None,
+                                                                           rank_number(r) or 0, r))
         ref = ranks.get(ref_dir)
         if ref is None:
             cmp.only_in_target += [ranks[r] for r in others]
             where = "/".join(key) or run
-            cmp.findings.append(_finding("compare-pairing", W, f"{where}: no {ref_dir} to compare "
+            cmp.findings.append(finding("compare-pairing", W, f"{where}: no {ref_dir} to compare "
                                          f"{', '.join(others)} against", os.path.dirname(ranks[others[0]].path),
                                          "the reference rank did not collect this stage; choose another "
                                          "with --ranks N"))
             continue
         for r in others:
-            step, stage = _layout_of(ranks[r].path)
-            cmp.pairs.append(Pair(ranks[r], ref, step, stage, _rank_number(r)))
-    cmp.pairs.sort(key=_sort_key)
-    if not cmp.pairs and not cmp.only_in_target:
+            step, stage = layout_of(ranks[r].path)
+            cmp.pairs.append(Pair(ranks[r], ref, step, stage, rank_number(r)))
+    cmp.pairs.sort(key=sort_key)
+    if not cmp.pairs and cmp.only_in_target:
+        others = sorted({s.rank_dir for s in cmp.only_in_target},
+                        key=lambda r: (rank_number(r) is None, rank_number(r) or 0, r))
+        raise UsageError(f"{run}: no {ref_dir} to compare {', '.join(others)} against; choose another with --ranks N")
+    if not cmp.pairs:
         raise UsageError(f"{run}: only {ref_dir} there, no other rank to compare against it")
-    return _execute(cmp, out_dir, jobs, progress, pool, job_fn)
+    return execute(cmp, out_dir, jobs, progress, pool, job_fn or compare_pair)
 
 
 def _check_args(metric: str, ignores, default_ignores: bool, out_dir: str | None, inputs: tuple,
@@ -121,8 +126,17 @@ def _check_args(metric: str, ignores, default_ignores: bool, out_dir: str | None
     for p in inputs:
         if not os.path.exists(p):
             raise UsageError(f"{p}: no such file or directory")
-    refuse_inside({"-o": out_dir}, inputs)
+    check_outputs({"-o": out_dir}, {}, inputs)
+    require_msprobe(msprobe_csv)
     return patterns
+
+
+def require_msprobe(msprobe_csv: str | None) -> None:
+    """--msprobe-csv runs msprobe's own compare: refused before anything runs where msprobe is not installed
+    (found, not imported: the compare stays light)."""
+    if msprobe_csv and importlib.util.find_spec("msprobe") is None:
+        raise UsageError(f"--msprobe-csv runs msprobe's own compare, and msprobe is not installed here: "
+                         f"pip install '{RUNTIME_EXTRA}'")
 
 
 def _sides(root: str) -> list[Side]:

@@ -19,10 +19,10 @@ from verl_pdbg_conf.core.findings import Finding, Severity
 
 E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
 MAX_PARSE_BYTES = 256 * 1024 * 1024  # larger dump.json files are compared by size only
-_STEP = re.compile(r"^step_(\d+)$")
-_STAGE = re.compile(r"^(?P<stage>[A-Za-z_][A-Za-z0-9_]*?)(?:\.(?P<n>\d+))?$")
-_INNER = re.compile(r"^step(\d+)$")
-_RANK = re.compile(r"^(rank(\d+)|proc(\d+))$")
+STEP_DIR = re.compile(r"^step_(\d+)$")
+STAGE_DIR = re.compile(r"^(?P<stage>[A-Za-z_][A-Za-z0-9_]*?)(?:\.(?P<n>\d+))?$")
+INNER_DIR = re.compile(r"^step(\d+)$")
+RANK_DIR = re.compile(r"^(rank(\d+)|proc(\d+))$")
 GROWTH_RATIO = 1.5  # same stage, later step, this much larger: the reset problem
 
 
@@ -42,7 +42,7 @@ class Dump:
 
     @property
     def stage(self) -> str:
-        return _STAGE.match(self.stage_dir).group("stage")
+        return STAGE_DIR.match(self.stage_dir).group("stage")
 
     @property
     def rel(self) -> str:
@@ -68,7 +68,7 @@ def scan(save_path: str) -> tuple[list[Dump], list[str]]:
     dumps: list[Dump] = []
     other: list[str] = []
     for step_e in _entries(save_path):
-        m = _STEP.match(step_e.name)
+        m = STEP_DIR.match(step_e.name)
         if not m or not step_e.is_dir():
             other.append(step_e.name)
             continue
@@ -77,11 +77,11 @@ def scan(save_path: str) -> tuple[list[Dump], list[str]]:
         if not stage_entries:
             dumps.append(Dump(step, "", "", "", step_e.path))
         for st in stage_entries:
-            inner_entries = [e for e in _entries(st.path) if e.is_dir() and _INNER.match(e.name)]
+            inner_entries = [e for e in _entries(st.path) if e.is_dir() and INNER_DIR.match(e.name)]
             if not inner_entries:
                 dumps.append(Dump(step, st.name, "", "", os.path.join(st.path, "dump.json")))
             for inner in inner_entries:
-                rank_entries = [e for e in _entries(inner.path) if e.is_dir() and _RANK.match(e.name)]
+                rank_entries = [e for e in _entries(inner.path) if e.is_dir() and RANK_DIR.match(e.name)]
                 if not rank_entries:
                     dumps.append(Dump(step, st.name, inner.name, "", os.path.join(inner.path, "dump.json")))
                 for r in rank_entries:
@@ -264,7 +264,7 @@ def _check_stage_dir(ins: Inspection, rel: str, full: str, found: list[Dump], wa
 def _stray(rel: str, full: str, plan) -> Finding | None:
     m = re.match(r"step_(\d+)(?:/(.*))?$", rel)
     step, stage_dir = int(m.group(1)), m.group(2) or ""
-    sm = _STAGE.match(stage_dir) if stage_dir else None
+    sm = STAGE_DIR.match(stage_dir) if stage_dir else None
     stage = sm.group("stage") if sm else ""
     if sm and sm.group("n"):
         return _finding("dump-stray", W, f"{rel}: another session of {stage} at step {step}; the runtime keeps "
@@ -348,7 +348,7 @@ def resolve_dumps(spec: str, save_path: str | None) -> dict[str, str]:
 
 def _rank_of(dump_json: str) -> str:
     name = os.path.basename(os.path.dirname(dump_json))
-    return name if _RANK.match(name) else "rank?"
+    return name if RANK_DIR.match(name) else "rank?"
 
 
 def _slug(spec: str) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 
 from verl_pdbg_conf.compare.dumpread import DumpError, check_items, iter_items, split_record
-from verl_pdbg_conf.compare.nodes import _FRAME, _LIBS
+from verl_pdbg_conf.compare.nodes import FRAME, LIBRARY_DIRS
 
 MODEL_OPENER = "Functional.embedding"  # a forward pass of a language model begins at its token embedding
 
@@ -25,10 +25,10 @@ def parse_frames(frames) -> tuple:
     """(file name, line, func, inside torch/msprobe/the runtime) of each frame that reads as one."""
     out = []
     for fr in frames:
-        m = _FRAME.search(str(fr))
+        m = FRAME.search(str(fr))
         if m:
             out.append((os.path.basename(m.group("file")), m.group("line"), m.group("func"),
-                        any(lib in m.group("file") for lib in _LIBS)))
+                        any(lib in m.group("file") for lib in LIBRARY_DIRS)))
     return tuple(out)
 
 

@@ -13,16 +13,12 @@ from verl_pdbg_conf.compare.rollout import routing as R
 from verl_pdbg_conf.compare.rollout import table as T
 from verl_pdbg_conf.compare.rollout import tokens as K
 from verl_pdbg_conf.compare.rollout.judge import Judge, TokenResult
+from verl_pdbg_conf.compare.verdict import FAULT_HINT, Reason, Status, UsageError, Verdict, exit_code, failure
 from verl_pdbg_conf.core.findings import Finding, Severity
 
 ROLLOUT, ACTOR = "rollout_generate", "actor_compute_log_prob"
-EXIT_OK, EXIT_DIVERGED, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
 ALIGN_HINT = ("collect both stages with task tensor at L0, forward only (this package's "
               "+profiler=precision_debugger_rollout, conf/msprobe/tensor_rollout.json)")
-
-
-class UsageError(ValueError):
-    pass
 
 
 def _steps(root: str) -> dict[str, str]:
@@ -80,8 +76,8 @@ def compare_rollout(actor_root: str, rollout_root: str | None = None, threshold:
         raise UsageError(f"no step holds both {ROLLOUT} (under {rollout_root}) and {ACTOR} (under {actor_root}): "
                          f"collect both on the same step")
     # one Judge per pair: its tensor cache goes with the pair
-    pairs = [_pair(k, os.path.join(r_steps[k], ROLLOUT), os.path.join(a_steps[k], ACTOR), threshold, dtype_aware, top,
-                   min_coverage) for k in keys]
+    pairs = [_guarded(k, os.path.join(r_steps[k], ROLLOUT), os.path.join(a_steps[k], ACTOR), threshold, dtype_aware,
+                      top, min_coverage) for k in keys]
     return {"mode": "rollout", "target": os.path.abspath(rollout_root), "golden": os.path.abspath(actor_root),
             "metric": "NormRelativeErr (per token)", "threshold": threshold, "dtype_aware": dtype_aware,
             "min_coverage": min_coverage, "pairs": pairs, "diagnostics": [f.to_dict() for f in findings],
@@ -89,13 +85,7 @@ def compare_rollout(actor_root: str, rollout_root: str | None = None, threshold:
 
 
 def _exit(pairs: list[dict]) -> int:
-    if any(p["status"] == "diverged" for p in pairs):
-        return EXIT_DIVERGED
-    if not pairs or all(p["status"] in ("error", "mismatch") for p in pairs):
-        return EXIT_USAGE
-    if any(p["status"] != "same" for p in pairs):
-        return EXIT_INCOMPLETE
-    return EXIT_OK
+    return exit_code(Verdict(Status(p["status"]), Reason(p["reason"]) if p.get("reason") else None) for p in pairs)
 
 
 def _step_number(key: str) -> int | None:
@@ -103,17 +93,34 @@ def _step_number(key: str) -> int | None:
     return int(tail) if tail.isdigit() else None
 
 
-def _pair(key: str, rollout_dir: str, actor_dir: str, threshold: float, dtype_aware: bool, top: int,
-          min_coverage: float) -> dict:
+def _blank(key: str, rollout_dir: str, actor_dir: str) -> dict:
+    return {"step": _step_number(key), "stage": f"{ROLLOUT} vs {ACTOR}", "rank": None, "target": rollout_dir,
+            "golden": actor_dir, "status": Status.ERROR.value, "reason": None, "first_divergence": None, "top": [],
+            "coverage": None, "requests": [], "tokens": [], "engine_steps": 0}
+
+
+def _guarded(key: str, rollout_dir: str, actor_dir: str, *options) -> dict:
+    """compare_step; an unexpected exception makes that step `error` (compare-failed), the others go on."""
+    try:
+        return compare_step(key, rollout_dir, actor_dir, *options)
+    except Exception as e:  # noqa: BLE001 - a fault stays in its pair
+        pair = _blank(key, rollout_dir, actor_dir)
+        pair["reason"] = Reason.FAILED.value
+        pair["findings"] = [_f(Reason.FAILED.value, Severity.ERROR, f"{key}: the compare failed: {failure(e)}",
+                               rollout_dir, FAULT_HINT).to_dict()]
+        return pair
+
+
+def compare_step(key: str, rollout_dir: str, actor_dir: str, threshold: float, dtype_aware: bool, top: int,
+                 min_coverage: float) -> dict:
     """One profiled step: read both sides, refuse what cannot be aligned, align, judge every token, sum up."""
     findings: list[Finding] = []
     engine, trainer = _read(rollout_dir, actor_dir, findings)
-    pair = {"step": _step_number(key), "stage": f"{ROLLOUT} vs {ACTOR}", "rank": None,
-            "target": rollout_dir, "golden": actor_dir, "status": "error", "first_divergence": None, "top": [],
-            "coverage": None, "requests": [], "tokens": [], "engine_steps": len(engine)}
+    pair = _blank(key, rollout_dir, actor_dir)
+    pair["engine_steps"] = len(engine)
     refused = _refusal(engine, trainer, rollout_dir, actor_dir, findings)
     if refused:
-        pair["status"] = refused
+        pair["status"], pair["reason"] = refused.status.value, refused.reason.value
         pair["findings"] = [f.to_dict() for f in findings]
         return pair
     requests, sequences, al = _align(engine, trainer, rollout_dir, actor_dir, findings)
@@ -155,12 +162,13 @@ def _read(rollout_dir: str, actor_dir: str, findings: list[Finding]) -> tuple[li
     return engine, trainer
 
 
-def _refusal(engine, trainer, rollout_dir: str, actor_dir: str, findings: list[Finding]) -> str | None:
-    """The pair's status where its tokens cannot be aligned at all (said in a finding), else None."""
+def _refusal(engine, trainer, rollout_dir: str, actor_dir: str, findings: list[Finding]) -> Verdict | None:
+    """The pair's verdict where its tokens cannot be aligned at all (said in a finding), else None."""
+    mismatch = Verdict(Status.MISMATCH, Reason.MISMATCH)
     if not engine or not trainer:
         where = rollout_dir if not engine else actor_dir
         findings.append(_f("compare-missing", Severity.ERROR, f"{where}: no rank directory with a dump", where))
-        return "error"
+        return Verdict(Status.ERROR, Reason.DUMP_MISSING)
     # a dump that could not be read has said so already; the others decide whether tokens can be told apart
     tasks = {d.task for _, d in engine if d.task} | {d.task for d in trainer if d.task}
     if tasks - {"tensor"}:
@@ -168,9 +176,9 @@ def _refusal(engine, trainer, rollout_dir: str, actor_dir: str, findings: list[F
                            f"{', '.join(sorted(str(t) for t in tasks))}; statistics reduce each tensor over every "
                            "token of an engine step (all requests scheduled in it) and of the whole trainer batch, "
                            "so tokens cannot be told apart", rollout_dir, ALIGN_HINT))
-        return "mismatch"
+        return mismatch
     if any(d.tokens is None for _, d in engine) or any(d.tokens is None for d in trainer):
-        return "mismatch"  # compare-tokens says which
+        return mismatch  # compare-tokens says which
     return None
 
 
@@ -309,7 +317,7 @@ def _summarize(pair, results, al, requests, sequences, findings, top, min_covera
         # the token with the largest log-prob gap among those that part; else the first in order
         with_gap = [t for t in diverged if t.logprob_gap is not None]
         lead = max(with_gap, key=lambda t: abs(t.logprob_gap)) if with_gap else diverged[0]
-        pair["status"] = "diverged"
+        pair["status"] = Status.DIVERGED.value
         pair["first_divergence"] = _gap_dict(lead)
         pair["diverged_tokens"] = len(diverged)
         modules: dict[str, int] = {}
@@ -317,12 +325,12 @@ def _summarize(pair, results, al, requests, sequences, findings, top, min_covera
             modules[t.gap.module] = modules.get(t.gap.module, 0) + 1
         pair["top"] = [{"module": m, "tokens": n} for m, n in sorted(modules.items(), key=lambda kv: -kv[1])[:top]]
     elif not compared_tokens:
-        pair["status"] = "mismatch"
+        pair["status"], pair["reason"] = Status.MISMATCH.value, Reason.MISMATCH.value
         findings.append(_f("compare-rollout-align", Severity.ERROR, "no token of the rollout could be aligned with "
                            "the actor's forward", pair["target"], ALIGN_HINT))
     elif min(cov_r, cov_t) >= min_coverage and not skipped and not uncompared and not unread:
-        pair["status"] = "same"
+        pair["status"] = Status.SAME.value
     else:
-        pair["status"] = "partial"
+        pair["status"], pair["reason"] = Status.PARTIAL.value, Reason.COVERAGE.value
     pair["findings"] = [f.to_dict() for f in findings]
     return pair

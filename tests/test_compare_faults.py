@@ -1,0 +1,251 @@
+"""A compare that never lies (issue 34), on the real runs of examples/compare copied per test: a fault stays
+in its pair (status `error`, reason compare-failed, the other pairs compared and reported, exit code 4,
+never 1), in this process, in worker processes and in the rollout compare; output paths and --msprobe-csv
+are refused (exit code 2, the path named) before any dump is read; each status gives its exit code."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from compare_cli import run, run_json
+from verl_pdbg_conf.compare import cli, engine, runs
+from verl_pdbg_conf.compare.rollout import run as rollout_run
+from verl_pdbg_conf.compare.verdict import ExitCode, Reason, Status, Verdict, exit_code
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "compare"
+FAULTY = "actor_compute_log_prob"  # the stage whose pairs the injected fault hits
+
+
+@pytest.fixture
+def runs4(tmp_path) -> tuple[Path, Path]:
+    """target and golden with four pairs: step_1's two stages diverged (layer 1's weight scaled), step_2's
+    two the golden run's own step_1 on both sides (same)."""
+    target, golden = tmp_path / "target", tmp_path / "golden"
+    shutil.copytree(EXAMPLE / "target", target)
+    shutil.copytree(EXAMPLE / "golden", golden)
+    for side in (target, golden):
+        shutil.copytree(EXAMPLE / "golden" / "step_1", side / "step_2")
+    return target, golden
+
+
+def faulty_job(job):
+    """Fault injection, at module level so a worker process can run it: one stage's pairs raise."""
+    if FAULTY in job.target:
+        raise RuntimeError("injected fault")
+    return engine.compare_pair(job)
+
+
+def _by_pair(doc: dict) -> dict:
+    return {(p["step"], p["stage"]): p for p in doc["pairs"]}
+
+
+def _assert_fault_stays_in_its_pair(code: int, doc: dict, said: str = "RuntimeError: injected fault") -> None:
+    pairs = _by_pair(doc)
+    assert len(pairs) == 4 and code == ExitCode.ERROR == doc["exit_code"], (code, doc["exit_code"])
+    for (step, stage), p in pairs.items():
+        if stage == FAULTY:
+            assert (p["status"], p["reason"], p["first_divergence"]) == ("error", "compare-failed", None), p
+            (f,) = [f for f in p["findings"] if f["rule"] == "compare-failed"]
+            assert said in f["message"] and f["severity"] == "error" and f["file"].endswith("dump.json"), f
+        else:  # the healthy pairs keep their verdicts
+            assert p["status"] == ("diverged" if step == 1 else "same") and p["reason"] is None, p
+    assert pairs[(1, "actor_update")]["first_divergence"]["module"].startswith("model.layers.1.")
+
+
+def test_healthy_runs_give_their_verdicts(runs4):
+    """The control: without the fault, step_1 diverged and step_2 same (exit 1)."""
+    code, doc = run_json(*runs4, "-j", "1")
+    assert code == ExitCode.DIVERGED and [p["status"] for p in doc["pairs"]] == ["diverged"] * 2 + ["same"] * 2
+
+
+def test_a_fault_in_one_pair_in_this_process(runs4, monkeypatch):
+    """compare_runs looks its job up when called: patching runs.compare_pair reaches the pairs (-j 1)."""
+    monkeypatch.setattr(runs, "compare_pair", faulty_job)
+    code, doc = run_json(*runs4, "-j", "1")
+    _assert_fault_stays_in_its_pair(code, doc)
+
+
+def test_a_fault_inside_the_engine_is_returned_by_compare_pair(runs4, monkeypatch):
+    """An exception deep in the engine: compare_pair itself returns it as the pair's failure, as a worker
+    process or a Ray task must (they hand back only what compare_pair returns)."""
+    real = engine.run_pipeline
+
+    def pipeline(job, *a):
+        if FAULTY in job.target:
+            raise KeyError("no such record")
+        return real(job, *a)
+
+    monkeypatch.setattr(engine, "run_pipeline", pipeline)
+    job = engine.PairJob(str(next(runs4[0].rglob(f"{FAULTY}/step0/rank0/dump.json"))),
+                         str(next(runs4[1].rglob(f"{FAULTY}/step0/rank0/dump.json"))))
+    out = engine.compare_pair(job)
+    assert (out.analysis, out.rule, out.path) == (None, Reason.FAILED, job.target)
+    assert out.error == "the compare failed: KeyError: 'no such record'"
+    code, doc = run_json(*runs4, "-j", "1")
+    _assert_fault_stays_in_its_pair(code, doc, "KeyError: 'no such record'")
+
+
+def test_a_fault_in_worker_processes(runs4):
+    """-j 2: the job raises in a worker process; the pool and the other pairs go on."""
+    cmp = runs.compare_runs(str(runs4[0]), str(runs4[1]), jobs=2, job_fn=faulty_job)
+    _assert_fault_stays_in_its_pair(cmp.exit_code, runs.as_dict(cmp))
+
+
+def test_a_job_that_returns_nonsense_fails_its_pair_alone(runs4):
+    cmp = runs.compare_runs(str(runs4[0]), str(runs4[1]), jobs=1,
+                            job_fn=lambda job: None if FAULTY in job.target else engine.compare_pair(job))
+    _assert_fault_stays_in_its_pair(cmp.exit_code, runs.as_dict(cmp), "AttributeError")
+
+
+def test_text_report_and_exit_code_of_a_fault(runs4, monkeypatch):
+    monkeypatch.setattr(runs, "compare_pair", faulty_job)
+    code, text = run([*runs4, "-j", "1"])
+    assert code == ExitCode.ERROR and "Traceback" not in text
+    assert "2 diverged, 2 same" not in text and "2 failed (an error of the compare itself, exit code 4)" in text
+
+
+def test_nothing_escapes_main(runs4, monkeypatch, capsys):
+    """An exception outside any pair (here in the pairing): exit code 4 and one line, not Python's 1."""
+    def broken(*a, **k):
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr(runs, "pair_up", broken)
+    monkeypatch.delenv(cli.DEBUG_ENV, raising=False)
+    code, out = run([*runs4])
+    err = capsys.readouterr().err
+    assert code == ExitCode.ERROR and out == "" and "Traceback" not in err
+    assert err.count("\n") == 1 and "ZeroDivisionError: division by zero" in err
+    monkeypatch.setenv(cli.DEBUG_ENV, "1")
+    assert run([*runs4])[0] == ExitCode.ERROR and "Traceback" in capsys.readouterr().err
+
+
+def test_rollout_fault_stays_in_its_step(tmp_path, monkeypatch):
+    """The rollout compare, step by step: one step's exception is that step's error; the other is judged
+    (here: nothing dumped, dump-missing)."""
+    for step in ("step_1", "step_2"):
+        for stage in (rollout_run.ROLLOUT, rollout_run.ACTOR):
+            (tmp_path / step / stage).mkdir(parents=True)
+    real = rollout_run.compare_step
+
+    def pair(key, *a):
+        if key == "step_1":
+            raise IndexError("list index out of range")
+        return real(key, *a)
+
+    monkeypatch.setattr(rollout_run, "compare_step", pair)
+    code, doc = run_json("--rollout", tmp_path)
+    one, two = doc["pairs"]
+    assert code == ExitCode.ERROR == doc["exit_code"]
+    assert (one["step"], one["status"], one["reason"]) == (1, "error", "compare-failed")
+    assert "IndexError: list index out of range" in one["findings"][0]["message"]
+    assert (two["step"], two["status"], two["reason"]) == (2, "error", "dump-missing")
+    monkeypatch.setattr(rollout_run, "compare_step", real)
+    assert run_json("--rollout", tmp_path)[0] == ExitCode.INCOMPLETE  # nothing comparable: not a usage error
+
+
+# ----------------------------------------------------------------------------- outputs, before any dump is read
+
+@pytest.fixture
+def nothing_read(monkeypatch):
+    """Fault injection: every way to the dumps raises, so a refusal must come before all of them."""
+    def boom(*a, **k):
+        raise AssertionError("a dump was read")
+
+    for mod, name in ((runs, "collect"), (runs, "execute"), (cli, "compare_runs"), (cli, "compare_ranks"),
+                      (rollout_run, "compare_rollout")):
+        monkeypatch.setattr(mod, name, boom)
+
+
+def _refused(argv, capsys, *said) -> str:
+    code, out = run(argv)
+    err = capsys.readouterr().err
+    assert code == ExitCode.USAGE and out == "" and "Traceback" not in err, (code, err)
+    for s in said:
+        assert s in err, err
+    return err
+
+
+def test_o_at_an_existing_file(runs4, tmp_path, capsys, nothing_read):
+    f = tmp_path / "a_file"
+    f.write_text("kept")
+    _refused([*runs4, "-o", f], capsys, f"-o {f} is a file")
+    _refused([runs4[0], "--ranks", "-o", f], capsys, f"-o {f} is a file")
+    _refused([*runs4, "-o", f / "below"], capsys, f"-o {f / 'below'} cannot be created: {f} is a file")
+    assert f.read_text() == "kept"
+
+
+def test_html_at_a_directory_or_in_a_missing_folder(runs4, tmp_path, capsys, nothing_read):
+    _refused([*runs4, "--html", tmp_path], capsys, f"--html {tmp_path} is a directory")
+    missing = tmp_path / "no" / "r.html"
+    _refused([*runs4, "--html", missing], capsys, f"--html {missing}: its folder {missing.parent} does not exist")
+    _refused([*runs4, "--html", runs4[1] / "r.html"], capsys, f"--html {runs4[1] / 'r.html'} is inside")
+    assert not (runs4[1] / "r.html").exists()
+
+
+def test_rollout_outputs(runs4, tmp_path, capsys, nothing_read):
+    _refused(["--rollout", runs4[0], "--html", tmp_path], capsys, f"--html {tmp_path} is a directory")
+    missing = tmp_path / "no" / "r.html"
+    _refused(["--rollout", runs4[0], "--html", missing], capsys, "does not exist")
+    _refused(["--rollout", runs4[0], "--html", runs4[0] / "r.html"], capsys, "is inside")
+    _refused(["--rollout", runs4[0], "-o", tmp_path / "o"], capsys, "not with -o")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
+def test_unwritable_output(runs4, tmp_path, capsys, nothing_read):
+    ro = tmp_path / "ro"
+    ro.mkdir(mode=0o500)
+    _refused([*runs4, "-o", ro], capsys, "not writable")
+    _refused([*runs4, "--html", ro / "r.html"], capsys, "not writable")
+
+
+def test_msprobe_csv_without_msprobe(runs4, tmp_path, capsys, monkeypatch, nothing_read):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "msprobe" else real(name, *a))
+    _refused([*runs4, "--msprobe-csv"], capsys, "msprobe is not installed", "pip install 'verl-pdbg-conf[runtime]'")
+    _refused([*runs4, "--msprobe-csv", "all", "-o", tmp_path / "o"], capsys, "pip install 'verl-pdbg-conf[runtime]'")
+    assert not (tmp_path / "o").exists()
+
+
+def test_good_outputs_are_written(runs4, tmp_path):
+    out, page = tmp_path / "new" / "out", tmp_path / "r.html"
+    code, doc = run_json(*runs4, "-o", out, "--html", page, "-j", "1")
+    assert code == ExitCode.DIVERGED and json.loads((out / "summary.json").read_text())["exit_code"] == code
+    assert page.read_text().startswith("<!DOCTYPE html>") or "<html" in page.read_text()[:200]
+
+
+# ----------------------------------------------------------------------------- exit codes of each status
+
+def test_exit_code_of_each_status():
+    v = Verdict
+    same, div = v(Status.SAME), v(Status.DIVERGED)
+    assert exit_code([same, same]) == ExitCode.SAME == 0
+    assert exit_code([same, div]) == ExitCode.DIVERGED == 1
+    for bad in (v(Status.PARTIAL, Reason.COVERAGE), v(Status.MISMATCH, Reason.MISMATCH),
+                v(Status.ERROR, Reason.DUMP_CORRUPT), v(Status.ERROR, Reason.DUMP_MISSING)):
+        assert exit_code([same, bad]) == ExitCode.INCOMPLETE == 3
+        assert exit_code([bad]) == ExitCode.INCOMPLETE  # nothing compared at all: still not a usage error
+        assert exit_code([div, bad]) == ExitCode.DIVERGED
+    assert exit_code([]) == exit_code([same], one_sided=True) == ExitCode.INCOMPLETE
+    failed = v(Status.ERROR, Reason.FAILED)
+    assert exit_code([same, failed]) == exit_code([div, failed]) == ExitCode.ERROR == 4  # never 1 on a crash
+    assert len({int(c) for c in ExitCode}) == len(ExitCode) == 5
+
+
+def test_exit_codes_on_real_dumps(runs4, tmp_path):
+    target, golden = runs4
+    assert run_json(golden, golden, "-j", "1")[0] == ExitCode.SAME
+    assert run_json(target, golden, "-j", "1")[0] == ExitCode.DIVERGED
+    dump = target / "step_1" / FAULTY / "step0" / "rank0" / "dump.json"
+    dump.write_text(dump.read_text()[:1000])  # truncated: dump-corrupt, the rest still compared
+    code, doc = run_json(target / "step_1" / FAULTY, golden / "step_1" / FAULTY)
+    (p,) = doc["pairs"]
+    assert code == ExitCode.INCOMPLETE and (p["status"], p["reason"]) == ("error", "dump-corrupt")
+    code, doc = run_json(target, golden, "-j", "1")
+    assert code == ExitCode.DIVERGED and _by_pair(doc)[(1, FAULTY)]["reason"] == "dump-corrupt"
+    assert run([golden, "--ranks", "3"]) == (ExitCode.USAGE, "")  # no rank3 to compare against: usage

@@ -1,0 +1,84 @@
+"""What a comparison says, shared by the run compare (pairs.py) and the rollout compare (rollout/run.py):
+a pair's status, the reason it is not a plain verdict, and the command's exit code computed from the
+pairs in one place.
+
+Exit codes: 0 same (every pair compared whole, none diverged); 1 diverged (at least one pair); 2 usage
+(arguments or output paths refused before any dump was read); 3 incomplete (no divergence, but a pair
+could not be compared because of its dumps, was compared in part, or is in one run only; also when no
+pair could be compared at all); 4 error (the compare itself failed on a pair: an unexpected exception,
+a worker lost; it wins over every other code, since the pairs it lost may hold the divergence)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Iterable
+
+
+class Status(str, enum.Enum):
+    """pairs[].status in the JSON."""
+    PENDING = "pending"  # not compared yet
+    SAME = "same"
+    DIVERGED = "diverged"
+    PARTIAL = "partial"  # no divergence in what was compared, but not all was
+    MISMATCH = "mismatch"  # collected differently (task, level, token layout): not comparable
+    ERROR = "error"  # not compared: a bad dump, or the compare failed (the reason says which)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Reason(str, enum.Enum):
+    """pairs[].reason: why a pair is partial, mismatch or error (in the run compare, also the rule of the
+    finding that says it)."""
+    DUMP_MISSING = "dump-missing"
+    DUMP_EMPTY = "dump-empty"
+    DUMP_CORRUPT = "dump-corrupt"
+    MISMATCH = "compare-mismatch"
+    METRIC = "compare-metric"
+    COVERAGE = "compare-coverage"
+    FAILED = "compare-failed"  # the compare itself: an unexpected exception, a worker or node lost
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class UsageError(ValueError):
+    """Arguments or paths refused before any dump is read (exit code 2, USAGE)."""
+
+
+class ExitCode(enum.IntEnum):
+    SAME = 0
+    DIVERGED = 1
+    USAGE = 2
+    INCOMPLETE = 3
+    ERROR = 4
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: Status
+    reason: Reason | None = None
+
+
+def exit_code(verdicts: Iterable[Verdict], one_sided: bool = False) -> ExitCode:
+    """The command's exit code from its pairs' verdicts; `one_sided`: a (step, stage, rank) is in one run
+    only. A fault of the compare wins (its pair may hide a divergence), then a divergence, then anything
+    not compared whole."""
+    verdicts = list(verdicts)
+    if any(v.reason == Reason.FAILED for v in verdicts):
+        return ExitCode.ERROR
+    if any(v.status == Status.DIVERGED for v in verdicts):
+        return ExitCode.DIVERGED
+    if not verdicts or one_sided or any(v.status != Status.SAME for v in verdicts):
+        return ExitCode.INCOMPLETE
+    return ExitCode.SAME
+
+
+FAULT_HINT = "a fault of verl-pdbg-compare itself, not of the dumps: please report it with this pair's dumps"
+
+
+def failure(exc: BaseException) -> str:
+    """An unexpected exception as one line for a finding: its type and text."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
