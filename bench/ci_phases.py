@@ -33,7 +33,7 @@ def main(argv=None) -> int:
 
     work = tempfile.mkdtemp(prefix="ci-phases-")
     clone = os.path.join(work, "clone")
-    env = dict(os.environ, CI="true", PYTEST_ADDOPTS=f"--durations={args.slowest} -p no:cacheprovider")
+    env = dict(os.environ, CI="true", PYTEST_ADDOPTS=f"--durations={args.slowest}")
     if args.fresh:
         env["PIP_CACHE_DIR"] = os.path.join(work, "pip-cache")
         env["VERL_PDBG_CONF_VENVS"] = os.path.join(work, "venvs")
