@@ -330,9 +330,9 @@ def test_replicas_grouped_in_megatron_rank_order():
     """Tensor-parallel ranks next to each other, pipeline stages outermost: with 2 data-parallel replicas
     of 2 stages, replica 0 is ranks 0 and 2, replica 1 ranks 1 and 3."""
     from verl_pdbg_conf.compare.layout import group_sides
-    from verl_pdbg_conf.compare.pairs import Side
+    from verl_pdbg_conf.compare.pairs import RankDump
 
-    sides = [Side(("step_1", "s", "step0"), f"rank{r}", f"/d/rank{r}/dump.json") for r in (3, 1, 0, 2)]
+    sides = [RankDump(("step_1", "s", "step0"), f"rank{r}", f"/d/rank{r}/dump.json") for r in (3, 1, 0, 2)]
     one, two = group_sides(sides, tp=1, pp=2)
     assert (one.rank_dir, one.members, one.tp) == ("rank0", ("rank0", "rank2"), 1)
     assert two.members == ("rank1", "rank3")

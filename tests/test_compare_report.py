@@ -12,7 +12,7 @@ import pytest
 
 from verl_pdbg_conf.compare.nodes import MAX_LAYERS, SPAN, Analysis, Node, layer_label, layers_of
 from verl_pdbg_conf.compare.output import layer_dict
-from verl_pdbg_conf.compare.pairs import Comparison, Pair, Side
+from verl_pdbg_conf.compare.pairs import Comparison, Pair, RankDump
 
 matplotlib = pytest.importorskip("matplotlib")
 
@@ -99,8 +99,8 @@ def synthetic_run(steps=3, stages=("actor_compute_log_prob", "actor_update"), ra
         for stage in stages:
             for r in range(ranks):
                 key = (f"step_{step}", stage, "step0")
-                side = Side(key, f"rank{r}", f"/t/{'/'.join(key)}/rank{r}/dump.json")
-                p = Pair(side, Side(key, f"rank{r}", side.path.replace("/t/", "/g/")), step, stage, r)
+                side = RankDump(key, f"rank{r}", f"/t/{'/'.join(key)}/rank{r}/dump.json")
+                p = Pair(side, RankDump(key, f"rank{r}", side.path.replace("/t/", "/g/")), step, stage, r)
                 if step == steps and stage == stages[0] and r in (5, 6):
                     from verl_pdbg_conf.core.findings import Finding, Severity
 
@@ -115,7 +115,7 @@ def synthetic_run(steps=3, stages=("actor_compute_log_prob", "actor_update"), ra
                     p.analysis, p.status = an, ("diverged" if an.first else "same")
                 cmp.pairs.append(p)
     key = (f"step_{steps}", stages[-1], "step0")
-    cmp.only_in_golden.append(Side(key, f"rank{ranks}", f"/g/step_{steps}/{stages[-1]}/step0/rank{ranks}/dump.json"))
+    cmp.only_in_golden.append(RankDump(key, f"rank{ranks}", f"/g/step_{steps}/{stages[-1]}/step0/rank{ranks}/dump.json"))
     return cmp
 
 
@@ -163,7 +163,7 @@ def test_pair_summary_is_bounded_whatever_the_layers():
     layers[2500].diverged, layers[3000].nan = True, True
     an = Analysis("statistics", first=node(250_000, "model.layers.312.part4", 0.01), layers=layers, n_nodes=409_600)
     key = ("step_1", "actor_update", "step0")
-    p = Pair(Side(key, "rank0", "/t/x/dump.json"), Side(key, "rank0", "/g/x/dump.json"), 1, "actor_update", 0,
+    p = Pair(RankDump(key, "rank0", "/t/x/dump.json"), RankDump(key, "rank0", "/g/x/dump.json"), 1, "actor_update", 0,
              status="diverged", analysis=an)
     d = pair_dict(p, "NormRelativeErr", layers=True)
     assert len(d["layers"]) <= MAX_LAYERS and sum(lay["nodes"] for lay in d["layers"]) == 409_600

@@ -245,10 +245,10 @@ def test_pairing_rules():
     """pair_up alone: save_paths pair by step and stage strictly; several proc<pid> per side pair by
     sorted pid with a warning; rank<N> by name."""
     from verl_pdbg_conf.core.findings import Severity
-    from verl_pdbg_conf.compare.runs import Side, pair_up
+    from verl_pdbg_conf.compare.runs import RankDump, pair_up
 
     def side(key, rank):
-        return Side(tuple(key.split("/")), rank, f"/x/{key}/{rank}/dump.json")
+        return RankDump(tuple(key.split("/")), rank, f"/x/{key}/{rank}/dump.json")
 
     pairs, only_t, only_g, notes = pair_up([side("step_2/actor_update/step0", "rank0")],
                                            [side("step_1/actor_update/step0", "rank0")])

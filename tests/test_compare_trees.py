@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from verl_pdbg_conf.compare.pairs import Side, pair_up
+from verl_pdbg_conf.compare.pairs import RankDump, pair_up
 from verl_pdbg_conf.compare.pipeline.coverage import Coverage, kind
 from verl_pdbg_conf.compare.pipeline.reading import Record
 from verl_pdbg_conf.compare.pipeline.trees import Alignment, Tree, parse_call
@@ -154,13 +154,13 @@ def test_coverage_names_what_was_not_compared():
 
 
 def test_proc_pairs_with_rank0_and_says_so(tmp_path):
-    t = [Side(("step_1", "actor_update", "step0"), "proc123", str(tmp_path / "a" / "dump.json"))]
-    g = [Side(("step_1", "actor_update", "step0"), "rank0", str(tmp_path / "b" / "dump.json"))]
+    t = [RankDump(("step_1", "actor_update", "step0"), "proc123", str(tmp_path / "a" / "dump.json"))]
+    g = [RankDump(("step_1", "actor_update", "step0"), "rank0", str(tmp_path / "b" / "dump.json"))]
     pairs, only_t, only_g, notes = pair_up(t, g)
     assert len(pairs) == 1 and not only_t and not only_g
     assert notes[0].rule == "compare-pairing" and notes[0].severity.value == "info" and "proc123" in notes[0].message
     # two ranks against one proc directory stay apart
-    g2 = g + [Side(("step_1", "actor_update", "step0"), "rank1", str(tmp_path / "c" / "dump.json"))]
+    g2 = g + [RankDump(("step_1", "actor_update", "step0"), "rank1", str(tmp_path / "c" / "dump.json"))]
     pairs, only_t, only_g, _ = pair_up(t, g2)
     assert not pairs and len(only_t) == 1 and len(only_g) == 2
 

@@ -158,7 +158,7 @@ def stages_from_dumps(paths: list[str], tp: int) -> tuple[int, str]:
 
 
 def group_sides(sides: list, tp: int, pp: int = 1) -> list:
-    """Each Megatron replica of a key's rank sides as one Side named for its data-parallel index, holding
+    """Each Megatron replica of a key's rank sides as one RankDump named for its data-parallel index, holding
     its ranks' dumps stage by stage (ranks: tensor-parallel fastest, stages outermost)."""
     ranked = sorted(sides, key=lambda s: _rank(s.rank_dir))
     dp = len(ranked) // (tp * pp)

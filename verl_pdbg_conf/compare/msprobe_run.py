@@ -10,7 +10,7 @@ import shutil
 import tempfile
 
 from verl_pdbg_conf.core.findings import Finding
-from verl_pdbg_conf.compare.pairs import E, Pair, Side, finding
+from verl_pdbg_conf.compare.pairs import E, Pair, RankDump, finding
 
 
 def msprobe_compare(job: tuple[str, str, str]) -> dict:
@@ -70,7 +70,7 @@ def _log_tail(log: str | None, n: int = 3) -> str:
     return " | ".join(re.sub(r"^.*?\[(ERROR|WARNING)\]\s*", r"\1: ", ln) for ln in lines[-n:])
 
 
-def precheck(side: Side) -> Finding | None:
+def precheck(side: RankDump) -> Finding | None:
     """A dump.json msprobe should not even be given: absent or empty."""
     if not os.path.isfile(side.path):
         return finding("dump-missing", E, f"{side.label}: no dump.json", os.path.dirname(side.path),

@@ -8,12 +8,12 @@ import os
 
 from verl_pdbg_conf.compare.ignores import DEFAULT_IGNORES
 from verl_pdbg_conf.compare.nodes import MAX_LAYERS, fold_layers, json_number
-from verl_pdbg_conf.compare.pairs import Comparison, Pair, Side, layout_of, pair_dir, rank_number
+from verl_pdbg_conf.compare.pairs import Comparison, Pair, RankDump, layout_of, pair_dir, rank_number
 
 SUMMARY = "summary.json"  # with an output directory: per pair in its directory, the whole comparison at the top
 
 
-def side_dict(s: Side) -> dict:
+def side_dict(s: RankDump) -> dict:
     step, stage = layout_of(s.path)
     return {"step": step, "stage": stage, "rank": rank_number(s.rank_dir), "rank_dir": s.rank_dir,
             "path": s.path}

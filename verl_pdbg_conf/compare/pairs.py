@@ -1,5 +1,5 @@
 """Pairing of two runs: the dumps of each (collect, through inspect_run.scan, the layout's one reader),
-paired by (step, stage, rank) (pair_up), and what a comparison is made of (Side, Pair, Comparison)."""
+paired by (step, stage, rank) (pair_up), and what a comparison is made of (RankDump, Pair, Comparison)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
 
 
 @dataclass
-class Side:
+class RankDump:
     """One rank directory of one run."""
     key: tuple  # path parts between the given root and the rank directory, e.g. (step_1, actor_update, step0)
     rank_dir: str  # rank0 or proc<pid> ("" for a dump.json given directly)
@@ -40,8 +40,8 @@ class Side:
 
 @dataclass
 class Pair:
-    target: Side
-    golden: Side
+    target: RankDump
+    golden: RankDump
     step: int | None
     stage: str | None
     rank: int | None
@@ -84,8 +84,8 @@ class Comparison:
     keep_nodes: int = 0  # nodes each pair's analysis keeps (for a per-node plot)
     min_coverage: float = DEFAULT_MIN_COVERAGE  # share of each side a pair must compare to be "same"
     pairs: list[Pair] = field(default_factory=list)
-    only_in_target: list[Side] = field(default_factory=list)
-    only_in_golden: list[Side] = field(default_factory=list)
+    only_in_target: list[RankDump] = field(default_factory=list)
+    only_in_golden: list[RankDump] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)  # not tied to a pair
 
     @property
@@ -103,22 +103,22 @@ def finding(rule, sev, msg, path, hint="") -> Finding:
     return Finding(rule, sev, msg, path, 1, 1, "", hint)
 
 
-def collect(root: str) -> list[Side]:
+def collect(root: str) -> list[RankDump]:
     """Every rank directory under root (root itself may be one, or a dump.json).
     A save_path goes through inspect_run.scan, the layout's one reader."""
     root = os.path.abspath(root)
     if os.path.isfile(root):
         parent = os.path.basename(os.path.dirname(root))
-        return [Side((), parent if RANK_DIR.match(parent) else "", root)]
+        return [RankDump((), parent if RANK_DIR.match(parent) else "", root)]
     if not os.path.isdir(root):
         return []
     if RANK_DIR.match(os.path.basename(root)) or os.path.isfile(os.path.join(root, "dump.json")):
-        return [Side((), os.path.basename(root) if RANK_DIR.match(os.path.basename(root)) else "",
+        return [RankDump((), os.path.basename(root) if RANK_DIR.match(os.path.basename(root)) else "",
                      os.path.join(root, "dump.json"))]
     dumps, _ = scan(root)
     ranked = [d for d in dumps if d.rank]
     if ranked:
-        return [Side((f"step_{d.step}", d.stage_dir, d.inner), d.rank, d.path) for d in ranked]
+        return [RankDump((f"step_{d.step}", d.stage_dir, d.inner), d.rank, d.path) for d in ranked]
     sides = []
     for here, dirs, _files in os.walk(root):
         dirs.sort()
@@ -126,7 +126,7 @@ def collect(root: str) -> list[Side]:
             if RANK_DIR.match(d):
                 rel = os.path.relpath(here, root)
                 key = () if rel == "." else tuple(rel.split(os.sep))
-                sides.append(Side(key, d, os.path.join(here, d, "dump.json")))
+                sides.append(RankDump(key, d, os.path.join(here, d, "dump.json")))
                 dirs.remove(d)
     return sides
 
@@ -157,11 +157,11 @@ def sort_key(p: Pair):
             p.target.rank_dir)
 
 
-def pair_up(target: list[Side], golden: list[Side]) -> tuple[list[Pair], list[Side], list[Side], list[Finding]]:
+def pair_up(target: list[RankDump], golden: list[RankDump]) -> tuple[list[Pair], list[RankDump], list[RankDump], list[Finding]]:
     """Pair rank directories by their place in the layout; rank<N> by name, proc<pid> by sorted pid
     when both sides hold the same number of them (pids differ between runs)."""
-    by_t: dict[tuple, dict[str, Side]] = {}
-    by_g: dict[tuple, dict[str, Side]] = {}
+    by_t: dict[tuple, dict[str, RankDump]] = {}
+    by_g: dict[tuple, dict[str, RankDump]] = {}
     for sides, into in ((target, by_t), (golden, by_g)):
         for s in sides:
             into.setdefault(s.key, {})[s.rank_dir] = s

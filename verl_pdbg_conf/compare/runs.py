@@ -23,7 +23,7 @@ from verl_pdbg_conf.compare.nodes import DEFAULT_METRIC, DEFAULT_THRESHOLD, METR
 from verl_pdbg_conf.compare.pipeline.coverage import DEFAULT_MIN_COVERAGE
 from verl_pdbg_conf.compare.output import as_dict  # noqa: F401
 from verl_pdbg_conf.compare.output_paths import check_outputs
-from verl_pdbg_conf.compare.pairs import (W, Comparison, Pair, Side, collect, finding, layout_of, pair_up, rank_number,
+from verl_pdbg_conf.compare.pairs import (W, Comparison, Pair, RankDump, collect, finding, layout_of, pair_up, rank_number,
                                           sort_key)
 from verl_pdbg_conf.compare.verdict import UsageError
 
@@ -77,7 +77,7 @@ def compare_ranks(run: str, reference: int = 0, out_dir: str | None = None, metr
     options are compare_runs'."""
     patterns = _check_args(metric, ignores, default_ignores, out_dir, (run,), msprobe_csv, min_coverage)
     ref_dir = f"rank{reference}"
-    by_key: dict[tuple, dict[str, Side]] = {}
+    by_key: dict[tuple, dict[str, RankDump]] = {}
     for s in _sides(run):
         by_key.setdefault(s.key, {})[s.rank_dir] = s
     if not any(rank_number(r) is not None for ranks in by_key.values() for r in ranks):
@@ -139,7 +139,7 @@ def require_msprobe(msprobe_csv: str | None) -> None:
                          f"pip install '{RUNTIME_EXTRA}'")
 
 
-def _sides(root: str) -> list[Side]:
+def _sides(root: str) -> list[RankDump]:
     sides = collect(root)
     if not sides:
         raise UsageError(f"{root}: no rank directory or dump.json there (give a save_path, a step_N/stage "

@@ -32,7 +32,9 @@ def _where(r) -> str:
     return (module_path(scope) if scope else "") or ""
 
 
-class Side:
+class Tally:
+    """One run's records, counted for coverage: paired, compared at a boundary, per module."""
+
     def __init__(self):
         self.records = 0
         self.paired = 0
@@ -121,7 +123,7 @@ class Coverage:
     """Both sides' counts, kept as the pipeline pairs records."""
 
     def __init__(self):
-        self.target, self.golden = Side(), Side()
+        self.target, self.golden = Tally(), Tally()
 
     def pair(self, t, g, compared: bool = True) -> None:
         """t and its counterpart g (or None); `compared` False where judging held them apart (tensors of other

@@ -22,7 +22,7 @@ from verl_pdbg_conf.compare.pipeline.stacks import skip_foreign
 from verl_pdbg_conf.compare.megatron.table import Correspondence
 from verl_pdbg_conf.compare.nodes import module_kind
 from verl_pdbg_conf.compare.pipeline.fusion import Fuser, Group
-from verl_pdbg_conf.compare.pipeline.sides import Side, stacks_of
+from verl_pdbg_conf.compare.pipeline.sides import PairSide, stacks_of
 from verl_pdbg_conf.compare.pipeline.trees import Alignment
 
 
@@ -334,8 +334,8 @@ def run_pipeline(job, task: str, level: str, streams: tuple = (None, None)):
         skip_foreign(tstacks, gstacks)
     construct = not any(name == "construct.json" for name, _f, _w in broken)
     # streams: each side's DumpReader its header was read from (engine.compare_pair), or None
-    tside = Side(job.target, job.target_group, job.target_tp, level, tstacks, construct, streams[0])
-    gside = Side(job.golden, job.golden_group, job.golden_tp, level, gstacks, construct, streams[1])
+    tside = PairSide(job.target, job.target_group, job.target_tp, level, tstacks, construct, streams[0])
+    gside = PairSide(job.golden, job.golden_group, job.golden_tp, level, gstacks, construct, streams[1])
     treader, greader = tside.reader, gside.reader
     titer, giter = tside.records(), gside.records()
     alignment, backends = _trees(tside, gside, level)

@@ -20,7 +20,7 @@ def stacks_of(path: str, level: str):
     return Stacks(stack) if level in ("L1", "mix") and os.path.isfile(stack) and not check_items(stack) else None
 
 
-class Side:
+class PairSide:
     """`group`: the replica's dump.json paths, stage by stage, `tp` of them per stage (empty: `path` alone)."""
 
     def __init__(self, path: str, group: tuple, tp: int, level: str, stacks, construct: bool = True, stream=None):

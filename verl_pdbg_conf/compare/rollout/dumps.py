@@ -22,7 +22,7 @@ class Tensor:
 
 
 @dataclass
-class Record:
+class ModuleCall:
     name: str  # msprobe's record name, Module.<path>.<Class>.forward.<n>
     path: str  # the module path
     cls: str
@@ -35,14 +35,14 @@ class Record:
 class Dump:
     rank_dir: str
     task: str | None = None
-    records: list[Record] = field(default_factory=list)  # forward records of leaf modules, in execution order
-    every: list[Record] = field(default_factory=list)  # every module's, parents too, in execution order
+    records: list[ModuleCall] = field(default_factory=list)  # forward records of leaf modules, in execution order
+    every: list[ModuleCall] = field(default_factory=list)  # every module's, parents too, in execution order
     tokens: dict | None = None  # dumpread.read_tokens: only the keys the compare reads, each of its shape
     findings: list[Finding] = field(default_factory=list)
     unread: int = 0  # values of its files that could not be read: the pair is at best partial
 
-    def by_path(self) -> dict[str, list[Record]]:
-        out: dict[str, list[Record]] = {}
+    def by_path(self) -> dict[str, list[ModuleCall]]:
+        out: dict[str, list[ModuleCall]] = {}
         for r in self.every:
             out.setdefault(r.path, []).append(r)
         return out
@@ -103,7 +103,7 @@ def read(rank_dir: str) -> Dump:
                 why.append(f"is {show(rec)}, not a record (a mapping of inputs and outputs)")
             if why:
                 bad.append(f"{name} {why[0]}" if why[0].startswith(("is ", "holds ")) else f"{name}: {why[0]}")
-            records.append(Record(name, split[0], split[1], split[2], ins, outs))  # its place kept: calls count
+            records.append(ModuleCall(name, split[0], split[1], split[2], ins, outs))  # its place kept: calls count
     except FileNotFoundError:
         dump.findings.append(_finding("dump-missing", Severity.ERROR, f"{path}: no dump.json", rank_dir,
                                       "the step's collection did not finish; collect it again"))

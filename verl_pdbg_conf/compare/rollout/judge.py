@@ -22,12 +22,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from verl_pdbg_conf.compare.metrics import EPS
 from verl_pdbg_conf.compare.rollout import dumps as D
 from verl_pdbg_conf.compare.rollout.table import Point
 from verl_pdbg_conf.compare.rollout.tokens import Request, Sequence
 
-EPS = {"torch.float32": 2.0 ** -23, "torch.float16": 2.0 ** -10, "torch.bfloat16": 2.0 ** -7,
-       "torch.float64": 2.0 ** -52}
 ROUNDINGS = 2  # a point's own rounding with dtype_aware, in epsilons of the lower precision
 
 
@@ -98,12 +97,12 @@ def _rel(a, b, floor: float = 0.0) -> float:
     return diff / ref if ref > 0 else diff
 
 
-def pick(tensors: Tensors, rec: D.Record, io: str, index: int):
+def pick(tensors: Tensors, rec: D.ModuleCall, io: str, index: int):
     entries = rec.outputs if io == "output" else rec.inputs
     return tensors.get(entries[index]) if index < len(entries) else None
 
 
-def _dtype(rec: D.Record, io: str, index: int) -> str:
+def _dtype(rec: D.ModuleCall, io: str, index: int) -> str:
     entries = rec.outputs if io == "output" else rec.inputs
     return entries[index].dtype if index < len(entries) else ""
 
@@ -118,7 +117,7 @@ class Judge:
     shapes: dict = field(default_factory=dict)  # (trainer rank, call) -> (batch, seq) of its input ids
     scales: dict = field(default_factory=dict)  # a point's trainer tensors -> their rows' typical norm
 
-    def limit(self, point: Point, trainer_rec: D.Record) -> float:
+    def limit(self, point: Point, trainer_rec: D.ModuleCall) -> float:
         if not self.dtype_aware:
             return self.threshold
         a = _dtype(point.engine.record, point.engine.io, point.engine.index)
@@ -138,7 +137,7 @@ class Judge:
         return got
 
     def token(self, req: Request, seq: Sequence, position: int, engine_points: list[Point],
-              engine_order: list[str], trainer: list[dict[str, list[D.Record]]],
+              engine_order: list[str], trainer: list[dict[str, list[D.ModuleCall]]],
               routes: dict | None = None) -> TokenResult:
         k, row = req.rows[position]
         src, c, b, s = seq.at[position]
@@ -246,7 +245,7 @@ class Judge:
         res.logprob_engine = float(lp) if isinstance(lp, (int, float)) else None
 
 
-def _call(records: list[D.Record] | None, c: int) -> D.Record | None:
+def _call(records: list[D.ModuleCall] | None, c: int) -> D.ModuleCall | None:
     """The record of a trainer module's c-th forward call (one per forward of the stage)."""
     return records[c] if records and c < len(records) else None
 

@@ -100,12 +100,12 @@ def margin_of(logits, chosen: tuple[int, ...]) -> float:
     return float(logits[mask].min() - logits[~mask].max())
 
 
-def routers(engine) -> dict[int, list[D.Record]]:
+def routers(engine) -> dict[int, list[D.ModuleCall]]:
     """Per engine step, its routers' records (empty for a dense model)."""
     return {k: [r for r in d.records if T.class_role(r.cls).get("router")] for k, d in engine}
 
 
-def routes(al, engine, trainer: list[dict[str, list[D.Record]]], judge: Judge, setting_: Setting) -> dict:
+def routes(al, engine, trainer: list[dict[str, list[D.ModuleCall]]], judge: Judge, setting_: Setting) -> dict:
     """(request, position) -> {MoE block path: Route} for every aligned token and MoE layer."""
     out: dict = {}
     found = routers(engine)
@@ -125,7 +125,7 @@ def routes(al, engine, trainer: list[dict[str, list[D.Record]]], judge: Judge, s
     return out
 
 
-def _route(rec: D.Record, row: int, trainer_recs, c: int, b: int, s: int, bs, judge: Judge,
+def _route(rec: D.ModuleCall, row: int, trainer_recs, c: int, b: int, s: int, bs, judge: Judge,
            setting_: Setting) -> Route | None:
     trec = trainer_recs[c] if trainer_recs and c < len(trainer_recs) else None
     e = pick(judge.tensors, rec, "output", 0)

@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 
-from verl_pdbg_conf.compare.rollout.dumps import Record
+from verl_pdbg_conf.compare.rollout.dumps import ModuleCall
 
 _DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "vllm-0.32.0.json")
 
@@ -36,7 +36,7 @@ def facts(path: str = _DATA) -> dict:
 
 @dataclass(frozen=True)
 class Part:
-    record: Record
+    record: ModuleCall
     io: str  # "input" or "output"
     index: int
 
@@ -88,7 +88,7 @@ def _for(architectures: list[str], table: str) -> dict:
     return {}
 
 
-def points(engine: list[Record], trainer: dict[str, list[Record]], packed: dict[str, list[str]],
+def points(engine: list[ModuleCall], trainer: dict[str, list[ModuleCall]], packed: dict[str, list[str]],
            moe: dict | None = None) -> tuple[list[Point], list[str]]:
     """The comparison points of one engine step (every record, parents too, in execution order), and the
     engine modules that should have a counterpart but have none in the trainer's dump. Parents are left
