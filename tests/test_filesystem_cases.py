@@ -144,7 +144,7 @@ def test_config_path_naming_a_fifo_does_not_block(launch_dir):
     c = write_conf(launch_dir, conf("fifo.json"))
     # In a subprocess with a timeout: a validator that opened the FIFO would wait for a writer forever.
     r = subprocess.run([sys.executable, "-m", "verl_pdbg_conf", str(c), "--format", "json"], cwd=launch_dir,
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 1, r.stderr
     d = [x for x in json.loads(r.stdout)["diagnostics"] if x["rule"] == "config-path-invalid"]
     assert d and d[0]["line"] == CONFIG_PATH_LINE and "FIFO" in d[0]["message"]
@@ -218,7 +218,7 @@ def test_cli_named_file_missing_exits_2(launch_dir, capsys):
     assert main([str(launch_dir / "no such.yaml")]) == 2
     assert "no such file" in capsys.readouterr().err
     r = subprocess.run([sys.executable, "-m", "verl_pdbg_conf", str(launch_dir / "missing.yaml"), "--format", "json"],
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 2 and "Traceback" not in r.stderr
 
 
@@ -228,7 +228,7 @@ def test_cli_named_directory_fifo_and_symlink_loop(launch_dir):
     os.symlink("l2.yaml", launch_dir / "l1.yaml")
     os.symlink("l1.yaml", launch_dir / "l2.yaml")
     r = subprocess.run([sys.executable, "-m", "verl_pdbg_conf", "d.yaml", "f.yaml", "l1.yaml", "--format", "json"],
-                       cwd=launch_dir, capture_output=True, text=True, timeout=60)
+                       cwd=launch_dir, capture_output=True, text=True, timeout=600)
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
     rules = {x["file"]: x["rule"] for x in json.loads(r.stdout)["diagnostics"]}
     assert rules == {"d.yaml": "file-is-directory", "f.yaml": "file-not-regular", "l1.yaml": "file-unreadable"}

@@ -37,5 +37,5 @@ def test_cli_renders_a_non_utf8_file_name(tmp_path):
     (tmp_path / name).write_text("x: 1\n")
     env = dict(os.environ, PYTHONIOENCODING="utf-8")
     r = subprocess.run([sys.executable, "-m", "verl_pdbg_conf", name], cwd=tmp_path, env=env, capture_output=True,
-                       timeout=60)
+                       timeout=600)
     assert r.returncode == 0 and b"Traceback" not in r.stderr, r.stderr[-500:]
