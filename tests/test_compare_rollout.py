@@ -130,6 +130,13 @@ def test_text_report_names_requests_and_module(dumps, tmp_path):
     assert text.count("  request ") == 3 and "max |log-prob gap|" in text
     page = (tmp_path / "r.html").read_text()
     assert "model.layers.1.mlp.down_proj" in page and page.count("<tr>") >= 4
+    # the picture read first: a column per compared token, red where it parts, layer 1 its one row
+    code, doc = rollout(root / "weight")
+    tmap = doc["pairs"][0]["token_map"]
+    assert tmap["of"] == len(tmap["tokens"]) == doc["pairs"][0]["coverage"]["tokens_compared"]
+    assert page.count("<svg") == 1 and ">layer 1</text>" in page
+    parted = sum(1 for t in tmap["tokens"] if t[3])
+    assert page.count("fill='#c0392b'/>") == parted == doc["pairs"][0]["diverged_tokens"]  # its row's cells
 
 
 # ------------------------------------------------------------------ bad input: copies of the real dumps, broken
@@ -385,6 +392,13 @@ def test_moe_changed_router_is_named(moe, arch):
     assert layers["model.layers.0.mlp"]["routed_differently"] == 0
     for t in layers["model.layers.1.mlp"]["differing"]:
         assert t["engine"] != t["trainer"] and t["engine_margin"] >= 0 and t["trainer_margin"] >= 0
+    # the routing picture: one red cell per token and layer routed differently, in layer 1's row only
+    from verl_pdbg_conf.compare.rollout.pictures import routing_picture
+
+    where = pair["routing"]["where"]
+    assert len(where) == pair["routing"]["routed_differently"] and all(idx == [1] for _, _, idx in where)
+    svg = routing_picture(pair["routing"], pair["token_map"])
+    assert svg.count("<rect") == len(where) and "layer 1 " in svg
 
 
 @pytest.mark.parametrize("arch", MOE_ARCHS)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import html
 
+from verl_pdbg_conf.compare.rollout.pictures import gap_picture, routing_picture
+
 
 def render_text(doc: dict) -> str:
     lines = []
@@ -105,6 +107,8 @@ def render_html(doc: dict) -> str:
                        f"{100 * fd['value']:.4g}% with {100 * fd['carried']:.3g}% carried in, request "
                        f"{e(fd['request'])} position {fd['position']}{span}</p>")
         out += [f"<p>{e(line.strip())}</p>" for line in _routing_lines(p.get("routing"))[:1]]
+        out.append(gap_picture(p.get("token_map")))
+        out.append(routing_picture(p.get("routing"), p.get("token_map")))
         out.append("<table><tr><th>request</th><th>tokens compared</th><th>diverged tokens</th>"
                    "<th>max |log-prob gap|</th><th>parts at</th></tr>")
         for r in p.get("requests") or []:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from verl_pdbg_conf.compare.rollout import dumps as D
 from verl_pdbg_conf.compare.rollout import table as T
 from verl_pdbg_conf.compare.rollout.judge import Judge, cell, pick
+from verl_pdbg_conf.compare.rollout.tokens import natural
 
 
 @dataclass
@@ -166,9 +167,18 @@ def summary(token_routes: dict, setting_: Setting, moe_layers: bool, top: int = 
                                    for rid, pos, r in sorted(diff, key=lambda x: min(x[2].engine_margin,
                                                                                      x[2].trainer_margin))[:top]]})
     anywhere = sum(1 for per_layer in token_routes.values() if any(r.differs for r in per_layer.values()))
+    order = [row["layer"] for row in rows]
+    # per token routed differently somewhere: the layers (indexes into "layers"), for the report's picture
+    where = [[rid, pos, [order.index(layer) for layer, r in per_layer.items() if r.differs]]
+             for (rid, pos), per_layer in sorted(token_routes.items(), key=lambda kv: (natural(kv[0][0]), kv[0][1]))
+             if any(r.differs for r in per_layer.values())]
     return {"recomputed": True, "top_k": setting_.top_k, "engine_choice": "top_k largest router logits",
             "tokens": len(token_routes), "routed_differently": anywhere,
-            "share": anywhere / len(token_routes), "layers": rows}
+            "share": anywhere / len(token_routes), "layers": rows, "where": where[:MAP_MAX]}
+
+
+MAP_MAX = 20_000  # tokens routed differently listed per layer for the picture
+
 
 
 def _layer_key(path: str):

@@ -278,6 +278,18 @@ def _gap_dict(t: TokenResult) -> dict:
     return d
 
 
+TOKEN_MAP_MAX = 20_000  # tokens the report's pictures draw (evenly taken from more)
+
+
+def _token_map(results: list[TokenResult]) -> dict:
+    """Every compared token in request and position order, for the report's pictures: [request, position,
+    log-prob gap or None, where it parts or None]; evenly thinned to TOKEN_MAP_MAX."""
+    ts = sorted((t for t in results if t.compared), key=lambda t: (K.natural(t.request), t.position))
+    step = max(1, -(-len(ts) // TOKEN_MAP_MAX))
+    return {"of": len(ts), "every": step,
+            "tokens": [[t.request, t.position, t.logprob_gap, t.gap.module if t.gap else None] for t in ts[::step]]}
+
+
 def _summarize(pair, results, al, requests, sequences, findings, top, min_coverage, uncompared=(), unread=0) -> dict:
     """`unread`: values of the pair's files that could not be read (dump-value, compare-tokens): not compared,
     so the pair is at best partial."""
@@ -300,7 +312,7 @@ def _summarize(pair, results, al, requests, sequences, findings, top, min_covera
     by_req: dict[str, list[TokenResult]] = {}
     for t in results:
         by_req.setdefault(t.request, []).append(t)
-    for rid, ts in sorted(by_req.items(), key=lambda kv: K._natural(kv[0])):
+    for rid, ts in sorted(by_req.items(), key=lambda kv: K.natural(kv[0])):
         lg = [abs(t.logprob_gap) for t in ts if t.logprob_gap is not None]
         first = next((t for t in ts if t.gap is not None), None)
         pair["requests"].append({"request": rid, "tokens": len(ts), "compared": sum(1 for t in ts if t.compared),
@@ -313,6 +325,7 @@ def _summarize(pair, results, al, requests, sequences, findings, top, min_covera
                        "logprob_gap": t.logprob_gap, "worst": t.worst,
                        "first_divergence": _gap_dict(t) if t.gap else None} for t in ranked[:max(top, 0)]]
     pair["max_logprob_gap"] = abs(ranked[0].logprob_gap) if ranked else None
+    pair["token_map"] = _token_map(results)
     if diverged:
         # the token with the largest log-prob gap among those that part; else the first in order
         with_gap = [t for t in diverged if t.logprob_gap is not None]

@@ -147,7 +147,7 @@ def align(requests: dict[str, Request], sequences: list[Sequence]) -> Alignment:
     prompt that happened to agree) pair in order."""
     free = list(range(len(sequences)))
     pairs, alone = [], []
-    for rid in sorted(requests, key=_natural):
+    for rid in sorted(requests, key=natural):
         r = requests[rid]
         known = r.known()
         hit = next((i for i in free if known and all(p < len(sequences[i].tokens) and sequences[i].tokens[p] == t
@@ -160,5 +160,6 @@ def align(requests: dict[str, Request], sequences: list[Sequence]) -> Alignment:
     return Alignment(pairs, alone, [sequences[i] for i in free])
 
 
-def _natural(s: str):
+def natural(s: str):
+    """Request ids in their natural order: 2 before 10."""
     return (0, int(s), "") if s.isdigit() else (1, 0, s)
