@@ -457,3 +457,43 @@ def test_moe_routing_flip_is_no_module(moe, tmp_path):
     assert pair["status"] == "same" and pair["first_divergence"] is None and code == 0, pair
     (layer,) = [l for l in pair["routing"]["layers"] if l["routed_differently"]]
     assert layer["layer"] == "model.layers.1.mlp" and layer["differing"][0]["position"] == fd["position"]
+
+
+@pytest.mark.parametrize("spoil", ["index-out-of-range", "logits-shape", "layer-missing"])
+def test_moe_bad_routing_records_are_said_not_compared(moe, tmp_path, spoil):
+    """Bad input on a copy of the real Qwen3-MoE dumps, one fault at a time: the actor's layer-1 router gives
+    an expert number past the last expert, or logits of another width, or its record is gone (routing
+    records for some layers only). No traceback: layer 1's routing is listed as not compared (compare-routing),
+    layer 0's still is, and the pair is never `same`."""
+    import torch
+
+    root, _ = moe
+    run_dir = tmp_path / spoil
+    shutil.copytree(root / "qwen3_moe" / "same", run_dir)
+    actor = run_dir / "step_1" / "actor_compute_log_prob" / "step0" / "rank0"
+    data = actor / "dump_tensor_data"
+    (indices,) = data.glob("Module.model.layers.1.mlp.gate.*.forward.0.output.2.pt")
+    (logits,) = data.glob("Module.model.layers.1.mlp.gate.*.forward.0.output.0.pt")
+    if spoil == "index-out-of-range":
+        idx = torch.load(indices)
+        idx[0, 0] = 99
+        torch.save(idx, indices)
+    elif spoil == "logits-shape":
+        torch.save(torch.load(logits)[:, :3].contiguous(), logits)
+    else:
+        dump = json.loads((actor / "dump.json").read_text())
+        dump["data"] = {k: v for k, v in dump["data"].items() if not k.startswith("Module.model.layers.1.mlp.gate.")}
+        (actor / "dump.json").write_text(json.dumps(dump))
+
+    code, doc = rollout(run_dir)
+    (pair,) = doc["pairs"]
+    assert pair["status"] != "same" and code in (1, 3), pair
+    said = rules(pair)["compare-routing"]
+    assert len(said) == 1 and "model.layers.1.mlp" in said[0], said
+    missed = pair["routing"]["not_compared"]
+    assert {m["layer"] for m in missed} == {"model.layers.1.mlp"}
+    assert "routing of model.layers.1.mlp" in pair["coverage"]["uncompared_modules"]
+    layers = {l["layer"]: l for l in pair["routing"]["layers"]}
+    assert layers["model.layers.0.mlp"]["tokens"] == pair["coverage"]["tokens_compared"]
+    if spoil == "index-out-of-range":  # only the one token's route at layer 1 is lost
+        assert missed[0]["tokens"] == 1 and "in range" in missed[0]["why"]

@@ -85,6 +85,8 @@ RULES: dict[str, str] = {
     # verl-pdbg-compare: two runs' dumps, pair by pair
     "dump-corrupt": "a dump.json that is not valid JSON (truncated or overwritten) or not an msprobe dump",
     "dump-value": "a value or record of a dump.json that is not what msprobe writes: not compared",
+    "compare-routing": "an MoE layer's routing could not be compared for some tokens (router records missing, "
+                       "of the wrong shape, or expert numbers out of range)",
     "compare-failed": "msprobe compare failed on a pair of dumps or wrote no result",
     "compare-pairing": "a (step, stage, rank) that is in one run only, or proc<pid> directories paired by order",
     "compare-metric": "the chosen metric is not in msprobe's result for this pair (another task or summary mode)",

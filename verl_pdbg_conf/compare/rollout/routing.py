@@ -106,12 +106,15 @@ def routers(engine) -> dict[int, list[D.ModuleCall]]:
     return {k: [r for r in d.records if T.class_role(r.cls).get("router")] for k, d in engine}
 
 
-def routes(al, engine, trainer: list[dict[str, list[D.ModuleCall]]], judge: Judge, setting_: Setting) -> dict:
-    """(request, position) -> {MoE block path: Route} for every aligned token and MoE layer."""
+def routes(al, engine, trainer: list[dict[str, list[D.ModuleCall]]], judge: Judge, setting_: Setting) \
+        -> tuple[dict, dict[str, dict[str, int]]]:
+    """(request, position) -> {MoE block path: Route} for every aligned token and MoE layer; and the routes
+    that could not be compared: MoE block path -> {why: tokens}."""
     out: dict = {}
+    missed: dict[str, dict[str, int]] = {}
     found = routers(engine)
     if setting_.unknown or not any(found.values()):
-        return out
+        return out, missed
     for req, seq in al.pairs:
         for p in sorted(req.rows):
             if p >= len(seq.at):
@@ -121,38 +124,56 @@ def routes(al, engine, trainer: list[dict[str, list[D.ModuleCall]]], judge: Judg
             for rec in found.get(k, ()):
                 got = _route(rec, row, trainer[src].get(rec.path), c, b, s, judge.shapes.get((src, c)), judge,
                              setting_)
-                if got is not None:
+                if isinstance(got, Route):
                     out.setdefault((req.id, p), {})[got.layer] = got
-    return out
+                else:
+                    why = missed.setdefault(rec.path.rpartition(".")[0], {})
+                    why[got] = why.get(got, 0) + 1
+    return out, missed
 
 
 def _route(rec: D.ModuleCall, row: int, trainer_recs, c: int, b: int, s: int, bs, judge: Judge,
-           setting_: Setting) -> Route | None:
+           setting_: Setting) -> Route | str:
+    """Both sides' experts for one token at one router; or why they cannot be compared."""
     trec = trainer_recs[c] if trainer_recs and c < len(trainer_recs) else None
+    if trec is None:
+        return "the actor's dump has no record of this router"
     e = pick(judge.tensors, rec, "output", 0)
-    if trec is None or e is None or e.dim() != 2 or row >= e.shape[0]:
-        return None
+    if e is None or e.dim() != 2 or row >= e.shape[0]:
+        return "the engine's router logits are not [tokens, experts] holding this token"
     tl = cell(pick(judge.tensors, trec, "output", 0), b, s, bs)
     ti = cell(pick(judge.tensors, trec, "output", 2), b, s, bs)
     k = setting_.top_k or (ti.numel() if ti is not None else None)
-    if tl is None or not k or tl.numel() != e.shape[1]:
-        return None
+    if tl is None or tl.numel() != e.shape[1]:
+        return "the actor's router logits are not one row of as many experts as the engine's"
+    if not k or k >= tl.numel():
+        return "no top-k below the number of experts (the model config's num_experts_per_tok)"
+    if ti is not None and (ti.numel() != k or ti.is_floating_point() or
+                           not all(0 <= int(i) < tl.numel() for i in ti.flatten())):
+        return "the actor's router top-k indices are not top-k distinct expert numbers in range"
     chosen_e, margin_e = choose(e[row].flatten(), k)
     if ti is not None:
-        chosen_t = tuple(sorted(int(i) for i in ti.flatten()))
+        chosen_t = tuple(sorted({int(i) for i in ti.flatten()}))
+        if len(chosen_t) != k:
+            return "the actor's router top-k indices are not top-k distinct expert numbers in range"
         margin_t = margin_of(tl.flatten(), chosen_t)
     else:
         chosen_t, margin_t = choose(tl.flatten(), k)
     return Route(rec.path.rpartition(".")[0], chosen_e, chosen_t, margin_e, margin_t)
 
 
-def summary(token_routes: dict, setting_: Setting, moe_layers: bool, top: int = 20) -> dict | None:
+def summary(token_routes: dict, setting_: Setting, moe_layers: bool, top: int = 20,
+            missed: dict | None = None) -> dict | None:
     """Per layer the tokens routed differently (with both margins), their share; and per run the share of
-    tokens routed differently in at least one layer. None for a model without MoE layers."""
+    tokens routed differently in at least one layer; the routes not compared, and why. None for a model
+    without MoE layers."""
     if not moe_layers:
         return None
+    not_compared = [{"layer": layer, "tokens": n, "why": why} for layer in sorted(missed or {}, key=_layer_key)
+                    for why, n in missed[layer].items()]
     if not token_routes:
-        return {"recomputed": False, "why": setting_.unknown or "no router output paired on both sides"}
+        return {"recomputed": False, "why": setting_.unknown or "no router output paired on both sides",
+                "not_compared": not_compared}
     layers: dict[str, list] = {}
     for (rid, pos), per_layer in token_routes.items():
         for layer, r in per_layer.items():
@@ -174,7 +195,8 @@ def summary(token_routes: dict, setting_: Setting, moe_layers: bool, top: int = 
              if any(r.differs for r in per_layer.values())]
     return {"recomputed": True, "top_k": setting_.top_k, "engine_choice": "top_k largest router logits",
             "tokens": len(token_routes), "routed_differently": anywhere,
-            "share": anywhere / len(token_routes), "layers": rows, "where": where[:MAP_MAX]}
+            "share": anywhere / len(token_routes), "layers": rows, "where": where[:MAP_MAX],
+            "not_compared": not_compared}
 
 
 MAP_MAX = 20_000  # tokens routed differently listed per layer for the picture

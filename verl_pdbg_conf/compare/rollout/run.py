@@ -137,7 +137,20 @@ def compare_step(key: str, rollout_dir: str, actor_dir: str, threshold: float, d
     pair["routing"] = routing
     unread = sum(d.unread for _, d in engine) + sum(d.unread for d in trainer)
     return _summarize(pair, results, al, requests, sequences, findings, top, min_coverage,
-                      _unpaired(unpaired, results, actor_dir, findings), unread)
+                      _unpaired(unpaired, results, actor_dir, findings) + _unrouted(routing, rollout_dir, findings),
+                      unread)
+
+
+def _unrouted(routing: dict | None, where: str, findings: list[Finding]) -> list[str]:
+    """MoE layers whose routing could not be compared for some tokens, said once: the pair is then not `same`."""
+    missed = (routing or {}).get("not_compared") or []
+    if not missed:
+        return []
+    said = "; ".join(f"{m['layer']}: {m['tokens']} token(s), {m['why']}" for m in missed)
+    findings.append(_f("compare-routing", Severity.WARNING, f"routing not compared for: {said}", where,
+                       "collect both stages' routers at L0 with task tensor (their logits and, on the actor's "
+                       "side, the top-k indices): this package's +profiler=precision_debugger_rollout"))
+    return sorted({f"routing of {m['layer']}" for m in missed})
 
 
 def _batch_shape(call: dict) -> tuple[int, int] | None:
@@ -211,7 +224,7 @@ def _judge(engine, trainer, al, judge: Judge, packed: dict, moe: dict, setting: 
     """Every aligned token through its engine step's comparison points; the engine modules (path -> class)
     that have no counterpart in the actor's dump; and the routing of MoE layers, side by side."""
     trainer_paths = [d.by_path() for d in trainer]
-    routes = R.routes(al, engine, trainer_paths, judge, setting)
+    routes, missed = R.routes(al, engine, trainer_paths, judge, setting)
     per_step = {}
     unpaired: dict[str, str] = {}
     for k, d in engine:
@@ -225,7 +238,7 @@ def _judge(engine, trainer, al, judge: Judge, packed: dict, moe: dict, setting: 
                 pts, order = per_step[req.rows[p][0]]
                 results.append(judge.token(req, seq, p, pts, order, trainer_paths, routes.get((req.id, p))))
     R.blame_experts(results, routes)
-    return results, unpaired, R.summary(routes, setting, any(R.routers(engine).values()))
+    return results, unpaired, R.summary(routes, setting, any(R.routers(engine).values()), missed=missed)
 
 
 def _unpaired(modules: dict[str, str], results: list[TokenResult], where: str, findings: list[Finding]) -> list[str]:
