@@ -475,8 +475,10 @@ def test_moe_bad_routing_records_are_said_not_compared(moe, tmp_path, spoil):
     (indices,) = data.glob("Module.model.layers.1.mlp.gate.*.forward.0.output.2.pt")
     (logits,) = data.glob("Module.model.layers.1.mlp.gate.*.forward.0.output.0.pt")
     if spoil == "index-out-of-range":
+        call = json.loads((actor / "tokens.json").read_text())["calls"][0]
+        row = call["attention_mask"][0].index(1)  # the first sequence's first token (b = 0)
         idx = torch.load(indices)
-        idx[0, 0] = 99
+        idx[row, 0] = 99
         torch.save(idx, indices)
     elif spoil == "logits-shape":
         torch.save(torch.load(logits)[:, :3].contiguous(), logits)
