@@ -148,8 +148,9 @@ def _route(rec: D.ModuleCall, row: int, trainer_recs, c: int, b: int, s: int, bs
         return "the actor's router logits are not one row of as many experts as the engine's"
     if not k or k >= tl.numel():
         return "no top-k below the number of experts (the model config's num_experts_per_tok)"
-    if ti is not None and (ti.numel() != k or ti.is_floating_point() or
-                           not all(0 <= int(i) < tl.numel() for i in ti.flatten())):
+    # (tensors are loaded as float64: an expert number must be a whole one)
+    if ti is not None and (ti.numel() != k or not all(float(i).is_integer() and 0 <= i < tl.numel()
+                                                      for i in ti.flatten().tolist())):
         return "the actor's router top-k indices are not top-k distinct expert numbers in range"
     chosen_e, margin_e = choose(e[row].flatten(), k)
     if ti is not None:
