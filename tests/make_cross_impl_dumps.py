@@ -44,6 +44,10 @@ ARCHS = ("qwen2", "llama")
 IMPLS = ("golden", "same", "sdpa", "rmsnorm", "swiglu", "bf16", "split", "swap1")
 PLANTS = ("weight", "eps", "op")
 LAYERS, HIDDEN, HEADS, KV_HEADS, VOCAB, INTER = 6, 64, 4, 2, 128, 128
+# a mixture-of-experts model: transformers' fused experts (3-D weights, an expert is an index)
+MOE = {"qwen3_moe": dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, head_dim=16,
+                         norm_topk_prob=True)}
+MOE_EXPERT = 3  # the expert a weight plant changes
 BATCH, SEQ = 2, 8
 STAGES = ("actor_compute_log_prob", "actor_update")
 CUSTOM_NS = "pdbg_cpu"  # the namespace of the fused swiglu op, hooked through msprobe's custom_op_namespaces
@@ -131,10 +135,11 @@ def build(arch: str, impl: str, plant: str | None, layer: int, swap_layer: int):
     import transformers
 
     cls, cfg_cls = {"qwen2": (transformers.Qwen2ForCausalLM, transformers.Qwen2Config),
-                    "llama": (transformers.LlamaForCausalLM, transformers.LlamaConfig)}[arch]
+                    "llama": (transformers.LlamaForCausalLM, transformers.LlamaConfig),
+                    "qwen3_moe": (transformers.Qwen3MoeForCausalLM, transformers.Qwen3MoeConfig)}[arch]
     cfg = cfg_cls(hidden_size=HIDDEN, intermediate_size=INTER, num_hidden_layers=LAYERS,
                   num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, vocab_size=VOCAB,
-                  max_position_embeddings=64, tie_word_embeddings=False)
+                  max_position_embeddings=64, tie_word_embeddings=False, **MOE.get(arch, {}))
     cfg._attn_implementation = "sdpa" if impl == "sdpa" else "eager"
     torch.manual_seed(0)
     model = cls(cfg)
@@ -148,7 +153,9 @@ def build(arch: str, impl: str, plant: str | None, layer: int, swap_layer: int):
     if impl == "bf16":
         model.to(torch.bfloat16)
     with torch.no_grad():
-        if plant == "weight":
+        if plant == "weight" and arch in MOE:  # one expert's (its tokens' share of the layer's output)
+            layers[layer].mlp.experts.down_proj[MOE_EXPERT].mul_(1.05)
+        elif plant == "weight":
             layers[layer].mlp.down_proj.weight.mul_(1.05 if impl == "bf16" else 1.01)
     if plant == "eps":
         layers[layer].post_attention_layernorm.variance_epsilon = 0.1

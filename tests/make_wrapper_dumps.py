@@ -18,10 +18,10 @@ rank0) unless --no-group (it writes proc<pid>). A run is WRAP[-weight]:
   hook     an identity forward hook on one block (--hook-layer)
   hookall  an identity forward hook on every block
 
-  -weight  layer K's MLP down projection weight x1.01 (seq: block K's linear)
+  -weight  layer K's MLP down projection weight x1.01 (seq: block K's linear; qwen3_moe: one expert's x1.05)
 
-Arch qwen2 is make_cross_impl_dumps' transformers Qwen2 (6 layers); seq is an nn.Sequential of an
-embedding, eight Linear+Tanh blocks and a head. OUT/manifest.json says each run's right answer."""
+Arch qwen2 is make_cross_impl_dumps' transformers Qwen2 (6 layers), qwen3_moe its Qwen3-MoE (8 experts,
+top 2, fused); seq is an nn.Sequential of an embedding, eight Linear+Tanh blocks and a head. OUT/manifest.json says each run's right answer."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def build_seq(plant: bool, layer: int):
 
 
 def blocks_of(arch: str, model) -> list:
-    return list(model.model.layers) if arch == "qwen2" else list(model)[1:1 + SEQ_BLOCKS]
+    return list(model)[1:1 + SEQ_BLOCKS] if arch == "seq" else list(model.model.layers)
 
 
 def _identity(_module, _inputs, output):
@@ -120,7 +120,7 @@ def seq_log_probs(model, ids, _mask):
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out")
-    ap.add_argument("--arch", choices=("qwen2", "seq"), default="qwen2")
+    ap.add_argument("--arch", choices=("qwen2", "qwen3_moe", "seq"), default="qwen2")
     ap.add_argument("--level", choices=("mix", "L0", "L1"), default="mix")
     ap.add_argument("--runs", default="plain,fsdp1-weight")
     ap.add_argument("--layer", type=int, default=None, help="the planted layer (default: seeded by today's date)")
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-group", action="store_true", help="no process group: msprobe writes proc<pid>")
     ap.add_argument("--steps", default="1")
     a = ap.parse_args(argv)
-    layers = X.LAYERS if a.arch == "qwen2" else SEQ_BLOCKS
+    layers = SEQ_BLOCKS if a.arch == "seq" else X.LAYERS
     layer = (X.default_layer() % layers) if a.layer is None else a.layer
     hook_layer = (layer + 3) % layers if a.hook_layer is None else a.hook_layer
     runs = [r for r in a.runs.split(",") if r]
@@ -151,12 +151,12 @@ def main(argv: list[str] | None = None) -> int:
     manifest = json.load(open(path)) if os.path.exists(path) else {"runs": {}}
     manifest.update({"arch": a.arch, "level": a.level, "layer": layer, "hook_layer": hook_layer, "layers": layers})
     for run, (wname, plant) in zip(runs, parsed):
-        model = X.build("qwen2", "golden", "weight" if plant else None, layer, 0) if a.arch == "qwen2" else \
-            build_seq(plant, layer)
+        model = build_seq(plant, layer) if a.arch == "seq" else \
+            X.build(a.arch, "golden", "weight" if plant else None, layer, 0)
         model = wrap(a.arch, wname, model, hook_layer)
         prof = PrecisionDebuggerProfiler({"config_path": cfg, "stages": list(STAGES)}, rank=0,
                                          save_path=os.path.join(a.out, run))
-        X.run_one(prof, model, "golden", steps, X.log_probs if a.arch == "qwen2" else seq_log_probs)
+        X.run_one(prof, model, "golden", steps, seq_log_probs if a.arch == "seq" else X.log_probs)
         for stage in STAGES:
             if not glob.glob(os.path.join(a.out, run, f"step_{steps[0]}", stage, "*", "*", "dump.json")):
                 raise SystemExit(f"{run}: msprobe wrote no dump.json for {stage}")

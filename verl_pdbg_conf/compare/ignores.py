@@ -33,6 +33,10 @@ FSDP2_ALL_GATHER_BUFFER = ("Tensor.narrow.*.forward*"
 # TP 1 and TP 2; and verl's own Megatron worker): they differ in this input only, NaN in one run and not the other.
 MEGATRON_BADDBMM_BUFFER = ("Torch.baddbmm.*.forward.input.0"
                            "@*/megatron/core/transformer/dot_product_attention.py:* in forward")
+# Found the same way on two identical runs of a transformers 5 Qwen3-MoE (its fused experts, grouped_mm):
+# `inv_perm = torch.empty_like(perm); inv_perm[perm] = ...` records the fresh buffer as __setitem__'s input 0.
+TRANSFORMERS_MOE_INV_PERM = ("Tensor.__setitem__.*.forward.input.0"
+                             "@*/transformers/integrations/moe.py:* in grouped_mm_experts_forward")
 DEFAULT_IGNORES: tuple[tuple[str, str], ...] = (
     (FSDP2_ALL_GATHER_BUFFER,
      "FSDP2's all-gather copy-in slices its output buffer, fresh from torch.empty, before the collective "
@@ -42,6 +46,10 @@ DEFAULT_IGNORES: tuple[tuple[str, str], ...] = (
      "Megatron's local attention computes q.k with torch.baddbmm(buffer, q, k, beta=0) on a scratch buffer "
      "from its global memory buffer (torch.empty): beta=0 ignores it, msprobe's statistics of it are whatever "
      "the memory held (NaN in one run, not in the next)"),
+    (TRANSFORMERS_MOE_INV_PERM,
+     "transformers' fused experts (grouped_mm) invert their token permutation into a buffer fresh from "
+     "torch.empty_like before filling it: msprobe records that buffer as __setitem__'s input, whatever the "
+     "memory held"),
 )
 
 
