@@ -22,7 +22,7 @@ import pytest
 import release_venvs
 from compare_cli import run_json
 from runtime_helpers import REPO, bench_summary, start_bench
-from test_compare_rollout import make_dumps
+from test_compare_rollout import make_dumps, make_moe_dumps
 
 pytestmark = [pytest.mark.slow, pytest.mark.venvs("vllm")]
 
@@ -31,7 +31,8 @@ ACTOR_STAGE = os.path.join("step_1", "actor_compute_log_prob", "step0", "rank0")
 EXPECT = {"same": None, "weight": "model.layers.1.mlp.down_proj", "eps": "model.layers.0.input_layernorm"}
 
 
-BACKGROUND_JOBS = {"rollout-dumps": ("vllm", make_dumps)}  # the job test_compare_rollout.py waits for: made once
+# the jobs test_compare_rollout.py waits for: made once
+BACKGROUND_JOBS = {"rollout-dumps": ("vllm", make_dumps), "rollout-moe-dumps": ("vllm", make_moe_dumps)}
 
 
 @pytest.fixture(scope="module")
@@ -41,13 +42,13 @@ def made():
         return root / "runs", json.load(fh)
 
 
-def _actor(made, module_tmp, run):
+def _actor(made, module_tmp, run, name=""):
     """verl's actor on the checkpoint and `run`'s samples, one step, compute_log_prob only."""
     runs, manifest = made
-    samples = os.path.join(module_tmp, f"samples-{run}.json")
+    samples = os.path.join(module_tmp, f"samples-{name}{run}.json")
     with open(samples, "w") as fh:
         json.dump(manifest[run]["samples"], fh)
-    out = os.path.join(module_tmp, f"actor-{run}")
+    out = os.path.join(module_tmp, f"actor-{name}{run}")
     proc = start_bench(module_tmp, out, "--checkpoint", str(runs / "checkpoint"), "--sequences", samples,
                        "--stages", "actor_compute_log_prob", "--msprobe-config", TENSOR_ROLLOUT, "--level", "L0",
                        "--dtype", "fp32", "--runtime", "pdbg")
@@ -120,3 +121,45 @@ def test_verl_actor_against_rollout_after_temperature(made, module_tmp):
     (pair,) = doc["pairs"]
     assert pair["status"] == "diverged" and code == 1, pair
     assert pair["first_divergence"]["module"] == "sampler" and pair["max_logprob_gap"] > 0.01
+
+
+# ------------------------------------------------------------------ a mixture-of-experts model (issue 35)
+
+MOE_EXPECT = {"same": (None, None), "expert": ("model.layers.1.mlp.experts", 5), "router": ("model.layers.1.mlp.gate",
+                                                                                          None)}
+
+
+@pytest.fixture(scope="module")
+def moe_actor(module_tmp):
+    """verl's actor (FSDP2) on the Qwen3-MoE checkpoint vLLM loaded and its `same` run's samples."""
+    root = release_venvs.job_root("rollout-moe-dumps", "vllm", make_moe_dumps) / "qwen3_moe"
+    with open(root / "manifest.json") as fh:
+        manifest = json.load(fh)
+    out, result = _actor((root, manifest), module_tmp, "same", name="moe-")
+    return root, manifest, out, result
+
+
+@pytest.mark.parametrize("run", sorted(MOE_EXPECT))
+def test_verl_actor_against_moe_rollout(moe_actor, run):
+    """verl 0.9.1's real actor on a Qwen3-MoE against real vLLM rollouts: the fused experts and the router
+    pair, the same weights are `same` with every token's routing compared and equal, one expert changed on
+    the engine's side is named by its index, a nudged router is named with the tokens it routed otherwise."""
+    root, manifest, out, result = moe_actor
+    assert result["errors"] == [] and result["max_logprob_gap"] < 1e-5, result
+    assert result["model_found_at"]["actor_compute_log_prob"]["model"].endswith("Qwen3MoeForCausalLM"), result
+    code, doc = run_json("--rollout", out, str(root / run))
+    (pair,) = doc["pairs"]
+    cov, routing = pair["coverage"], pair["routing"]
+    assert cov["tokens_compared"] == cov["rollout_tokens"] and cov["requests_aligned"] == 3, cov
+    assert routing["recomputed"] and {lay["layer"] for lay in routing["layers"]} == \
+        {"model.layers.0.mlp", "model.layers.1.mlp"} and not routing["not_compared"], routing
+    module, expert = MOE_EXPECT[run]
+    if module is None:
+        assert pair["status"] == "same" and code == 0 and routing["routed_differently"] == 0, pair
+        return
+    fd = pair["first_divergence"]
+    assert pair["status"] == "diverged" and code == 1 and fd["module"] == module, fd
+    if expert is not None:
+        assert fd["expert"] == expert and routing["routed_differently"] == 0, fd
+    else:
+        assert routing["routed_differently"] > 0
