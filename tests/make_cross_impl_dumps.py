@@ -268,6 +268,14 @@ def named_layer(first: dict, level: str) -> int | None:
     return module_layer(first.get("module"))
 
 
+def firsts_in_layer(doc: dict, level: str, layer: int) -> list[dict]:
+    """Each pair's first divergence, every pair asserted diverged in `layer` (a test's common check)."""
+    firsts = [p["first_divergence"] for p in doc["pairs"]]
+    for p, first in zip(doc["pairs"], firsts):
+        assert p["status"] == "diverged" and named_layer(first, level) == layer, (p["stage"], first)
+    return firsts
+
+
 def judge(pair: dict, code: int, doc: dict) -> tuple[bool, str]:
     """(right, what it said) for one pair's verdict against the planted answer."""
     if "pairs" not in doc:

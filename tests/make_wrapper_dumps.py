@@ -112,6 +112,26 @@ def wrap(arch: str, name: str, model, hook_layer: int):
     return model
 
 
+def make_all(root, jobs: dict[str, list[str]], at_once: int = 2) -> None:
+    """This script once per job (root/<name>, with that job's arguments), `at_once` processes at a time (one
+    per core), each on one thread; the tests' one way to make their wrapper dumps. Raises with the output's
+    tail where one fails."""
+    import subprocess
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
+        p for p in (os.path.dirname(here), os.environ.get("PYTHONPATH")) if p))
+    names = list(jobs)
+    for i in range(0, len(names), at_once):
+        procs = [(n, subprocess.Popen([sys.executable, os.path.abspath(__file__), os.path.join(str(root), n),
+                                       *jobs[n]], cwd=str(root), env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True)) for n in names[i:i + at_once]]
+        for n, p in procs:
+            out, _ = p.communicate(timeout=900)
+            if p.returncode != 0:
+                raise RuntimeError(f"make_wrapper_dumps.py {n}: {out[-3000:]}")
+
+
 def seq_log_probs(model, ids, _mask):
     logits = model(ids)
     return logits[:, :-1].float().log_softmax(-1).gather(-1, ids[:, 1:, None]).squeeze(-1)

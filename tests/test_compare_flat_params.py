@@ -8,19 +8,16 @@ Qwen2 on a one-rank gloo group (tests/make_wrapper_dumps.py), and the rule on it
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 import compare_cli
 import make_cross_impl_dumps as X  # tests/ is on the path (conftest imports it the same way)
+import make_wrapper_dumps
 from verl_pdbg_conf.compare.dumpread import Row
 from verl_pdbg_conf.compare.engine import PairJob, compare_pair
 from verl_pdbg_conf.compare.pipeline.judging import Judge
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 LAYER = 1  # the planted layer: its MLP down projection weight x1.01 on the FSDP1 side
 RUNS = "fsdp2,fsdp1flat,fsdp1flat-weight"
 
@@ -28,16 +25,8 @@ RUNS = "fsdp2,fsdp1flat,fsdp1flat-weight"
 @pytest.fixture(scope="module")
 def dumps(tmp_path_factory):
     root = tmp_path_factory.mktemp("flat")
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
-        p for p in (os.path.dirname(HERE), os.environ.get("PYTHONPATH")) if p))
-    procs = [(level, subprocess.Popen([sys.executable, os.path.join(HERE, "make_wrapper_dumps.py"), str(root / level),
-                                       "--arch", "qwen2", "--level", level, "--runs", RUNS, "--layer", str(LAYER)],
-                                      cwd=str(root), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True))
-             for level in ("L1", "mix")]
-    for level, p in procs:
-        out, _ = p.communicate(timeout=600)
-        assert p.returncode == 0, f"{level}: {out[-3000:]}"
+    make_wrapper_dumps.make_all(root, {level: ["--arch", "qwen2", "--level", level, "--runs", RUNS, "--layer",
+                                               str(LAYER)] for level in ("L1", "mix")})
     return root
 
 
@@ -66,9 +55,7 @@ def test_flat_parameters_against_fsdp2_never_diverge(dumps, level):
 def test_a_change_in_a_layer_is_still_named(dumps, level):
     code, doc = compare_cli.run_json(dumps / level / "fsdp1flat-weight", dumps / level / "fsdp2")
     assert code == 1
-    for p in doc["pairs"]:
-        first = p["first_divergence"]
-        assert p["status"] == "diverged" and X.named_layer(first, level) == LAYER, (p["stage"], first)
+    for first in X.firsts_in_layer(doc, level, LAYER):
         assert first["reason"] == "threshold" and 0.005 < first["value"] < 0.02, first
         if level == "mix":
             assert first["module"] == f"model.layers.{LAYER}.mlp.down_proj", first

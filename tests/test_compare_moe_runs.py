@@ -9,18 +9,15 @@ wrappers are `same`, and one expert's weight changed is named in its layer's exp
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
 import compare_cli
 import make_cross_impl_dumps as X  # tests/ is on the path (conftest imports it the same way)
+import make_wrapper_dumps
 from verl_pdbg_conf.compare.ignores import TRANSFORMERS_MOE_INV_PERM
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 LAYER = 1  # the planted layer: expert X.MOE_EXPERT's down projection x1.05 on the FSDP2 side
 RUNS = "plain,fsdp1,fsdp2,fsdp2-weight"
 
@@ -28,16 +25,10 @@ RUNS = "plain,fsdp1,fsdp2,fsdp2-weight"
 @pytest.fixture(scope="module")
 def dumps(tmp_path_factory):
     root = tmp_path_factory.mktemp("moe-runs")
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
-        p for p in (os.path.dirname(HERE), os.environ.get("PYTHONPATH")) if p))
-    procs = [(out, subprocess.Popen([sys.executable, os.path.join(HERE, "make_wrapper_dumps.py"), str(root / out),
-                                     "--arch", "qwen3_moe", "--level", level, "--runs", runs, "--layer", str(LAYER)],
-                                    cwd=str(root), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    text=True))
-             for out, level, runs in (("mix", "mix", RUNS), ("L1", "L1", RUNS), ("mix-again", "mix", "plain"))]
-    for out, p in procs:
-        text, _ = p.communicate(timeout=900)
-        assert p.returncode == 0, f"{out}: {text[-3000:]}"
+    make_wrapper_dumps.make_all(root, {out: ["--arch", "qwen3_moe", "--level", level, "--runs", runs, "--layer",
+                                             str(LAYER)]
+                                       for out, level, runs in (("mix", "mix", RUNS), ("L1", "L1", RUNS),
+                                                                ("mix-again", "mix", "plain"))})
     return root
 
 
@@ -70,9 +61,7 @@ def test_moe_under_fsdp1_and_fsdp2_is_same(dumps, level, pair):
 def test_one_expert_changed_is_named_in_its_layer(dumps, level):
     code, doc = compare_cli.run_json(dumps / level / "fsdp2-weight", dumps / level / "fsdp1")
     assert code == 1
-    for p in doc["pairs"]:
-        first = p["first_divergence"]
-        assert p["status"] == "diverged" and X.named_layer(first, level) == LAYER, (p["stage"], first)
+    for first in X.firsts_in_layer(doc, level, LAYER):
         if level == "mix":
             assert first["module"].endswith(f"model.layers.{LAYER}._fsdp_wrapped_module.mlp.experts") or \
                 first["module"] == f"model.layers.{LAYER}.mlp.experts", first

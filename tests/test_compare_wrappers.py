@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 import make_cross_impl_dumps as X  # tests/ is on the path (conftest imports it the same way)
+import make_wrapper_dumps
 import compare_cli
 
 pytestmark = pytest.mark.slow
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 RUNS = {
     "qwen2-mix": ("qwen2", "mix", "plain,plain-weight,fsdp1,fsdp1-weight,fsdp2,ddp,ddp-weight,lora,lora-weight,"
                   "ckpt,ckpt-weight", []),
@@ -33,22 +31,8 @@ RUNS = {
 @pytest.fixture(scope="module")
 def dumps(tmp_path_factory):
     root = tmp_path_factory.mktemp("wrappers")
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
-        p for p in (os.path.dirname(HERE), os.environ.get("PYTHONPATH")) if p))
-    procs = []
-    for name, (arch, level, runs, extra) in RUNS.items():
-        cmd = [sys.executable, os.path.join(HERE, "make_wrapper_dumps.py"), str(root / name), "--arch", arch,
-               "--level", level, "--runs", runs, *extra]
-        procs.append((name, subprocess.Popen(cmd, cwd=str(root), env=env, stdout=subprocess.PIPE,
-                                             stderr=subprocess.STDOUT, text=True)))
-        if len(procs) % 2 == 0:  # two at a time: one per core
-            for n, p in procs[-2:]:
-                out, _ = p.communicate(timeout=900)
-                assert p.returncode == 0, f"{n}: {out[-3000:]}"
-    for n, p in procs:
-        if p.returncode is None:
-            out, _ = p.communicate(timeout=900)
-            assert p.returncode == 0, f"{n}: {out[-3000:]}"
+    make_wrapper_dumps.make_all(root, {name: ["--arch", arch, "--level", level, "--runs", runs, *extra]
+                                       for name, (arch, level, runs, extra) in RUNS.items()})
     return root
 
 
