@@ -30,8 +30,8 @@ _IO = (("input_args", ".input", "input"), ("input_kwargs", ".input", "input"), (
 _STATE_RANK = {"parameters": 1, "output": 2, "parameters_grad": 3}  # reorder_index: inputs, params, outputs, grads
 STATS = ("Max", "Min", "Mean", "Norm")
 MAX_DEPTH = 50
-HEADER_TEXT = ("task", "level", "framework")
-HEAD_RECORDS = 1024  # records DumpReader.head() reads ahead, at most, to find the first tensor  # header keys the compare reads: text (or null) in every msprobe dump
+HEADER_TEXT = ("task", "level", "framework")  # header keys the compare reads: text (or null) in every msprobe dump
+HEAD_RECORDS = 1024  # records DumpReader.head() reads ahead, at most, to find the first tensor
 
 
 class DumpError(ValueError):
@@ -261,20 +261,6 @@ def check_items(path: str, kind: str = "") -> str:
         _CHECKED.clear()
     _CHECKED[key] = said
     return said
-
-
-def read_header(path: str) -> dict:
-    """The top-level keys before "data" and whether the first tensor carries statistics or md5
-    (summary_mode), reading only the first record."""
-    reader = DumpReader(path, chunk=1 << 16)
-    head = {"summary_mode": None, "records": 0}
-    for name, rec in reader.records():
-        head["records"] += 1
-        head["summary_mode"] = summary_mode(name, rec)
-        if head["summary_mode"]:
-            break
-    head.update(reader.header)
-    return head
 
 
 def summary_mode(name: str, rec) -> str | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from verl_pdbg_conf.compare.dumpread import DumpError, DumpReader, read_header
+from verl_pdbg_conf.compare.dumpread import DumpError, DumpReader
 from verl_pdbg_conf.compare.nodes import DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS, Analysis
 from verl_pdbg_conf.compare.pipeline.coverage import DEFAULT_MIN_COVERAGE
 from verl_pdbg_conf.compare.pipeline.run import run_pipeline
@@ -53,11 +53,9 @@ def failed_outcome(job: PairJob, error: str, hint: str = FAULT_HINT) -> PairOutc
 
 
 def header_of(path: str) -> dict:
-    """task, level and summary_mode of a dump (first record only); {} when it cannot be read."""
-    try:
-        return read_header(path)
-    except (OSError, DumpError, UnicodeDecodeError):
-        return {}
+    """task, level and summary_mode of a dump, read as the pair's own job reads them (DumpReader.head: up to
+    its first tensor); {} when it cannot be read."""
+    return DumpReader(path, chunk=1 << 16).head()
 
 
 def mismatch(t: dict, g: dict) -> str:
