@@ -319,6 +319,14 @@ def show(value) -> str:
     return f"{kind} {said[:40]}{'...' if len(said) > 40 else ''}"
 
 
+MAX_SAID = 4  # problems of one file a finding names; the rest counted
+
+
+def said_of(said: list[str], sep: str = "; ") -> str:
+    """The first MAX_SAID problems of one file, the rest counted: a finding's text stays bounded."""
+    return sep.join(said[:MAX_SAID]) + (f"{sep}and {len(said) - MAX_SAID} more" if len(said) > MAX_SAID else "")
+
+
 NONFINITE_WORDS = ("nan", "inf", "-inf", "+inf", "infinity", "-infinity")
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import os
 
-from verl_pdbg_conf.compare.dumpread import STATS, check_items
+from verl_pdbg_conf.compare.dumpread import STATS, check_items, said_of
 from verl_pdbg_conf.core.findings import Severity
 from verl_pdbg_conf.compare.ignores import Ignorer
 from verl_pdbg_conf.compare.pipeline import splits
@@ -409,7 +409,6 @@ def _broken_files(job, level: str) -> list:
     return out
 
 
-MAX_SAID = 4  # unreadable records named in a finding; the rest counted
 
 
 def _side_of(job, f: str) -> str:
@@ -433,7 +432,7 @@ def _read_notes(job, broken: list, unread: list) -> list:
         by_file.setdefault(f, {}).setdefault(record, []).extend(why)
     for f, records in by_file.items():
         said = [f"{record}: {'; '.join(why)}" for record, why in records.items()]
-        head = " | ".join(said[:MAX_SAID]) + (f" | and {len(said) - MAX_SAID} more" if len(said) > MAX_SAID else "")
+        head = said_of(said, " | ")
         notes.append(("dump-value", f"the {_side_of(job, f)}'s dump.json: {len(said)} record{'s' * (len(said) != 1)} "
                       "not compared, a value in "
                       f"{'them' if len(said) != 1 else 'it'} cannot be read: {head}",

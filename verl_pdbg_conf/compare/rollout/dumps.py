@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from verl_pdbg_conf.compare.dumpread import DumpError, DumpReader, read_tokens, show, tensor_problem
+from verl_pdbg_conf.compare.dumpread import DumpError, DumpReader, read_tokens, said_of, show, tensor_problem
 from verl_pdbg_conf.core.findings import Finding, Severity
 
 TOKENS = "tokens.json"  # the runtime's name for it (runtime/rollout.py); not imported: no runtime here
@@ -132,8 +132,7 @@ def read(rank_dir: str) -> Dump:
 
 def _listing(said: list[str], what: str) -> str:
     """Several problems of one file as one finding's text."""
-    head = "; ".join(said[:4]) + (f"; and {len(said) - 4} more" if len(said) > 4 else "")
-    return f"{len(said)} {what}{'s' * (len(said) != 1)} cannot be read: {head}"
+    return f"{len(said)} {what}{'s' * (len(said) != 1)} cannot be read: {said_of(said)}"
 
 
 def _ancestors(path: str):

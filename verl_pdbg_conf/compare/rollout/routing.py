@@ -106,13 +106,13 @@ def routers(engine) -> dict[int, list[D.ModuleCall]]:
     return {k: [r for r in d.records if T.class_role(r.cls).get("router")] for k, d in engine}
 
 
-def routes(al, engine, trainer: list[dict[str, list[D.ModuleCall]]], judge: Judge, setting_: Setting) \
-        -> tuple[dict, dict[str, dict[str, int]]]:
-    """(request, position) -> {MoE block path: Route} for every aligned token and MoE layer; and the routes
-    that could not be compared: MoE block path -> {why: tokens}."""
+def routes(al, found: dict[int, list[D.ModuleCall]], trainer: list[dict[str, list[D.ModuleCall]]], judge: Judge,
+           setting_: Setting) -> tuple[dict, dict[str, dict[str, int]]]:
+    """(request, position) -> {MoE block path: Route} for every aligned token and MoE layer, from each engine
+    step's routers (`found`, routers()); and the routes that could not be compared: MoE block path ->
+    {why: tokens}."""
     out: dict = {}
     missed: dict[str, dict[str, int]] = {}
-    found = routers(engine)
     if setting_.unknown or not any(found.values()):
         return out, missed
     for req, seq in al.pairs:

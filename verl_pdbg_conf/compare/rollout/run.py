@@ -224,7 +224,8 @@ def _judge(engine, trainer, al, judge: Judge, packed: dict, moe: dict, setting: 
     """Every aligned token through its engine step's comparison points; the engine modules (path -> class)
     that have no counterpart in the actor's dump; and the routing of MoE layers, side by side."""
     trainer_paths = [d.by_path() for d in trainer]
-    routes, missed = R.routes(al, engine, trainer_paths, judge, setting)
+    found = R.routers(engine)
+    routes, missed = R.routes(al, found, trainer_paths, judge, setting)
     per_step = {}
     unpaired: dict[str, str] = {}
     for k, d in engine:
@@ -238,7 +239,7 @@ def _judge(engine, trainer, al, judge: Judge, packed: dict, moe: dict, setting: 
                 pts, order = per_step[req.rows[p][0]]
                 results.append(judge.token(req, seq, p, pts, order, trainer_paths, routes.get((req.id, p))))
     R.blame_experts(results, routes)
-    return results, unpaired, R.summary(routes, setting, any(R.routers(engine).values()), missed=missed)
+    return results, unpaired, R.summary(routes, setting, any(found.values()), missed=missed)
 
 
 def _unpaired(modules: dict[str, str], results: list[TokenResult], where: str, findings: list[Finding]) -> list[str]:
