@@ -1,18 +1,21 @@
-"""The hostile-input campaign for verl-pdbg-compare: mutated dump.json, stack.json and construct.json of real
-pairs, each case through the CLI's main() (in this process, -j 1), and the promises checked: one of the
+"""The hostile-input campaign for verl-pdbg-compare: mutated dump.json, stack.json, construct.json and
+tokens.json of real pairs and rollouts, each case through the CLI's main() (in this process, -j 1), and the promises checked: one of the
 documented exit codes 0 same, 1 diverged, 2 usage, 3 incomplete (4, the compare's own fault, is a failure), no
-exception and no traceback, a JSON document on stdout for 0, 1 and 3, and no input file changed. Prints the
-cases, the count per exit code, the failures, and the worst time, overall and per source.
+exception and no traceback, a JSON document on stdout for 0, 1 and 3, no input file changed, no `same` after a
+read value was spoiled, no crash exiting as diverged, every pair not holding the spoiled file as it was.
+Prints the cases, the count of each broken promise, the count per exit code, the failures, and the worst
+time, overall and per source.
 
     python bench/fuzz_compare.py [--cases 10000] [--seconds 0] [--seed 0] [--dumps DIR] [--records 60]
                                [--out DIR] [--json FILE]
 
 Seeds: three real pairs from tests/make_cross_impl_dumps.py (Qwen2: sdpa with layer K's down_proj x1.01 at
 mix, the same code with it at L1, a forward split into two calls at mix; --dumps reads a matrix made
-before) and the first one's golden against itself, both stages, each cut to --records records
-(tests/fuzz/compare_harness.py). Cases, one from each source in turn: per seed file, its structural edits
+before), the first one's golden against itself, both stages, and again with every rank doubled, each cut to --records records
+(tests/fuzz/compare_harness.py); examples/rollout (real vLLM against its actor) and --rollout save_paths. Cases, one from each source in turn: per seed file, its structural edits
 (tests/fuzz/dump_mutations.py: records dropped, duplicated, renumbered, reordered, split into half
-batches; stack groups and construct parents broken) and the validator campaign's mutations
+batches; stack groups and construct parents broken), every read field given each JSON type it cannot hold
+(tests/fuzz/field_mutations.py) and the validator campaign's mutations
 (tests/fuzz/mutations.py: truncations, byte flips, re-encodings, wrong values at key paths); its hostile
 inputs from nothing; its random stacked edits (endless, seeded). Each failing pair is written whole to
 --out with a PROBLEM.txt. Exit status 1 when any case failed."""
@@ -45,17 +48,25 @@ def seed_pairs(dumps: str | None, work: str) -> list[dict]:
     return X.pairs(root)
 
 
+# what the issue counts, each of which must be 0
+KINDS = {"tracebacks": ("exception escaped", "a traceback on"), "false same": (H.FALSE_SAME,),
+         "crashes read as divergences": (H.CRASH_AS_DIVERGENCE,), "faults that left their pair": (H.FAULT_LEFT_PAIR,)}
+
+
 def campaign(ws: H.Workspace, files: dict, n_cases: int, seconds: float, seed: int, out_dir: str | None,
              progress=None) -> dict:
     """Run cases until n_cases or seconds is spent: the counts, per source and per exit code, and failures."""
     per = defaultdict(lambda: {"cases": 0, "failures": 0, "worst": (0.0, "")})
     codes: Counter = Counter()
+    kinds: Counter = Counter({k: 0 for k in KINDS})
     failures, t0, last = [], time.monotonic(), time.monotonic()
     for src, n, rel, name, data in H.cases(files, seed):
         if (n_cases and sum(codes.values()) >= n_cases) or (seconds and time.monotonic() - t0 >= seconds):
             break
-        o = ws.run_case(n, rel, name, data)
+        o = ws.run_case(n, rel, name, data, reads=H.reads(src))
         codes[o.code] += 1
+        for kind, words in KINDS.items():
+            kinds[kind] += any(w in p for p in o.problems for w in words)
         agg = per[src]
         agg["cases"] += 1
         agg["worst"] = max(agg["worst"], (o.seconds, o.name))
@@ -67,7 +78,7 @@ def campaign(ws: H.Workspace, files: dict, n_cases: int, seconds: float, seed: i
             last = time.monotonic()
             progress(f"  ... {sum(codes.values())} cases, {len(failures)} failures, {last - t0:.0f} s")
     return {"cases": sum(codes.values()), "failures": len(failures), "elapsed": time.monotonic() - t0,
-            "exit_codes": {str(k): v for k, v in sorted(codes.items(), key=lambda kv: str(kv[0]))},
+            "kinds": dict(kinds), "exit_codes": {str(k): v for k, v in sorted(codes.items(), key=lambda kv: str(kv[0]))},
             "per_source": {k: {"cases": v["cases"], "failures": v["failures"], "worst_seconds": v["worst"][0],
                                "worst_case": v["worst"][1]} for k, v in per.items()},
             "failing_cases": failures}
@@ -75,6 +86,7 @@ def campaign(ws: H.Workspace, files: dict, n_cases: int, seconds: float, seed: i
 
 def report(s: dict) -> None:
     print(f"cases {s['cases']}   failures {s['failures']}   elapsed {s['elapsed']:.1f} s")
+    print("counted      " + "   ".join(f"{k}: {v}" for k, v in s["kinds"].items()))
     print("exit codes   " + "   ".join(f"{k}: {v}" for k, v in s["exit_codes"].items()))
     worst = max(s["per_source"].values(), key=lambda v: v["worst_seconds"], default=None)
     if worst:
@@ -95,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dumps", help="a make_cross_impl_dumps matrix to cut the seeds from (default: make 3 pairs)")
     ap.add_argument("--records", type=int, default=60,
                     help="records kept per stage: the first 2/3 and the last 1/3 (0: the whole stage)")
+    ap.add_argument("--rollout", nargs="*", default=[],
+                    help="more rollout save_paths to mutate (examples/rollout always is one)")
     ap.add_argument("--out", help="where failing pairs are written (default: a new temporary directory)")
     ap.add_argument("--json", help="also write the summary as JSON to this file")
     a = ap.parse_args(argv)
@@ -106,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         seeds = H.make_seeds(seed_pairs(a.dumps, work), os.path.join(work, "seeds"), head, a.records - head)
         if not seeds:
             sys.exit("no seed pairs found")
+        seeds.append(H.two_ranks(seeds[-1], os.path.join(work, "seeds", "two-ranks")))
+        seeds += [H.Seed(p, rollout=True) for p in [os.path.join(REPO, "examples", "rollout"), *a.rollout]]
         ws = H.Workspace(seeds)
         try:
             files = H.corpus(ws, os.path.join(work, "corpus"))

@@ -91,6 +91,7 @@ SPOILED = {
     "mean_nan_text": (_set("Mean", "nan"), "JSON literal NaN"),
     "norm_inf_text": (_set("Norm", "inf"), 'Norm is the text "inf"'),
     "dtype_number": (_set_key("dtype", 32), "dtype is the number 32"),
+    "dtype_null": (_set_key("dtype", None), "dtype is null"),  # a tensor without a dtype (was read as a value)
     "shape_text": (_set_key("shape", "[4, 16]"), "shape is the text"),
     "data_name_int": (_set_key("data_name", 7), "data_name is the number 7"),
     "record_text": (_record("garbage"), 'is the text "garbage", not a record'),

@@ -2,10 +2,13 @@
 
 Shared by tests/fuzz/test_fuzz_compare.py (a few hundred cases) and bench/fuzz_compare.py (10,000 and more).
 Seeds are real pairs (make_cross_impl_dumps.py), each stage cut to a few dozen records so a case takes
-milliseconds; a case replaces one file (dump.json, stack.json or construct.json of one stage of one side) with
-mutated bytes. The promises: the CLI's main() returns one of its documented exit codes 0 same, 1 diverged, 2
-usage, 3 incomplete (4, the compare's own fault, fails the case) and raises nothing; nothing says "Traceback";
-with 0, 1 or 3, stdout is one JSON document; no input file changes."""
+milliseconds, the same pair with every rank doubled, and real rollout save_paths (vLLM against the actor,
+--rollout); a case replaces one file (dump.json, stack.json, construct.json or tokens.json of one stage of one
+side) with mutated bytes. The promises: the CLI's main() returns one of its documented exit codes 0 same, 1
+diverged, 2 usage, 3 incomplete (4, the compare's own fault, fails the case) and raises nothing; nothing says
+"Traceback"; with 0, 1 or 3, stdout is one JSON document; no input file changes; a spoiled value the compare
+reads never gives `same`; a pair's crash never exits as diverged; every pair not holding the spoiled file
+keeps its status."""
 
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ import traceback
 from dataclasses import dataclass, field
 
 EXIT_CODES = (0, 1, 2, 3)  # all but 4 (ERROR): a hostile dump is the dumps' fault, never the tool's
-FILES = ("dump.json", "stack.json", "construct.json")
+FILES = ("dump.json", "stack.json", "construct.json", "tokens.json")
 SEED_PAIRS = ("qwen2-mix-statistics/sdpa-weight", "qwen2-L1-statistics/same-weight", "qwen2-mix-statistics/split")
 
 
@@ -86,9 +89,31 @@ def make_seeds(pairs: list[dict], root: str, head: int = 40, tail: int = 20) -> 
 
 
 def seed_files(seed: str) -> list[str]:
-    """The mutable files of a seed, relative to it: side/step_1/stage/step0/rank0/file."""
-    return sorted(os.path.relpath(p, seed) for f in FILES for p in glob.glob(os.path.join(seed, "*", "*", "*", "*",
-                                                                                          "*", f)))
+    """The mutable files of a seed, relative to it: side/step_1/stage/step0/rank0/file (a run pair) or
+    step_1/stage/stepK/rank0/file (a rollout save_path)."""
+    return sorted(os.path.relpath(p, seed) for f in FILES for p in glob.glob(os.path.join(seed, "**", f),
+                                                                                recursive=True))
+
+
+@dataclass
+class Seed:
+    """A seed directory and how the compare reads it: two runs (target/, golden/), or one save_path whose
+    rollout is compared with its actor (--rollout)."""
+
+    path: str
+    rollout: bool = False
+
+    def argv(self, base: str) -> list[str]:
+        return ["--rollout", base] if self.rollout else [os.path.join(base, "target"), os.path.join(base, "golden")]
+
+
+def two_ranks(seed: str, dst: str) -> str:
+    """A copy of a run pair with each rank0 doubled as rank1: two healthy pairs per stage, of which a case
+    spoils one."""
+    shutil.copytree(seed, dst)
+    for rank0 in glob.glob(os.path.join(dst, "*", "*", "*", "*", "rank0")):
+        shutil.copytree(rank0, os.path.join(os.path.dirname(rank0), "rank1"))
+    return dst
 
 
 @dataclass
@@ -113,7 +138,7 @@ def _tree_state(root: str) -> dict[str, str]:
     return out
 
 
-def run_cli(target: str, golden: str, extra: tuple = ()) -> tuple[int | None, str, str, str]:
+def run_cli(argv: list[str], extra: tuple = ()) -> tuple[int | None, str, str, str]:
     """verl-pdbg-compare's main() in this process: (exit code, stdout, stderr, the traceback if one escaped)."""
     from verl_pdbg_conf.compare.cli import main
 
@@ -121,7 +146,7 @@ def run_cli(target: str, golden: str, extra: tuple = ()) -> tuple[int | None, st
     tb, code = "", None
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
-            code = main([target, golden, "--format", "json", "-j", "1", *extra])
+            code = main([*argv, "--format", "json", "-j", "1", *extra])
         except SystemExit as e:
             tb = f"SystemExit({e.code!r}) escaped main()"
         except KeyboardInterrupt:
@@ -131,7 +156,27 @@ def run_cli(target: str, golden: str, extra: tuple = ()) -> tuple[int | None, st
     return code, out.getvalue(), err.getvalue(), tb
 
 
-def check(code, stdout: str, stderr: str, tb: str) -> list[str]:
+def statuses(stdout: str) -> dict[tuple, str]:
+    """Each pair's status in a JSON report, by (step, stage, rank)."""
+    try:
+        doc = json.loads(stdout)
+    except ValueError:
+        return {}
+    return {(p.get("step"), p.get("stage"), p.get("rank")): p.get("status") for p in doc.get("pairs") or []
+            if isinstance(p, dict)}
+
+
+def reasons(stdout: str) -> set:
+    try:
+        doc = json.loads(stdout)
+    except ValueError:
+        return set()
+    return {p.get("reason") for p in doc.get("pairs") or [] if isinstance(p, dict)}
+
+
+def check(code, stdout: str, stderr: str, tb: str, reads: bool = False) -> list[str]:
+    """The promises: a documented exit code, no traceback, one JSON document; with `reads` (a value the
+    compare reads was spoiled), never `same`; a pair's own fault (status error) never exits as diverged."""
     problems = []
     if tb:
         problems.append("exception escaped:\n" + tb[-3000:])
@@ -147,23 +192,45 @@ def check(code, stdout: str, stderr: str, tb: str) -> list[str]:
                 problems.append(f"JSON exit_code {doc.get('exit_code')!r} but the command exited {code}")
         except ValueError as e:
             problems.append(f"exit {code} but stdout is not one JSON document ({e}): {stdout[:300]!r}")
+    if reads and code == 0:
+        problems.append("false same: a value the compare reads was spoiled and the verdict is same")
+    if code == 1 and "compare-failed" in reasons(stdout):
+        problems.append("a crash read as a divergence: a pair's compare failed and the exit code is 1 (diverged)")
     return problems
 
 
+FALSE_SAME = "false same"
+CRASH_AS_DIVERGENCE = "a crash read as a divergence"
+FAULT_LEFT_PAIR = "a fault left its pair"
+
+
 class Workspace:
-    """A working copy of each seed; a case overwrites one file of it and the file is restored after."""
+    """A working copy of each seed; a case overwrites one file of it and the file is restored after. Each
+    seed's pair statuses unmutated are its baseline: a case must leave every pair that does not hold the
+    spoiled file as it was (a fault stays in its pair)."""
 
-    def __init__(self, seeds: list[str]):
+    def __init__(self, seeds: list):
         self.root = tempfile.mkdtemp(prefix="verl-pdbg-fuzz-compare-")
-        self.seeds = []
+        self.seeds, self.kinds, self.baseline = [], [], {}
         for n, seed in enumerate(seeds):
+            seed = seed if isinstance(seed, Seed) else Seed(seed)
             dst = os.path.join(self.root, f"seed{n}")
-            shutil.copytree(seed, dst)
+            shutil.copytree(seed.path, dst)
             self.seeds.append(dst)
+            self.kinds.append(seed)
 
-    def run_case(self, seed: int, rel: str, name: str, data: bytes, extra: tuple = ()) -> Outcome:
+    def argv(self, seed: int) -> list[str]:
+        return self.kinds[seed].argv(self.seeds[seed])
+
+    def statuses(self, seed: int) -> dict[tuple, str]:
+        if seed not in self.baseline:
+            self.baseline[seed] = statuses(run_cli(self.argv(seed))[1])
+        return self.baseline[seed]
+
+    def run_case(self, seed: int, rel: str, name: str, data: bytes, extra: tuple = (), reads: bool = False) -> Outcome:
         base = self.seeds[seed]
         path = os.path.join(base, rel)
+        before_status = self.statuses(seed) if not extra else {}
         with open(path, "rb") as fh:
             original = fh.read()
         o = Outcome(f"seed{seed}/{rel}:{name}")
@@ -172,13 +239,19 @@ class Workspace:
                 fh.write(data)
             before = _tree_state(base)
             t0 = time.perf_counter()
-            o.code, stdout, stderr, tb = run_cli(os.path.join(base, "target"), os.path.join(base, "golden"), extra)
+            o.code, stdout, stderr, tb = run_cli(self.argv(seed), extra)
             o.seconds = time.perf_counter() - t0
-            o.problems = check(o.code, stdout, stderr, tb)
+            o.problems = check(o.code, stdout, stderr, tb, reads)
             after = _tree_state(base)
             if after != before:
                 changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
                 o.problems.append(f"inputs changed: {changed[:5]}")
+            held = _pair_of(rel, self.kinds[seed].rollout)
+            moved = {k: (v, s) for k, v in before_status.items() if k != held
+                     and (s := statuses(stdout).get(k, v)) != v and o.code in (0, 1, 3)}
+            if held is not None and moved:
+                o.problems.append(f"{FAULT_LEFT_PAIR}: {rel} spoiled, and pairs not holding it changed status "
+                                  f"(was, now): {moved}")
         finally:
             with open(path, "wb") as fh:
                 fh.write(original)
@@ -188,9 +261,19 @@ class Workspace:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+def _pair_of(rel: str, rollout: bool) -> tuple | None:
+    """The (step, stage, rank) of the pair holding a run seed's file; None for a rollout save_path (one pair
+    reads every file of its step)."""
+    parts = rel.split(os.sep)
+    if rollout or len(parts) != 6:
+        return None
+    _side, step, stage, _s0, rank, _f = parts
+    return (int(step.split("_")[1]), stage, int(rank[4:]))
+
+
 def write_reproducer(out_dir: str, ws: Workspace, seed: int, rel: str, data: bytes, o: Outcome) -> str:
     """A directory holding the whole failing pair (the mutated file in place) and the problem: rerun with
-    `verl-pdbg-compare DIR/target DIR/golden`."""
+    `verl-pdbg-compare DIR/target DIR/golden` (a rollout seed: `verl-pdbg-compare --rollout DIR`)."""
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in o.name)[:120]
     dst = os.path.join(out_dir, safe)
     shutil.copytree(ws.seeds[seed], dst, dirs_exist_ok=True)
@@ -213,15 +296,15 @@ def interleave(sources):
 
 
 def corpus(ws: Workspace, root: str) -> dict:
-    """Each mutable seed file copied under a unique name (mutations.py names cases by the file's stem):
+    """Each mutable seed file copied under a unique name (mutations.py names cases by the file's stem; a
+    rollout seed's say so):
     {corpus path: (seed index, path relative to the seed)}."""
     from pathlib import Path
     os.makedirs(root, exist_ok=True)
     out = {}
     for n, seed in enumerate(ws.seeds):
         for rel in seed_files(seed):
-            side, _step, stage, _s0, _rank, f = rel.split(os.sep)
-            p = Path(root, f"s{n}-{side}-{stage}-{f}")
+            p = Path(root, f"s{n}-{'rollout-' * ws.kinds[n].rollout}" + "-".join(rel.split(os.sep)))
             shutil.copyfile(os.path.join(seed, rel), p)
             out[p] = (n, rel)
     return out
@@ -238,12 +321,33 @@ def _structural(path, seed: int):
         with open(dump, encoding="utf-8") as fh:
             names = list(json.load(fh)["data"])
         return D.stack_mutations(doc, path.stem, names, seed)
-    return D.construct_mutations(doc, path.stem, seed)
+    if path.name.endswith("-construct.json"):
+        return D.construct_mutations(doc, path.stem, seed)
+    return iter(())  # tokens.json: its fields (below) and the generic mutations
 
 
-def cases(files: dict, seed: int = 0, hostile: bool = True, random_cases: bool = True):
+FIELD = "field"  # the source of cases that spoil a value the compare reads: `same` after one is false
+
+
+def _fields(path, seed: int, limit: int):
+    import field_mutations as F
+    with open(path, encoding="utf-8") as fh:
+        doc = json.load(fh)
+    if path.name.endswith("-dump.json"):  # the rollout reads module calls' arguments and outputs only
+        return F.dump_fields(doc, path.stem, seed, limit, args_only="-rollout-" in path.name)
+    if path.name.endswith("-tokens.json"):
+        return F.token_fields(doc, path.stem, seed, limit)
+    return iter(())
+
+
+def reads(source: str) -> bool:
+    return source.startswith(FIELD + ":")
+
+
+def cases(files: dict, seed: int = 0, hostile: bool = True, random_cases: bool = True, field_limit: int = 40):
     """(source, seed index, relative path, case name, bytes), endless when random_cases: per file its
-    structural edits (dump_mutations.py), then mutations.py's truncations, byte flips, whole-file text
+    structural edits (dump_mutations.py), every read field given each JSON type it cannot hold
+    (field_mutations.py, at most field_limit per file), then mutations.py's truncations, byte flips, whole-file text
     mutations and wrong values at key paths; the hostile inputs from nothing, each given to the files in
     turn; random stacked edits of all files."""
     import mutations as M
@@ -251,8 +355,8 @@ def cases(files: dict, seed: int = 0, hostile: bool = True, random_cases: bool =
     def per_file(path):
         n, rel = files[path]
         size, kind = path.stat().st_size, rel.split(os.sep)[-1]
-        gens = (("structural", _structural(path, seed)), ("truncation", M.truncations(path, every=max(1, size // 60))),
-                ("byte flip", M.byte_flips(path, count=60, seed=seed)), ("text", M.text_mutations(path)),
+        gens = (("structural", _structural(path, seed)), (FIELD, _fields(path, seed, field_limit)),
+                ("truncation", M.truncations(path, every=max(1, size // 60))), ("byte flip", M.byte_flips(path, count=60, seed=seed)), ("text", M.text_mutations(path)),
                 ("wrong value", M.wrong_types(path, per_path=1, seed=seed, max_paths=120)))
         tagged = [_tagged(label, gen) for label, gen in gens]
         for label, name, data in interleave(tagged):
