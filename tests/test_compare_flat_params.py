@@ -16,7 +16,7 @@ import make_cross_impl_dumps as X  # tests/ is on the path (conftest imports it 
 import make_wrapper_dumps
 from verl_pdbg_conf.compare.dumpread import Row
 from verl_pdbg_conf.compare.engine import PairJob, compare_pair
-from verl_pdbg_conf.compare.pipeline.judging import Judge
+from verl_pdbg_conf.compare.judge import Judge
 
 LAYER = 1  # the planted layer: its MLP down projection weight x1.01 on the FSDP1 side
 RUNS = "fsdp2,fsdp1flat,fsdp1flat-weight"

@@ -15,7 +15,7 @@ from verl_pdbg_conf.compare.dumpread import Row
 from verl_pdbg_conf.compare.pipeline import splits
 from verl_pdbg_conf.compare.pipeline.attribution import Attributor
 from verl_pdbg_conf.compare.pipeline.equivalents import EQUIVALENT_OPS, equivalent
-from verl_pdbg_conf.compare.pipeline.judging import Verdict
+from verl_pdbg_conf.compare.judge import Decision, Rule
 from verl_pdbg_conf.compare.pipeline.locating import spread
 from verl_pdbg_conf.compare.pipeline.pairing import Aligner, Gap, Structure, row_pairs
 from verl_pdbg_conf.compare.pipeline.reading import Record
@@ -154,11 +154,11 @@ def test_split_detected_from_the_opening_call():
 
 
 def judged(values: dict) -> list:
-    """[(row, golden row, Verdict)] of one record: state -> value; threshold 1e-4."""
+    """[(row, golden row, Decision)] of one record: state -> value; threshold 1e-4."""
     out = []
     for state, v in values.items():
         r = row(f"op.0.forward.{state}.0", state)
-        out.append((r, r, Verdict("threshold" if v > 1e-4 else "", v)))
+        out.append((r, r, Decision(Rule.THRESHOLD if v > 1e-4 else Rule.AGREE, v)))
     return out
 
 
@@ -190,11 +190,11 @@ def test_attribution_lets_rounding_grow_and_finds_a_jump():
 
 
 def _sub(errors_and_norms, op="Tensor.__sub__"):
-    """[(row, golden row, Verdict)] of `a - b`: state -> (relative error, golden Norm) per row."""
+    """[(row, golden row, Decision)] of `a - b`: state -> (relative error, golden Norm) per row."""
     out = []
     for i, (state, (v, norm)) in enumerate(errors_and_norms):
         r = row(f"{op}.7.forward.{state}.{i}", state, stats=(1.0, -1.0, 0.0, norm))
-        out.append((r, r, Verdict("threshold" if v > 1e-4 else "", v)))
+        out.append((r, r, Decision(Rule.THRESHOLD if v > 1e-4 else Rule.AGREE, v)))
     return out
 
 
@@ -220,14 +220,14 @@ def test_attribution_a_difference_magnifies_its_inputs_rounding():
 
 
 def _reduction(mean_t, mean_g, out_t, out_g, op="Tensor.sum"):
-    """[(row, golden row, Verdict)] of a sum of a [2, 5] tensor to one value, from the dumped statistics."""
+    """[(row, golden row, Decision)] of a sum of a [2, 5] tensor to one value, from the dumped statistics."""
     name = f"{op}.34.forward"
     rows = []
     for state, shape, t, g in (("input", (2, 5), (7e-6, -3e-5, mean_t, 3.58e-5), (7e-6, -3e-5, mean_g, 3.58e-5)),
                                ("output", (), (out_t, out_t, out_t, out_t), (out_g, out_g, out_g, out_g))):
         r, gr = row(f"{name}.{state}.0", state, shape, t), row(f"{name}.{state}.0", state, shape, g)
         value = abs(abs(t[3]) - abs(g[3])) / abs(g[3])
-        rows.append((r, gr, Verdict("threshold" if value > 1e-4 else "", value)))
+        rows.append((r, gr, Decision(Rule.THRESHOLD if value > 1e-4 else Rule.AGREE, value)))
     return rows
 
 

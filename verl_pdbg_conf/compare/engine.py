@@ -1,11 +1,11 @@
 """The first-divergence engine: one pair of dump.json files read side by side as two streams and run
-through the pipeline (pipeline/): reading, splits, pairing, judging, attribution, locating, collecting,
+through the pipeline (pipeline/): reading, splits, pairing, judging (judge.py), attribution, locating, collecting,
 in the order the target's records were written (forward and backward interleaved as they ran,
 mini-batch by mini-batch), in memory bounded by the pairing window, not by the dump.
 
 `compare_pair(PairJob) -> PairOutcome` is a top-level function of plain data, for a process pool or a
 Ray task. A record with no counterpart is a structure difference, never a divergence by itself; a
-paired tensor diverges by the rules of pipeline/judging.py, and counts as the first divergence where
+paired tensor diverges by the rules of judge.py, and counts as the first divergence where
 its error is introduced (pipeline/attribution.py)."""
 
 from __future__ import annotations

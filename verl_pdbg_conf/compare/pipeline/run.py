@@ -1,5 +1,5 @@
 """One pair through the pipeline: read both dumps (reading, stacks), combine a batch split (splits), pair
-records (pairing), judge each paired row (judging), name where an error is introduced (attribution),
+records (pairing), judge each paired row (compare/judge.py), name where an error is introduced (attribution),
 and collect the analysis (collecting), with the tensor task's location of the error (locating)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from verl_pdbg_conf.compare.pipeline import splits
 from verl_pdbg_conf.compare.pipeline.attribution import Attributor
 from verl_pdbg_conf.compare.pipeline.collecting import Collector, label_of, node
 from verl_pdbg_conf.compare.pipeline.coverage import Coverage
-from verl_pdbg_conf.compare.pipeline.judging import Judge, Verdict
+from verl_pdbg_conf.compare.judge import Decision, Judge, Rule
 from verl_pdbg_conf.compare.pipeline.locating import describe, spread
 from verl_pdbg_conf.compare.pipeline.plan import AlignmentPlan, plan_for
 from verl_pdbg_conf.compare.pipeline.pairing import Aligner, Gap, Structure, row_pairs
@@ -47,7 +47,7 @@ class _Pair:
         self.structure = Structure()
         self.coverage = Coverage()
         self.gap = Gap()
-        self.first = None  # (row order, row, golden row, Verdict, record, label, note, received)
+        self.first = None  # (row order, row, golden row, Decision, record, label, note, received)
         self.watch = None  # the first divergence was a forward-named call after a backward: watch what follows
         self.in_backward = False
         self.both_nonfinite = None
@@ -85,7 +85,7 @@ class _Pair:
         judged = []
         for row, grow in rows:
             if apart is not None:
-                judged.append((row, grow, Verdict("unmatched" if grow is None else "apart", None)))
+                judged.append((row, grow, Decision(Rule.UNMATCHED if grow is None else Rule.APART, None)))
                 continue
             if not self.auto_dtype and grow is not None:
                 self._precision(row, grow)
@@ -146,7 +146,7 @@ class _Pair:
             return
         row, grow, v = judged[hit]
         note = ""
-        if row.state == "output" and v.reason in ("threshold", "exact", "nan", "inf"):
+        if row.state == "output" and v.reason in (Rule.THRESHOLD, Rule.EXACT, Rule.NAN, Rule.INF):
             # every input and parameter of this call is equal, its output is not: an integer input whose
             # statistics cannot show the change (msprobe keeps only max/min of one) differs
             # (a positional input: token ids; position ids passed by keyword to a module say nothing of it)
@@ -155,7 +155,7 @@ class _Pair:
             if ints and all(not vv.reason for _r, _g, vv in judged[:hit]):
                 i = ints[0]
                 row, grow = judged[i][0], judged[i][1]
-                v = Verdict("exact", judged[i][2].value)
+                v = Decision(Rule.EXACT, judged[i][2].value)
                 hit = i
                 note = (f"statistics equal (msprobe keeps max/min of an integer tensor), but the output of "
                         f"{t.name} differs with every other input equal")

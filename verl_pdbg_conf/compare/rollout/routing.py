@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from verl_pdbg_conf.compare.rollout import dumps as D
 from verl_pdbg_conf.compare.rollout import table as T
-from verl_pdbg_conf.compare.rollout.judge import Judge, cell, pick
+from verl_pdbg_conf.compare.rollout.walk import Walk, cell, pick
 from verl_pdbg_conf.compare.rollout.tokens import natural
 
 
@@ -106,7 +106,7 @@ def routers(engine) -> dict[int, list[D.ModuleCall]]:
     return {k: [r for r in d.records if T.class_role(r.cls).get("router")] for k, d in engine}
 
 
-def routes(al, found: dict[int, list[D.ModuleCall]], trainer: list[dict[str, list[D.ModuleCall]]], judge: Judge,
+def routes(al, found: dict[int, list[D.ModuleCall]], trainer: list[dict[str, list[D.ModuleCall]]], judge: Walk,
            setting_: Setting) -> tuple[dict, dict[str, dict[str, int]]]:
     """(request, position) -> {MoE block path: Route} for every aligned token and MoE layer, from each engine
     step's routers (`found`, routers()); and the routes that could not be compared: MoE block path ->
@@ -132,7 +132,7 @@ def routes(al, found: dict[int, list[D.ModuleCall]], trainer: list[dict[str, lis
     return out, missed
 
 
-def _route(rec: D.ModuleCall, row: int, trainer_recs, c: int, b: int, s: int, bs, judge: Judge,
+def _route(rec: D.ModuleCall, row: int, trainer_recs, c: int, b: int, s: int, bs, judge: Walk,
            setting_: Setting) -> Route | str:
     """Both sides' experts for one token at one router; or why they cannot be compared."""
     trec = trainer_recs[c] if trainer_recs and c < len(trainer_recs) else None

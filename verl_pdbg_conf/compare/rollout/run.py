@@ -12,7 +12,7 @@ from verl_pdbg_conf.compare.rollout import dumps as D
 from verl_pdbg_conf.compare.rollout import routing as R
 from verl_pdbg_conf.compare.rollout import table as T
 from verl_pdbg_conf.compare.rollout import tokens as K
-from verl_pdbg_conf.compare.rollout.judge import Judge, TokenResult
+from verl_pdbg_conf.compare.rollout.walk import TokenResult, Walk
 from verl_pdbg_conf.compare.verdict import FAULT_HINT, Reason, Status, UsageError, Verdict, exit_code, failure
 from verl_pdbg_conf.core.findings import Finding, Severity
 
@@ -75,7 +75,7 @@ def compare_rollout(actor_root: str, rollout_root: str | None = None, threshold:
     if not keys:
         raise UsageError(f"no step holds both {ROLLOUT} (under {rollout_root}) and {ACTOR} (under {actor_root}): "
                          f"collect both on the same step")
-    # one Judge per pair: its tensor cache goes with the pair
+    # one Walk per pair: its tensor cache goes with the pair
     pairs = [_guarded(k, os.path.join(r_steps[k], ROLLOUT), os.path.join(a_steps[k], ACTOR), threshold, dtype_aware,
                       top, min_coverage) for k in keys]
     return {"mode": "rollout", "target": os.path.abspath(rollout_root), "golden": os.path.abspath(actor_root),
@@ -125,7 +125,7 @@ def compare_step(key: str, rollout_dir: str, actor_dir: str, threshold: float, d
         return pair
     requests, sequences, al = _align(engine, trainer, rollout_dir, actor_dir, findings)
     info = engine[0][1].tokens or {}
-    judge = Judge(threshold, dtype_aware, engine_dtype=str(info.get("dtype") or ""),
+    judge = Walk(threshold, dtype_aware, engine_dtype=str(info.get("dtype") or ""),
                   logits_path=next((r.path for _, d in engine for r in d.records if T.is_logits(r.cls)), "logits"),
                   shapes={(i, c): _batch_shape(call) for i, d in enumerate(trainer)
                           for c, call in enumerate(d.tokens.get("calls") or [])})
@@ -219,7 +219,7 @@ def _align(engine, trainer, rollout_dir: str, actor_dir: str, findings: list[Fin
     return requests, sequences, al
 
 
-def _judge(engine, trainer, al, judge: Judge, packed: dict, moe: dict, setting: R.Setting) -> \
+def _judge(engine, trainer, al, judge: Walk, packed: dict, moe: dict, setting: R.Setting) -> \
         tuple[list[TokenResult], dict[str, str], dict | None]:
     """Every aligned token through its engine step's comparison points; the engine modules (path -> class)
     that have no counterpart in the actor's dump; and the routing of MoE layers, side by side."""
@@ -259,7 +259,7 @@ def _unpaired(modules: dict[str, str], results: list[TokenResult], where: str, f
     return left
 
 
-def _dtypes(info: dict, trainer: list[D.Dump], judge: Judge, where: str) -> list[Finding]:
+def _dtypes(info: dict, trainer: list[D.Dump], judge: Walk, where: str) -> list[Finding]:
     """The engine's dtype against the trainer's activations': a difference on purpose wants --dtype-aware."""
     engine = info.get("dtype")
     found = {t.dtype.replace("torch.", "") for d in trainer for r in d.records[:8] for t in r.outputs if t.dtype}

@@ -1,6 +1,8 @@
-"""Token by token: for each aligned token, the comparison points (table.py) in the engine's execution order,
-each the relative L2 error of the engine's row against the trainer's; the first point past the threshold
-is where the token's gap is introduced. An output past it whose input agreed names its module; an input
+"""The rollout's token walk: for each aligned token, the comparison points (table.py) in the engine's
+execution order, each the relative L2 error of the engine's row against the trainer's, decided by the
+shared judge (compare/judge.py: rows of other element counts are apart, not compared; an error that is no
+number is not compared either; past the limit is a divergence); the first point past it is where the
+token's gap is introduced. An output past it whose input agreed names its module; an input
 past it names the engine modules run since the last point that agreed (fused ones, no trainer
 counterpart: the rotary embedding and the attention kernel before o_proj). Past the logits, the engine's
 returned log-prob against the log-softmax of its own logits names the sampler (temperature, top-k/top-p
@@ -22,7 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from verl_pdbg_conf.compare.metrics import EPS
+from verl_pdbg_conf.compare import judge as J
 from verl_pdbg_conf.compare.rollout import dumps as D
 from verl_pdbg_conf.compare.rollout.table import Point
 from verl_pdbg_conf.compare.rollout.tokens import Request, Sequence
@@ -88,10 +90,9 @@ class Tensors:
 
 
 def _rel(a, b, floor: float = 0.0) -> float:
+    """The relative L2 error of two rows of as many elements."""
     import torch
 
-    if a.numel() != b.numel():
-        return math.nan
     diff = float(torch.linalg.vector_norm(a.flatten() - b.flatten()))
     ref = max(float(torch.linalg.vector_norm(b.flatten())), floor)
     return diff / ref if ref > 0 else diff
@@ -108,7 +109,9 @@ def _dtype(rec: D.ModuleCall, io: str, index: int) -> str:
 
 
 @dataclass
-class Judge:
+class Walk:
+    """Walks each token through the comparison points, holding each point to the shared judge, and carries
+    what the walk learns (the tensors loaded, the trainer's forward shapes, the rows' typical norms)."""
     threshold: float
     dtype_aware: bool = False
     tensors: Tensors = field(default_factory=Tensors)
@@ -122,7 +125,7 @@ class Judge:
             return self.threshold
         a = _dtype(point.engine.record, point.engine.io, point.engine.index)
         b = _dtype(trainer_rec, point.trainer[0].io, point.trainer[0].index)
-        return max(self.threshold, ROUNDINGS * EPS.get(a, 0.0), ROUNDINGS * EPS.get(b, 0.0))
+        return J.dtype_limit(self.threshold, (a, b), ROUNDINGS)
 
     def _scale(self, ts: list, width: int) -> float:
         """The root-mean-square norm of a point's rows (width values each) over the whole trainer tensor."""
@@ -166,16 +169,18 @@ class Judge:
             tvec = torch.cat([v.flatten() for v in tv])
             # with dtype_aware, a row near zero (a gate's one logit cancelling out) is measured against the
             # point's typical size over all rows: its rounding is that size's, not the row's
-            err = _rel(ev, tvec, self._scale(ts, tvec.numel()) if self.dtype_aware else 0.0)
-            if math.isnan(err):
+            err = _rel(ev, tvec, self._scale(ts, tvec.numel()) if self.dtype_aware else 0.0) \
+                if ev.numel() == tvec.numel() else math.nan
+            limit = self.limit(pt, mates[0]) + (carried if self.dtype_aware else 0.0)
+            said = J.point(ev.numel(), tvec.numel(), err, limit)
+            if said.reason in (J.Rule.APART, J.Rule.NAN):  # not the same tensor's row, or no number: not compared
                 res.skipped += 1
                 continue
             res.compared += 1
             res.worst = max(res.worst, err)
             if pt.rows == "sampled":
                 self._logprobs(res, ev, tv[0], sampled)
-            limit = self.limit(pt, mates[0])
-            over = err > limit + (carried if self.dtype_aware else 0.0)
+            over = said.reason == J.Rule.THRESHOLD
             if res.gap is not None or res.rerouted:
                 continue
             route = (routes or {}).get(pt.module.rpartition(".")[0]) if pt.role == "experts" else None
@@ -203,22 +208,22 @@ class Judge:
             # the logits themselves, where no dumped point holds them on both sides (lm_head left out)
             diff = abs(res.logprob_engine_logits - res.logprob_trainer)
             res.compared += 1
-            if diff > self._lp_limit(res.logprob_trainer, engine_points):
+            if J.against(diff, self._lp_limit(res.logprob_trainer)) == J.Rule.THRESHOLD:
                 res.gap = Gap(self.logits_path, "logprob", diff, carried, [],
                               "log-softmax of the engine's logits against the actor's")
         if res.gap is None and res.logprob_engine is not None and res.logprob_engine_logits is not None:
             own = abs(res.logprob_engine - res.logprob_engine_logits)
-            if own > max(self.threshold, 1e-6) * max(1.0, abs(res.logprob_engine_logits)):
+            limit = max(self.threshold, 1e-6) * max(1.0, abs(res.logprob_engine_logits))
+            if J.against(own, limit) == J.Rule.THRESHOLD:
                 res.gap = Gap("sampler", "logprob", own, carried, [],
                               "the engine's returned log-prob is not the log-softmax of its logits")
         return res
 
-    def _lp_limit(self, lp: float, engine_points: list[Point]) -> float:
+    def _lp_limit(self, lp: float) -> float:
         limit = max(self.threshold, 1e-6)
         if self.dtype_aware:
-            limit = max(limit, EPS.get(f"torch.{self.engine_dtype}", 0.0))
+            limit = J.dtype_limit(limit, (f"torch.{self.engine_dtype}",))
         return limit * max(1.0, abs(lp))
-
 
     @staticmethod
     def _recorded_logprobs(res: TokenResult, sampled: dict, trainer_lp: float | None) -> None:
