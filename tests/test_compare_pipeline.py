@@ -18,7 +18,7 @@ from verl_pdbg_conf.compare.pipeline.equivalents import EQUIVALENT_OPS, equivale
 from verl_pdbg_conf.compare.judge import Decision, Rule
 from verl_pdbg_conf.compare.pipeline.locating import spread
 from verl_pdbg_conf.compare.pipeline.pairing import Aligner, Gap, Structure, row_pairs
-from verl_pdbg_conf.compare.pipeline.reading import Record
+from verl_pdbg_conf.compare.records import Record
 from verl_pdbg_conf.compare.pipeline.stacks import Stacks, layer_count
 
 

@@ -88,8 +88,9 @@ def point(count: int, other: int, value: float, limit: float) -> Decision:
 
 
 class Judge:
-    """The run compare's judge of statistics rows (and the tensor task's arrays). Holds the metric, threshold and what --dtype-aware learns on the way (the rounding step of the
-    lowest precision the runs differ in), and the dtype suggestion made once without it."""
+    """The run compare's judge of statistics rows (and the tensor task's arrays). Holds the metric, threshold
+    and what --dtype-aware learns on the way (the rounding step of the lowest precision the runs differ in),
+    and the dtype suggestion made once without it."""
 
     def __init__(self, metric: str, threshold: float, task: str, target: str, golden: str,
                  ignore_dtype: bool = False, dtype_aware: bool = False, layout_free: bool = False):

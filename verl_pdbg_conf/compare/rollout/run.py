@@ -126,7 +126,7 @@ def compare_step(key: str, rollout_dir: str, actor_dir: str, threshold: float, d
     requests, sequences, al = _align(engine, trainer, rollout_dir, actor_dir, findings)
     info = engine[0][1].tokens or {}
     judge = Walk(threshold, dtype_aware, engine_dtype=str(info.get("dtype") or ""),
-                  logits_path=next((r.path for _, d in engine for r in d.records if T.is_logits(r.cls)), "logits"),
+                  logits_path=next((r.module for _, d in engine for r in d.records if T.is_logits(r.base)), "logits"),
                   shapes={(i, c): _batch_shape(call) for i, d in enumerate(trainer)
                           for c, call in enumerate(d.tokens.get("calls") or [])})
     findings += _dtypes(info, trainer, judge, rollout_dir)
@@ -223,15 +223,15 @@ def _judge(engine, trainer, al, judge: Walk, packed: dict, moe: dict, setting: R
         tuple[list[TokenResult], dict[str, str], dict | None]:
     """Every aligned token through its engine step's comparison points; the engine modules (path -> class)
     that have no counterpart in the actor's dump; and the routing of MoE layers, side by side."""
-    trainer_paths = [d.by_path() for d in trainer]
+    trainer_paths = [d.by_module() for d in trainer]
     found = R.routers(engine)
     routes, missed = R.routes(al, found, trainer_paths, judge, setting)
     per_step = {}
     unpaired: dict[str, str] = {}
     for k, d in engine:
         pts, alone = T.points(d.every, trainer_paths[0], packed, moe)
-        per_step[k] = (pts, [r.path for r in d.records])
-        unpaired.update({r.path: r.cls for r in d.every if r.path in alone})
+        per_step[k] = (pts, [r.module for r in d.records])
+        unpaired.update({r.module: r.base for r in d.every if r.module in alone})
     results: list[TokenResult] = []
     for req, seq in al.pairs:
         for p in sorted(req.rows):

@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass, field
 
 from verl_pdbg_conf.compare import judge as J
+from verl_pdbg_conf.compare.records import Record
 from verl_pdbg_conf.compare.rollout import dumps as D
 from verl_pdbg_conf.compare.rollout.table import Point
 from verl_pdbg_conf.compare.rollout.tokens import Request, Sequence
@@ -76,16 +77,16 @@ class Tensors:
     def __init__(self):
         self.cache: dict[str, object] = {}
 
-    def get(self, t: D.Tensor):
-        if t.file is None:
+    def get(self, file: str | None):
+        if file is None:
             return None
-        got = self.cache.get(t.file)
+        got = self.cache.get(file)
         if got is None:
             try:
-                got = D.load(t).detach().double()
+                got = D.load(file).detach().double()
             except Exception:  # a missing or truncated file: the point is skipped, counted as such
                 got = False
-            self.cache[t.file] = got
+            self.cache[file] = got
         return got if got is not False else None
 
 
@@ -98,14 +99,15 @@ def _rel(a, b, floor: float = 0.0) -> float:
     return diff / ref if ref > 0 else diff
 
 
-def pick(tensors: Tensors, rec: D.ModuleCall, io: str, index: int):
-    entries = rec.outputs if io == "output" else rec.inputs
-    return tensors.get(entries[index]) if index < len(entries) else None
+def pick(tensors: Tensors, rec: Record, io: str, index: int):
+    """The index-th input or output tensor of a call, loaded; None where there is none or it cannot be."""
+    entries = rec.tensors(io)
+    return tensors.get(rec.file_of(entries[index])) if index < len(entries) else None
 
 
-def _dtype(rec: D.ModuleCall, io: str, index: int) -> str:
-    entries = rec.outputs if io == "output" else rec.inputs
-    return entries[index].dtype if index < len(entries) else ""
+def _dtype(rec: Record, io: str, index: int) -> str:
+    entries = rec.tensors(io)
+    return (entries[index].dtype or "") if index < len(entries) else ""
 
 
 @dataclass
@@ -120,7 +122,7 @@ class Walk:
     shapes: dict = field(default_factory=dict)  # (trainer rank, call) -> (batch, seq) of its input ids
     scales: dict = field(default_factory=dict)  # a point's trainer tensors -> their rows' typical norm
 
-    def limit(self, point: Point, trainer_rec: D.ModuleCall) -> float:
+    def limit(self, point: Point, trainer_rec: Record) -> float:
         if not self.dtype_aware:
             return self.threshold
         a = _dtype(point.engine.record, point.engine.io, point.engine.index)
@@ -140,7 +142,7 @@ class Walk:
         return got
 
     def token(self, req: Request, seq: Sequence, position: int, engine_points: list[Point],
-              engine_order: list[str], trainer: list[dict[str, list[D.ModuleCall]]],
+              engine_order: list[str], trainer: list[dict[str, list[Record]]],
               routes: dict | None = None) -> TokenResult:
         k, row = req.rows[position]
         src, c, b, s = seq.at[position]
@@ -250,7 +252,7 @@ class Walk:
         res.logprob_engine = float(lp) if isinstance(lp, (int, float)) else None
 
 
-def _call(records: list[D.ModuleCall] | None, c: int) -> D.ModuleCall | None:
+def _call(records: list[Record] | None, c: int) -> Record | None:
     """The record of a trainer module's c-th forward call (one per forward of the stage)."""
     return records[c] if records and c < len(records) else None
 
