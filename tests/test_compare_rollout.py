@@ -393,7 +393,7 @@ def test_moe_changed_router_is_named(moe, arch):
     for t in layers["model.layers.1.mlp"]["differing"]:
         assert t["engine"] != t["trainer"] and t["engine_margin"] >= 0 and t["trainer_margin"] >= 0
     # the routing picture: one red cell per token and layer routed differently, in layer 1's row only
-    from verl_pdbg_conf.compare.rollout.pictures import routing_picture
+    from verl_pdbg_conf.compare.report.pictures import routing_picture
 
     where = pair["routing"]["where"]
     assert len(where) == pair["routing"]["routed_differently"] and all(idx == [1] for _, _, idx in where)

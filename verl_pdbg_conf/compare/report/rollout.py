@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 
-from verl_pdbg_conf.compare.rollout.pictures import gap_picture, routing_picture
+from verl_pdbg_conf.compare.report.pictures import gap_picture, routing_picture
 
 
 def render_text(doc: dict) -> str:
