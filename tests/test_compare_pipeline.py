@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from verl_pdbg_conf.compare.dumpread import Row
+from verl_pdbg_conf.compare.dumpread import Row, rows_of
 from verl_pdbg_conf.compare.pipeline import splits
 from verl_pdbg_conf.compare.pipeline.attribution import Attributor
 from verl_pdbg_conf.compare.pipeline.equivalents import EQUIVALENT_OPS, equivalent
@@ -402,3 +402,25 @@ def test_a_calling_line_known_on_one_side_only_still_pairs_by_name():
     g2 = rec("Functional.relu", 0, scope="", layer=None)
     g2.site = "b.py:9 in h"
     assert Aligner([g2]).match(t)[0] is None
+
+
+def test_one_judge_for_rows_and_token_points():
+    """The rollout's token walk decides each point by the rules the run compare's rows are held to."""
+    from verl_pdbg_conf.compare import judge as J
+    from verl_pdbg_conf.compare.metrics import EPS
+
+    assert J.point(8, 6, 0.5, 1e-4).reason == J.Rule.APART  # not the same tensor's row: not compared
+    assert J.point(8, 8, float("nan"), 1e-4).reason == J.Rule.NAN
+    assert J.point(8, 8, 2e-4, 1e-4).reason == J.Rule.THRESHOLD
+    assert J.point(8, 8, 1e-4, 1e-4).reason == J.Rule.AGREE and not J.Rule.AGREE
+    # the dtype-aware limit: rounding steps of the lowest precision, where above the threshold
+    assert J.dtype_limit(1e-4, ("torch.bfloat16", "torch.float32"), 2) == 2 * EPS["torch.bfloat16"]
+    assert J.dtype_limit(1e-1, ("torch.bfloat16",)) == 1e-1
+    judge = J.Judge("NormRelativeErr", 1e-4, "statistics", "t/dump.json", "g/dump.json")
+    row = rows_of("Functional.linear.0.forward", {"output": [{"type": "torch.Tensor", "dtype": "torch.float32",
+                                                              "shape": [2, 4], "Max": 1.0, "Min": -1.0,
+                                                              "Mean": 0.1, "Norm": 2.0}]})[0]
+    flat = rows_of("Functional.linear.0.forward", {"output": [{"type": "torch.Tensor", "dtype": "torch.float32",
+                                                               "shape": [3], "Max": 1.0, "Min": -1.0,
+                                                               "Mean": 0.1, "Norm": 2.0}]})[0]
+    assert judge.row(row, flat).reason == J.Rule.APART and judge.row(row, None).reason == J.Rule.UNMATCHED
