@@ -79,11 +79,17 @@ def against(value: float | None, limit: float) -> Rule:
     return Rule.THRESHOLD if value > limit else Rule.AGREE
 
 
-def point(count: int, other: int, value: float, limit: float) -> Decision:
+def point(count: int, other: int, value: float, limit: float, kinds: tuple[str, str] = ("", "")) -> Decision:
     """One comparison point of two tensors' values (the rollout's token walk: a relative L2 error, its limit
-    already raised by what it carries in): apart where their element counts differ."""
+    already raised by what it carries in): apart where their element counts differ; `kinds`, each side's
+    non-finite kind (nan, inf or "" where finite): one side non-finite where the other is not (or
+    otherwise) is a divergence, both alike is none (no error can be measured: both_nonfinite says so)."""
     if not counts_agree(count, other):
         return Decision(Rule.APART, None)
+    if kinds[0] != kinds[1]:
+        return Decision(Rule(kinds[0] or kinds[1]), math.nan, kinds[1])
+    if kinds[0]:
+        return Decision(Rule.AGREE, None, "", kinds[0])
     return Decision(against(value, limit), value)
 
 

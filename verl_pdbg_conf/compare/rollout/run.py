@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 
+from verl_pdbg_conf.compare.nodes import json_number
 from verl_pdbg_conf.compare.rollout import dumps as D
 from verl_pdbg_conf.compare.rollout import routing as R
 from verl_pdbg_conf.compare.rollout import table as T
@@ -278,7 +279,7 @@ def _gap_dict(t: TokenResult) -> dict:
     g = t.gap
     layer = re.search(r"layers\.(\d+)\.", g.module + ".")
     d = {"name": g.record, "module": g.module, "direction": "forward", "kind": g.io, "metric": "NormRelativeErr",
-         "value": g.error, "carried": g.carried, "request": t.request, "position": t.position,
+         "value": json_number(g.error), "carried": g.carried, "request": t.request, "position": t.position,
          "token_id": t.token_id, "logprob_gap": t.logprob_gap, "layer": int(layer.group(1)) if layer else None}
     if g.span:
         d["span"] = g.span
@@ -289,6 +290,8 @@ def _gap_dict(t: TokenResult) -> dict:
             d["expert"] = g.experts[0]
     if g.routing:
         d["routing"] = g.routing
+    if g.nonfinite:  # no error measured (value null): which side holds NaN or Inf
+        d["nonfinite"] = {"engine": g.nonfinite[0], "trainer": g.nonfinite[1]}
     return d
 
 

@@ -47,6 +47,7 @@ class Gap:
     role: str = ""  # the point's role (table.Point.role): "router", "experts"; "routing" for a flip
     experts: list[int] | None = None  # a fused experts' gap: the experts only the parting tokens used
     routing: dict | None = None  # a routing gap: each side's experts and margins
+    nonfinite: tuple[str, str] | None = None  # (engine, trainer) nan | inf | "": one side non-finite, the other not
 
 
 @dataclass
@@ -171,17 +172,23 @@ class Walk:
             tvec = torch.cat([v.flatten() for v in tv])
             # with dtype_aware, a row near zero (a gate's one logit cancelling out) is measured against the
             # point's typical size over all rows: its rounding is that size's, not the row's
+            kinds = (_nonfinite(ev), _nonfinite(tvec))
             err = _rel(ev, tvec, self._scale(ts, tvec.numel()) if self.dtype_aware else 0.0) \
-                if ev.numel() == tvec.numel() else math.nan
+                if ev.numel() == tvec.numel() and not any(kinds) else math.nan
             limit = self.limit(pt, mates[0]) + (carried if self.dtype_aware else 0.0)
-            said = J.point(ev.numel(), tvec.numel(), err, limit)
-            if said.reason in (J.Rule.APART, J.Rule.NAN):  # not the same tensor's row, or no number: not compared
-                res.skipped += 1
+            said = J.point(ev.numel(), tvec.numel(), err, limit, kinds)
+            if said.reason == J.Rule.APART or said.both_nonfinite or (said.reason == J.Rule.NAN and not any(kinds)):
+                res.skipped += 1  # not the same tensor's row, non-finite alike, or no number: not compared
                 continue
             res.compared += 1
-            res.worst = max(res.worst, err)
             if pt.rows == "sampled":
                 self._logprobs(res, ev, tv[0], sampled)
+            if said.reason in (J.Rule.NAN, J.Rule.INF):  # non-finite on one side only: parts here, no error measured
+                if res.gap is None and not res.rerouted:
+                    res.gap = Gap(pt.module, pt.io, math.nan, carried, [], pt.engine.record.name,
+                                  f"{pt.module} {pt.io}", pt.role, nonfinite=kinds)
+                continue
+            res.worst = max(res.worst, err)
             over = said.reason == J.Rule.THRESHOLD
             if res.gap is not None or res.rerouted:
                 continue
@@ -250,6 +257,15 @@ class Walk:
         res.logprob_trainer = float(torch.log_softmax(trainer_logits.flatten(), -1)[tok])
         lp = sampled.get("logprob")
         res.logprob_engine = float(lp) if isinstance(lp, (int, float)) else None
+
+
+def _nonfinite(v) -> str:
+    """nan, inf or "" (finite): what a row holds, NaN first."""
+    import torch
+
+    if bool(torch.isfinite(v).all()):
+        return ""
+    return "nan" if bool(torch.isnan(v).any()) else "inf"
 
 
 def _call(records: list[Record] | None, c: int) -> Record | None:
