@@ -1,8 +1,8 @@
 """The rollout's token walk: for each aligned token, the comparison points (table.py) in the engine's
 execution order, each the relative L2 error of the engine's row against the trainer's, decided by the
-shared judge (compare/judge.py: rows of other element counts are apart, not compared; an error that is no
-number is not compared either; past the limit is a divergence); the first point past it is where the
-token's gap is introduced. An output past it whose input agreed names its module; an input
+shared judge (compare/judge.py: rows of other element counts are apart, and rows non-finite alike are not
+compared; NaN or Inf on one side only, or an error past the limit, is a divergence); the first such point
+is where the token's gap is introduced. An output past it whose input agreed names its module; an input
 past it names the engine modules run since the last point that agreed (fused ones, no trainer
 counterpart: the rotary embedding and the attention kernel before o_proj). Past the logits, the engine's
 returned log-prob against the log-softmax of its own logits names the sampler (temperature, top-k/top-p
