@@ -16,7 +16,7 @@ from verl_pdbg_conf.compare.layout import LayoutError, from_conf
 from verl_pdbg_conf.compare.megatron.table import Correspondence, tables
 from verl_pdbg_conf.compare.pipeline.concat import concat_rows
 from verl_pdbg_conf.compare.pipeline.fusion import Fuser, Group
-from verl_pdbg_conf.compare.pipeline.reading import Record
+from verl_pdbg_conf.compare.records import Record
 from verl_pdbg_conf.compare.pipeline.shards import ShardMerge
 
 
@@ -269,7 +269,7 @@ def test_pipeline_stages_chained_and_renumbered():
     """Two pipeline stages, each numbering its layers from 0: put together as one model's records, layers
     numbered by what the stages before hold, forwards in stage order and the rest in reverse."""
     from verl_pdbg_conf.compare.pipeline import stages as S
-    from verl_pdbg_conf.compare.pipeline.reading import layer_of_path
+    from verl_pdbg_conf.compare.records import layer_of_path
     from verl_pdbg_conf.compare.pipeline.trees import Tree
 
     pattern = S.layer_pattern()
@@ -317,7 +317,7 @@ def test_relayer_keeps_wrappers_and_other_indices():
 
 
 def test_layer_of_path_skips_a_model_chunk_index():
-    from verl_pdbg_conf.compare.pipeline.reading import layer_of_path
+    from verl_pdbg_conf.compare.records import layer_of_path
 
     assert layer_of_path("0.module.module.decoder.layers.3.mlp") == 3
     assert layer_of_path("0.module.module.embedding") is None

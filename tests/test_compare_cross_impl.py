@@ -64,13 +64,13 @@ def test_sdpa_against_eager_is_a_structure_difference_said_once(cross_impl_pairs
 def test_planted_layer_is_where_the_error_is_introduced(cross_impl_pairs):
     """The first divergence received (almost) nothing from its inputs, and the error per layer shows the
     jump: layers before K agree forward, layer K is marked introduced; the text and the plot show it."""
-    from verl_pdbg_conf.compare import report_html
-    from verl_pdbg_conf.compare.cli import render_text
+    from verl_pdbg_conf.compare.report import runs_html as report_html
+    from verl_pdbg_conf.compare.report.runs import render_text
 
     pair = by_name(cross_impl_pairs, "qwen2-mix-statistics/sdpa-weight")
     k = pair["expect_layer"]
     cmp, doc = compared(pair)
-    text = render_text(cmp, doc)
+    text = render_text(doc)
     lines = [ln for ln in text.splitlines() if ln.startswith("error per layer, forward")]
     assert lines and all(re.search(rf"(: | \| ){k} [0-9.e+-]+% <- introduced", ln) for ln in lines), text
     if not report_html.matplotlib_missing():

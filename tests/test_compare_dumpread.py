@@ -8,6 +8,7 @@ import tracemalloc
 import pytest
 
 from verl_pdbg_conf.compare.dumpread import DumpError, DumpReader, KeyCounter, iter_items, rows_of
+from verl_pdbg_conf.compare.records import Reader
 from verl_pdbg_conf.compare.engine import PairJob, compare_pair
 
 
@@ -63,6 +64,20 @@ def test_rows_as_msprobe_names_and_orders_them():
     assert rows[2].stats == (None,) * 4 and rows[3].dtype == "<class 'int'>" and rows[3].stats == (3,) * 4
     grads = rows_of("Module.fc.Linear.parameters_grad.1", {"weight": [tensor(1.0)]})
     assert [(r.name, r.direction) for r in grads] == [("Module.fc.Linear.parameters_grad.1.weight", "parameters_grad")]
+
+
+def test_a_call_as_both_compares_read_it(tmp_path):
+    """One record model: a module call's tensors by state, positional then keyword inputs, values and nulls
+    left out; an unreadable tensor keeps its place (a tensor entry with a null dtype too: not a scalar)."""
+    rec = {"input_args": [tensor(1.0), None, {"type": "int", "value": 3}, tensor(2.0, dtype=None)],
+           "input_kwargs": {"residual": tensor(3.0, data_name="Module.fc.Linear.forward.0.input.residual.pt")},
+           "output": [tensor(4.0)]}
+    write_dump(tmp_path / "dump.json", [("Module.fc.Linear.forward.0", rec)], task="tensor")
+    (call,) = list(Reader(str(tmp_path / "dump.json")))
+    assert [r.name.rsplit(".", 1)[-1] for r in call.inputs] == ["0", "3", "residual"]
+    assert call.inputs[1].bad == "dtype is null, not text" and call.unread and call.file_of(call.inputs[1]) is None
+    assert call.file_of(call.inputs[2]) == str(tmp_path / "dump_tensor_data" / "Module.fc.Linear.forward.0.input.residual.pt")
+    assert [r.stats[0] for r in call.outputs] == [4.0] and call.module == "fc" and call.base == "Linear"
 
 
 def test_backward_calls_pair_by_their_order():

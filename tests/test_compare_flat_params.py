@@ -16,7 +16,7 @@ import make_cross_impl_dumps as X  # tests/ is on the path (conftest imports it 
 import make_wrapper_dumps
 from verl_pdbg_conf.compare.dumpread import Row
 from verl_pdbg_conf.compare.engine import PairJob, compare_pair
-from verl_pdbg_conf.compare.pipeline.judging import Judge
+from verl_pdbg_conf.compare.judge import Judge
 
 LAYER = 1  # the planted layer: its MLP down projection weight x1.01 on the FSDP1 side
 RUNS = "fsdp2,fsdp1flat,fsdp1flat-weight"
@@ -126,7 +126,7 @@ def test_a_call_held_apart_is_not_compared(tmp_path):
     for side in ("target", "golden"):
         assert an.coverage[side]["compared_records"] == 1 and an.coverage[side]["records"] == 3
     assert not an.coverage["full"]
-    (note,) = [m for rule, m, _h in out.notes if "element counts" in m]
+    (note,) = [n.message for n in out.notes if "element counts" in n.message]
     assert "2 paired call(s)" in note and "[16] against [32, 4]" in note
     changed = _dump(tmp_path / "c", {"Functional.relu.0.forward": ([4, 8], [4, 8], 1.01),
                                      "Torch.norm.0.forward": ([16], [], 3.0),

@@ -11,14 +11,14 @@ import math
 import numpy as np
 import pytest
 
-from verl_pdbg_conf.compare.dumpread import Row
+from verl_pdbg_conf.compare.dumpread import Row, rows_of
 from verl_pdbg_conf.compare.pipeline import splits
 from verl_pdbg_conf.compare.pipeline.attribution import Attributor
 from verl_pdbg_conf.compare.pipeline.equivalents import EQUIVALENT_OPS, equivalent
-from verl_pdbg_conf.compare.pipeline.judging import Verdict
+from verl_pdbg_conf.compare.judge import Decision, Rule
 from verl_pdbg_conf.compare.pipeline.locating import spread
 from verl_pdbg_conf.compare.pipeline.pairing import Aligner, Gap, Structure, row_pairs
-from verl_pdbg_conf.compare.pipeline.reading import Record
+from verl_pdbg_conf.compare.records import Record
 from verl_pdbg_conf.compare.pipeline.stacks import Stacks, layer_count
 
 
@@ -154,11 +154,11 @@ def test_split_detected_from_the_opening_call():
 
 
 def judged(values: dict) -> list:
-    """[(row, golden row, Verdict)] of one record: state -> value; threshold 1e-4."""
+    """[(row, golden row, Decision)] of one record: state -> value; threshold 1e-4."""
     out = []
     for state, v in values.items():
         r = row(f"op.0.forward.{state}.0", state)
-        out.append((r, r, Verdict("threshold" if v > 1e-4 else "", v)))
+        out.append((r, r, Decision(Rule.THRESHOLD if v > 1e-4 else Rule.AGREE, v)))
     return out
 
 
@@ -190,11 +190,11 @@ def test_attribution_lets_rounding_grow_and_finds_a_jump():
 
 
 def _sub(errors_and_norms, op="Tensor.__sub__"):
-    """[(row, golden row, Verdict)] of `a - b`: state -> (relative error, golden Norm) per row."""
+    """[(row, golden row, Decision)] of `a - b`: state -> (relative error, golden Norm) per row."""
     out = []
     for i, (state, (v, norm)) in enumerate(errors_and_norms):
         r = row(f"{op}.7.forward.{state}.{i}", state, stats=(1.0, -1.0, 0.0, norm))
-        out.append((r, r, Verdict("threshold" if v > 1e-4 else "", v)))
+        out.append((r, r, Decision(Rule.THRESHOLD if v > 1e-4 else Rule.AGREE, v)))
     return out
 
 
@@ -220,14 +220,14 @@ def test_attribution_a_difference_magnifies_its_inputs_rounding():
 
 
 def _reduction(mean_t, mean_g, out_t, out_g, op="Tensor.sum"):
-    """[(row, golden row, Verdict)] of a sum of a [2, 5] tensor to one value, from the dumped statistics."""
+    """[(row, golden row, Decision)] of a sum of a [2, 5] tensor to one value, from the dumped statistics."""
     name = f"{op}.34.forward"
     rows = []
     for state, shape, t, g in (("input", (2, 5), (7e-6, -3e-5, mean_t, 3.58e-5), (7e-6, -3e-5, mean_g, 3.58e-5)),
                                ("output", (), (out_t, out_t, out_t, out_t), (out_g, out_g, out_g, out_g))):
         r, gr = row(f"{name}.{state}.0", state, shape, t), row(f"{name}.{state}.0", state, shape, g)
         value = abs(abs(t[3]) - abs(g[3])) / abs(g[3])
-        rows.append((r, gr, Verdict("threshold" if value > 1e-4 else "", value)))
+        rows.append((r, gr, Decision(Rule.THRESHOLD if value > 1e-4 else Rule.AGREE, value)))
     return rows
 
 
@@ -402,3 +402,25 @@ def test_a_calling_line_known_on_one_side_only_still_pairs_by_name():
     g2 = rec("Functional.relu", 0, scope="", layer=None)
     g2.site = "b.py:9 in h"
     assert Aligner([g2]).match(t)[0] is None
+
+
+def test_one_judge_for_rows_and_token_points():
+    """The rollout's token walk decides each point by the rules the run compare's rows are held to."""
+    from verl_pdbg_conf.compare import judge as J
+    from verl_pdbg_conf.compare.metrics import EPS
+
+    assert J.point(8, 6, 0.5, 1e-4).reason == J.Rule.APART  # not the same tensor's row: not compared
+    assert J.point(8, 8, float("nan"), 1e-4).reason == J.Rule.NAN
+    assert J.point(8, 8, 2e-4, 1e-4).reason == J.Rule.THRESHOLD
+    assert J.point(8, 8, 1e-4, 1e-4).reason == J.Rule.AGREE and not J.Rule.AGREE
+    # the dtype-aware limit: rounding steps of the lowest precision, where above the threshold
+    assert J.dtype_limit(1e-4, ("torch.bfloat16", "torch.float32"), 2) == 2 * EPS["torch.bfloat16"]
+    assert J.dtype_limit(1e-1, ("torch.bfloat16",)) == 1e-1
+    judge = J.Judge("NormRelativeErr", 1e-4, "statistics", "t/dump.json", "g/dump.json")
+    row = rows_of("Functional.linear.0.forward", {"output": [{"type": "torch.Tensor", "dtype": "torch.float32",
+                                                              "shape": [2, 4], "Max": 1.0, "Min": -1.0,
+                                                              "Mean": 0.1, "Norm": 2.0}]})[0]
+    flat = rows_of("Functional.linear.0.forward", {"output": [{"type": "torch.Tensor", "dtype": "torch.float32",
+                                                               "shape": [3], "Max": 1.0, "Min": -1.0,
+                                                               "Mean": 0.1, "Norm": 2.0}]})[0]
+    assert judge.row(row, flat).reason == J.Rule.APART and judge.row(row, None).reason == J.Rule.UNMATCHED

@@ -11,12 +11,12 @@ import struct
 import pytest
 
 from verl_pdbg_conf.compare.nodes import MAX_LAYERS, SPAN, Analysis, Node, layer_label, layers_of
-from verl_pdbg_conf.compare.output import layer_dict
+from verl_pdbg_conf.compare.report.document import layer_dict
 from verl_pdbg_conf.compare.pairs import Comparison, Pair, RankDump
 
 matplotlib = pytest.importorskip("matplotlib")
 
-from verl_pdbg_conf.compare import report_html  # noqa: E402
+from verl_pdbg_conf.compare.report import runs_html as report_html  # noqa: E402
 
 THRESHOLD = 1e-4
 
@@ -157,7 +157,7 @@ def test_pair_summary_is_bounded_whatever_the_layers():
     import json
 
     from verl_pdbg_conf.compare.nodes import LayerStat
-    from verl_pdbg_conf.compare.output import pair_dict
+    from verl_pdbg_conf.compare.report.document import pair_dict
 
     layers = [LayerStat(f"model.layers.{i // 8}.part{i % 8}", i * 100, 100, 1e-7 * (i % 3)) for i in range(4096)]
     layers[2500].diverged, layers[3000].nan = True, True

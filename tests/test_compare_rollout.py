@@ -293,6 +293,26 @@ def test_an_unreadable_tensor_entry_is_not_compared(broken):
     assert f["file"] == str(dump) and name in f["message"] and "data_name is the number 7" in f["message"]
 
 
+def test_a_nan_on_one_side_is_a_divergence(broken, tmp_path):
+    """A NaN in one engine row where the actor's is finite parts there (the run compare's rule, through the one
+    judge), never "not compared": no error is measured, the report says which side holds it."""
+    import torch
+
+    (down,) = (_steps(broken)[0] / "dump_tensor_data").glob("Module.model.layers.0.mlp.down_proj.*.forward.0.output.0.pt")
+    t = torch.load(down)
+    t[0, 0] = float("nan")
+    torch.save(t, down)
+    code, doc = rollout(broken)
+    (pair,) = doc["pairs"]
+    fd = pair["first_divergence"]
+    assert code == 1 and pair["status"] == "diverged" and pair["diverged_tokens"] == 1, pair["status"]
+    assert fd["module"] == "model.layers.0.mlp.down_proj" and fd["kind"] == "output" and fd["value"] is None
+    assert fd["nonfinite"] == {"engine": "nan", "trainer": ""}
+    _, text = run(["--rollout", str(broken), "--html", str(tmp_path / "r.html")])
+    assert "the engine's row holds NaN, the other's is finite" in text
+    assert "the engine&#x27;s row holds NaN" in (tmp_path / "r.html").read_text()
+
+
 def test_one_stage_only(broken, capsys):
     shutil.rmtree(broken / "step_1" / "actor_compute_log_prob")
     code, out = rollout(broken)
@@ -393,7 +413,7 @@ def test_moe_changed_router_is_named(moe, arch):
     for t in layers["model.layers.1.mlp"]["differing"]:
         assert t["engine"] != t["trainer"] and t["engine_margin"] >= 0 and t["trainer_margin"] >= 0
     # the routing picture: one red cell per token and layer routed differently, in layer 1's row only
-    from verl_pdbg_conf.compare.rollout.pictures import routing_picture
+    from verl_pdbg_conf.compare.report.pictures import routing_picture
 
     where = pair["routing"]["where"]
     assert len(where) == pair["routing"]["routed_differently"] and all(idx == [1] for _, _, idx in where)

@@ -389,7 +389,7 @@ def test_no_output_option_writes_inside_an_input(runs, tmp_path, capsys, option)
 def test_default_output_is_removed_and_o_keeps_it(runs, tmp_path, monkeypatch, capsys):
     import tempfile
 
-    from verl_pdbg_conf.compare.cli import render_text
+    from verl_pdbg_conf.compare.report.runs import render_text
 
     scratch = tmp_path / "tmp"
     scratch.mkdir()
@@ -402,7 +402,7 @@ def test_default_output_is_removed_and_o_keeps_it(runs, tmp_path, monkeypatch, c
     doc = json.loads(capsys.readouterr().out)
     assert list(scratch.iterdir()) == [] and doc["output_dir"] is None
     assert doc["pairs"] and all(p["result_file"] is None and p["first_divergence"] for p in doc["pairs"])
-    assert "result files removed (-o DIR keeps them)" in render_text(None, doc)
+    assert "result files removed (-o DIR keeps them)" in render_text(doc)
     assert main([target, golden, "--msprobe-csv", "-o", str(tmp_path / "kept")]) == ExitCode.DIVERGED
     assert f"msprobe results in {tmp_path / 'kept'}" in capsys.readouterr().out
     assert len(list((tmp_path / "kept").rglob("compare_result_*.csv"))) == 3 and list(scratch.iterdir()) == []

@@ -8,7 +8,7 @@ import pytest
 
 from verl_pdbg_conf.compare.pairs import RankDump, pair_up
 from verl_pdbg_conf.compare.pipeline.coverage import Coverage, kind
-from verl_pdbg_conf.compare.pipeline.reading import Record
+from verl_pdbg_conf.compare.records import Record
 from verl_pdbg_conf.compare.pipeline.trees import Alignment, Tree, parse_call
 
 LAYER = [("input_layernorm", "Qwen2RMSNorm"), ("self_attn", "Qwen2Attention"), ("self_attn.q_proj", "Linear"),

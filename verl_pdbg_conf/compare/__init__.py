@@ -1,1 +1,13 @@
-"""verl-pdbg-compare: pair two runs' dumps and find the first node where they part."""
+"""verl-pdbg-compare: how two dump folders become a verdict, for the run compare (two runs, pair by pair)
+and the rollout compare (the rollout engine against the actor, token by token):
+
+1. read: dumpread.py, the one boundary where dumps are read (dump.json streamed, construct.json,
+   stack.json, tokens.json), into records.py's Records, each a call with its tensor rows;
+2. pair: pairs.py pairs the two runs' rank dumps by (step, stage, rank) (rollout/run.py: steps and
+   tokens, rollout/tokens.py);
+3. align: engine.py runs a pair through pipeline/ (which record is which, by pipeline/plan.py's
+   AlignmentPlan); the rollout's comparison points per token are rollout/table.py's;
+4. judge: judge.py, the rules a pair of values is held to, for both (the rollout's token walk,
+   rollout/walk.py, decides each point through it); attribution names where an error is introduced;
+5. verdict: verdict.py, each pair's status and reason and the command's exit code;
+6. report: report/, the document as text, JSON or HTML (cli.py: the command)."""

@@ -9,21 +9,20 @@ Exit codes (verdict.ExitCode, the same for all three): 0 same, 1 diverged, 2 usa
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
 import traceback
 
 from verl_pdbg_conf.compare.output_paths import check_outputs
+from verl_pdbg_conf.compare import report
 from verl_pdbg_conf.compare.runs import (DEFAULT_TOP, as_dict, compare_ranks, compare_runs, remove_output,
                                         require_msprobe)
-from verl_pdbg_conf.compare.verdict import ExitCode, Reason, UsageError, failure
+from verl_pdbg_conf.compare.verdict import ExitCode, UsageError, failure
 from verl_pdbg_conf.compare.nodes import DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS
-from verl_pdbg_conf.compare.pipeline.coverage import DEFAULT_MIN_COVERAGE, short
+from verl_pdbg_conf.compare.pipeline.coverage import DEFAULT_MIN_COVERAGE
 
 PROG = "verl-pdbg-compare"
-TOP_SHOWN = 3  # pairs whose top list the text output prints
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -123,7 +122,7 @@ def _main(argv: list[str] | None) -> int:
     if args.threshold < 0 or math.isnan(args.threshold) or args.top < 0 or (args.jobs is not None and args.jobs < 1):
         return _usage("--threshold and --top must be >= 0, --jobs >= 1")
     if args.html and not args.rollout:
-        from verl_pdbg_conf.compare.report_html import matplotlib_missing
+        from verl_pdbg_conf.compare.report.runs_html import matplotlib_missing
 
         missing = matplotlib_missing()
         if missing:
@@ -158,17 +157,10 @@ def _main(argv: list[str] | None) -> int:
         if progress:
             progress.close()
     remove_output(cmp)  # the temporary one only (no -o): the report then names no file in it
-    if args.html:
-        from verl_pdbg_conf.compare.report_html import write_html
-
-        write_html(cmp, args.html)
-    doc = as_dict(cmp)
-    sys.stdout.write(json.dumps(doc, indent=2) + "\n" if args.format == "json" else render_text(cmp, doc))
-    return cmp.exit_code
+    return report.deliver(as_dict(cmp), args.format, args.html, cmp)
 
 
 def _rollout(args) -> int:
-    from verl_pdbg_conf.compare.rollout.report import render_html, render_text as rollout_text
     from verl_pdbg_conf.compare.rollout.run import compare_rollout
 
     unused = [o for o, v in (("--ranks", args.ranks is not None), ("-o", args.output), ("--msprobe-csv", args.msprobe_csv),
@@ -182,11 +174,7 @@ def _rollout(args) -> int:
                               top=args.top, min_coverage=args.min_coverage)
     except UsageError as e:
         return _usage(str(e))
-    if args.html:
-        with open(args.html, "w", encoding="utf-8") as fh:
-            fh.write(render_html(doc))
-    sys.stdout.write(json.dumps(doc, indent=2) + "\n" if args.format == "json" else rollout_text(doc))
-    return doc["exit_code"]
+    return report.deliver(doc, args.format, args.html)
 
 
 class ProgressBar:
@@ -205,127 +193,6 @@ class ProgressBar:
     def close(self) -> None:
         if self.shown:
             sys.stderr.write("\n")
-
-
-def _pct(v) -> str:
-    if v is None:
-        return "n/a"
-    if v == "inf":
-        return "inf"
-    return f"{100 * v:.4g}%"
-
-
-_SAY = {"nan": "first NaN", "inf": "first Inf", "unmatched": "no golden counterpart", "shape": "shape differs"}
-
-
-def _node(n: dict, minibatches: int | None = None) -> str:
-    where = n.get("module")
-    place = f" [{where}]" if where else (f" [{n['where']}]" if n.get("where") else "")
-    extra = ""
-    if n.get("dtype"):
-        extra += f" dtype {n['dtype']['target']} vs {n['dtype']['golden']}"
-    if minibatches and minibatches > 1 and n.get("minibatch") is not None:
-        extra += f" (mini-batch {n['minibatch'] + 1} of {minibatches})"
-    reason = n.get("reason")
-    if reason in ("nan", "inf"):
-        g = n.get("golden_nonfinite")
-        both = f"; golden is {'NaN' if g == 'nan' else 'Inf'} there too" if g and g != reason else (
-            "; golden is finite there" if not g else "")
-        return f"{_SAY[reason]}: {n['name']}{place} {n['direction']} {n['kind']}{extra}{both}"
-    if reason == "exact":
-        why = f": {n['note']}" if n.get("note") else ""
-        return f"{n['name']}{place} {n['direction']} {n['kind']}" + \
-            f"{extra} (integer/bool values differ{why})"
-    if reason in _SAY:
-        extra += f" ({_SAY[reason]})"
-    if n.get("layer") is not None and f"layer {n['layer']}" not in place and f".{n['layer']}." not in f".{where}.":
-        extra += f" layer {n['layer']}"
-    if n.get("received") is not None:
-        extra += f", its inputs carried {_pct(n['received'])}"
-    return f"{n['name']}{place} {n['direction']} {n['kind']} {n['metric']}={_pct(n['value'])}{extra}"
-
-
-def layer_line(p: dict) -> str:
-    """The worst error per model layer of a pair, so that growth is visible: 0 1e-05% | 1 ... | 3 1% <-."""
-    lays = p.get("layer_errors") or []
-    if len(lays) < 2:
-        return ""
-    parts = [f"{lay['layer']} {_pct(lay['worst']) if lay['worst'] is not None else '-'}"
-             + (" <- introduced" if lay["introduced"] else "") for lay in lays]
-    return f"error per layer, forward (step {p['step']} {p['stage']}): " + " | ".join(parts)
-
-
-def render_text(cmp, doc: dict) -> str:
-    if doc["output_dir"]:
-        kept = f"; {'msprobe results' if doc.get('msprobe_csv') else 'summaries'} in {doc['output_dir']}"
-    else:
-        kept = "; msprobe's result files removed (-o DIR keeps them)" if doc.get("msprobe_csv") else ""
-    ref = doc["reference_rank"]
-    runs = [f"run {doc['target']}", f"reference rank{ref}: every other rank's dumps against it"] if ref is not None \
-        else [f"target {doc['target']}", f"golden {doc['golden']}"]
-    L = [*runs, f"metric {doc['metric']} > {_pct(doc['threshold'])}{kept}", ""]
-    said = "first divergence" if any(p["first_divergence"] for p in doc["pairs"]) else "finding"
-    head = f"{'step':>4}  {'stage':24} {'rank':8} {'status':9} {'compared':15} {said}"
-    L += [head, "-" * len(head)]
-    for p in doc["pairs"]:
-        rd = p["rank_dir"]
-        rank = rd["target"] if rd["target"] == rd["golden"] else f"{rd['target']}~{rd['golden']}"
-        first = p["first_divergence"]
-        text = _node(first, p.get("minibatches")) if first else (
-            "-" if p["status"] == "same" else
-            "; ".join(f["message"] for f in p["findings"] if f["severity"] != "info") or "-")
-        step = "-" if p["step"] is None else p["step"]
-        L.append(f"{step:>4}  {(p['stage'] or '-'):24} {rank or '-':8} {p['status']:9} "
-                 f"{short(p.get('coverage')):15} {text}")
-    shown = 0
-    for p in doc["pairs"]:
-        if p["top"] and p["first_divergence"]:
-            shown += 1
-            if shown > TOP_SHOWN:
-                continue
-            L.append("")
-            csv = f" ({p['result_file']})" if p.get("result_file") else ""
-            L.append(f"top {len(p['top'])} of step {p['step']} {p['stage']} {p['rank_dir']['target']}{csv}:")
-            L += [f"  {_node(n, p.get('minibatches'))}" for n in p["top"]]
-            if layer_line(p):
-                L.append(layer_line(p))
-    if shown > TOP_SHOWN:
-        L.append(f"(top lists of {shown - TOP_SHOWN} more diverged pair(s): --format json or --html)")
-    left_out = [i for i in doc["ignored"] if i["records"] or not i["default"]]
-    if left_out:
-        L.append("")
-    for i in left_out:
-        kind = "default" if i["default"] else "--ignore"
-        L.append(f"left out ({kind}): {i['records']} record(s) in {i['pairs']} pair(s) matching {i['pattern']}"
-                 + (f"\n    {i['why']}" if i["why"] else ""))
-    notes = doc["diagnostics"] + [f for p in doc["pairs"] for f in p["findings"]]
-    if notes:
-        L.append("")
-    for f in notes:
-        L.append(f"{f['file']}: {f['severity']} {f['rule']} {f['message']}")
-        if f.get("hint"):
-            L.append(f"    hint: {f['hint']}")
-    both = [(p, p["both_nonfinite"]) for p in doc["pairs"] if p.get("both_nonfinite") and not p["first_divergence"]]
-    if both:
-        L.append("")
-        for p, b in both[:TOP_SHOWN]:
-            L.append(f"step {p['step']} {p['stage']}: target and golden are both {'NaN' if b['reason'] == 'nan' else 'Inf'}"
-                     f" from {b['name']} on: the golden run is non-finite there too")
-    n = len(doc["pairs"])
-    count = {s: sum(p["status"] == s for p in doc["pairs"]) for s in ("diverged", "partial", "mismatch", "error")}
-    failed = sum(p.get("reason") == Reason.FAILED for p in doc["pairs"])
-    L.append("")
-    parts = [f"{count['diverged']} diverged" if count["diverged"] else "",
-             f"{n - sum(count.values())} same",
-             f"{count['partial']} partly compared" if count["partial"] else "",
-             f"{count['mismatch']} collected differently (not compared)" if count["mismatch"] else "",
-             f"{count['error'] - failed} not compared" if count["error"] > failed else "",
-             f"{failed} failed (an error of the compare itself, exit code 4)" if failed else ""]
-    L.append("compared: the share of target/golden records compared; \"same\" needs "
-             f"{100 * doc['min_coverage']:.3g}% of each and every module")
-    L.append(f"{n} pair(s): {', '.join(x for x in parts if x)}; "
-             f"{len(doc['only_in_target'])} only in target, {len(doc['only_in_golden'])} only in golden")
-    return "\n".join(L) + "\n"
 
 
 if __name__ == "__main__":

@@ -401,7 +401,7 @@ def _leaf(d: dict, name: str, state: str) -> tuple:
         return _unread(name, state, f"data_name is {show(data_name)}, not a file name")
     full = data_name.rsplit(".", 1)[0] if data_name != "-1" else name
     dtype = d.get("dtype")
-    if dtype or d.get("type") == "torch.Tensor":  # a tensor without a dtype is no value: it is not read
+    if dtype or d.get("type") == "torch.Tensor":  # a tensor (its dtype checked: one of null is unreadable)
         bad = tensor_problem(d)
         if bad:
             return _unread(full, state, bad)

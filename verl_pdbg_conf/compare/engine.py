@@ -1,11 +1,11 @@
 """The first-divergence engine: one pair of dump.json files read side by side as two streams and run
-through the pipeline (pipeline/): reading, splits, pairing, judging, attribution, locating, collecting,
+through the pipeline (pipeline/): reading, splits, pairing, judging (judge.py), attribution, locating, collecting,
 in the order the target's records were written (forward and backward interleaved as they ran,
 mini-batch by mini-batch), in memory bounded by the pairing window, not by the dump.
 
 `compare_pair(PairJob) -> PairOutcome` is a top-level function of plain data, for a process pool or a
 Ray task. A record with no counterpart is a structure difference, never a divergence by itself; a
-paired tensor diverges by the rules of pipeline/judging.py, and counts as the first divergence where
+paired tensor diverges by the rules of judge.py, and counts as the first divergence where
 its error is introduced (pipeline/attribution.py)."""
 
 from __future__ import annotations
@@ -20,21 +20,33 @@ from verl_pdbg_conf.compare.verdict import FAULT_HINT, Reason, failure
 
 
 @dataclass(frozen=True)
-class PairJob:
-    target: str  # dump.json paths
-    golden: str
+class Options:
+    """How a pair is judged, and how much of it is kept: the same for every pair of a comparison."""
     metric: str = DEFAULT_METRIC
     threshold: float = DEFAULT_THRESHOLD
-    top: int = 5
     ignore_dtype: bool = False
     dtype_aware: bool = False
     ignores: tuple = ()
-    keep_nodes: int = 0  # keep up to this many nodes (for a per-node plot); 0 keeps none
     min_coverage: float = DEFAULT_MIN_COVERAGE  # "same" needs this share of each side compared
-    target_group: tuple = ()  # a Megatron replica's dump.json files, stage by stage (pipeline/sides.py)
-    golden_group: tuple = ()
-    target_tp: int = 0  # of them per stage (0: all of them, one stage)
-    golden_tp: int = 0
+    top: int = 5
+    keep_nodes: int = 0  # keep up to this many nodes (for a per-node plot); 0 keeps none
+
+
+@dataclass(frozen=True)
+class Replica:
+    """A Megatron replica's dump.json files, stage by stage (pipeline/sides.py); empty: the side's dump alone."""
+    group: tuple = ()
+    tp: int = 0  # of them per stage (0: all of them, one stage)
+
+
+@dataclass(frozen=True)
+class PairJob:
+    """What to compare (each side's dump.json, and its replica's) and how."""
+    target: str
+    golden: str
+    options: Options = Options()
+    target_replica: Replica = Replica()
+    golden_replica: Replica = Replica()
 
 
 @dataclass
@@ -44,7 +56,7 @@ class PairOutcome:
     rule: Reason | None = None  # the reason, also its finding's rule: dump-corrupt, compare-mismatch...
     path: str = ""  # the file at fault
     hint: str = ""
-    notes: list = field(default_factory=list)  # (rule, message, hint) said about a compared pair
+    notes: list = field(default_factory=list)  # verdict.Note: what is said about a compared pair
 
 
 def failed_outcome(job: PairJob, error: str, hint: str = FAULT_HINT) -> PairOutcome:
@@ -90,9 +102,9 @@ def _checked(job: PairJob) -> PairOutcome:
     task = th.get("task") or gh.get("task") or "statistics"
     if th.get("summary_mode") == "md5":
         task = "md5"
-    spec = METRICS[job.metric]
+    spec = METRICS[job.options.metric]
     if task not in spec.tasks:
-        return PairOutcome(error=f"{job.metric} is not given by a {task} dump", rule=Reason.METRIC,
+        return PairOutcome(error=f"{job.options.metric} is not given by a {task} dump", rule=Reason.METRIC,
                            path=job.target, hint="choose another --metric for this task")
     try:
         return _compare(job, task, th.get("level") or "", streams)

@@ -13,12 +13,12 @@ import shutil
 import tempfile
 
 from verl_pdbg_conf.core.findings import Finding
-from verl_pdbg_conf.compare.engine import PairJob, PairOutcome, failed_outcome, header_of
+from verl_pdbg_conf.compare.engine import Options, PairJob, PairOutcome, Replica, failed_outcome, header_of
 from verl_pdbg_conf.compare.msprobe_run import diagnose, msprobe_compare, precheck, csv_written, msprobe_remote
 from verl_pdbg_conf.compare.nodes import METRICS
-from verl_pdbg_conf.compare.output import write_summaries
+from verl_pdbg_conf.compare.report.document import write_summaries
 from verl_pdbg_conf.compare.output_paths import refuse_inside
-from verl_pdbg_conf.compare.pairs import E, I, W, Comparison, Pair, finding, pair_dir
+from verl_pdbg_conf.compare.pairs import E, W, Comparison, Pair, finding, pair_dir
 from verl_pdbg_conf.compare.pipeline.coverage import coverage_text
 from verl_pdbg_conf.compare.verdict import Reason, Status, UsageError, failure
 
@@ -96,11 +96,12 @@ def worker_pool(jobs: int | None = None) -> cf.ProcessPoolExecutor:
 
 def _run_engine(cmp: Comparison, todo: list[Pair], jobs: int | None, progress, shared: cf.Executor | None,
                 job_fn) -> None:
+    options = Options(cmp.metric, cmp.threshold, cmp.ignore_dtype, cmp.dtype_aware, tuple(cmp.ignores),
+                      cmp.min_coverage, cmp.top, cmp.keep_nodes)
+
     def job(p: Pair) -> PairJob:
-        return PairJob(p.target.path, p.golden.path, metric=cmp.metric, threshold=cmp.threshold, top=cmp.top,
-                       ignore_dtype=cmp.ignore_dtype, dtype_aware=cmp.dtype_aware, ignores=cmp.ignores,
-                       keep_nodes=cmp.keep_nodes, min_coverage=cmp.min_coverage, target_group=p.target.group,
-                       golden_group=p.golden.group, target_tp=p.target.tp, golden_tp=p.golden.tp)
+        return PairJob(p.target.path, p.golden.path, options, Replica(p.target.group, p.target.tp),
+                       Replica(p.golden.group, p.golden.tp))
 
     def here(p: Pair) -> PairOutcome:  # in this process: an exception stays in its pair
         try:
@@ -227,9 +228,8 @@ def _finish_engine(cmp: Comparison, p: Pair, out: PairOutcome) -> None:
 
 
 def _verdict(p: Pair, out: PairOutcome) -> None:
-    for rule, msg, hint, *more in out.notes:  # (rule, message, hint[, severity, file])
-        p.findings.append(finding(rule, more[0] if more else I, f"{p.label}: {msg}", more[1] if more[1:] else
-                                  p.target.path, hint))
+    for n in out.notes:
+        p.findings.append(finding(n.rule, n.severity, f"{p.label}: {n.message}", n.file or p.target.path, n.hint))
     if out.analysis is None:
         p.reason = Reason(out.rule)
         p.status = Status.MISMATCH if p.reason == Reason.MISMATCH else Status.ERROR

@@ -21,7 +21,7 @@ from verl_pdbg_conf.compare.execute import default_jobs, execute, remove_output,
 from verl_pdbg_conf.compare.ignores import DEFAULT_IGNORES
 from verl_pdbg_conf.compare.nodes import DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS
 from verl_pdbg_conf.compare.pipeline.coverage import DEFAULT_MIN_COVERAGE
-from verl_pdbg_conf.compare.output import as_dict  # noqa: F401
+from verl_pdbg_conf.compare.report.document import as_dict  # noqa: F401
 from verl_pdbg_conf.compare.output_paths import check_outputs
 from verl_pdbg_conf.compare.pairs import (W, Comparison, Pair, RankDump, collect, finding, layout_of, pair_up, rank_number,
                                           sort_key)

@@ -14,6 +14,8 @@ import enum
 from dataclasses import dataclass
 from typing import Iterable
 
+from verl_pdbg_conf.core.findings import Severity
+
 
 class Status(str, enum.Enum):
     """pairs[].status in the JSON."""
@@ -53,6 +55,16 @@ class ExitCode(enum.IntEnum):
     USAGE = 2
     INCOMPLETE = 3
     ERROR = 4
+
+
+@dataclass(frozen=True)
+class Note:
+    """What the engine says about a compared pair; a finding of it once the pair is named (execute.py)."""
+    rule: str
+    message: str
+    hint: str = ""
+    severity: Severity = Severity.INFO
+    file: str = ""  # the file it is about ("": the pair's target dump.json)
 
 
 @dataclass(frozen=True)

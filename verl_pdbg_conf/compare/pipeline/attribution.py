@@ -12,11 +12,10 @@ sum), which the Norm of a near-zero masked sum of such differences hides."""
 from __future__ import annotations
 
 from verl_pdbg_conf.compare import metrics as M
-from verl_pdbg_conf.compare.pipeline.judging import NOT_JUDGED
+from verl_pdbg_conf.compare.judge import NOT_JUDGED, Rule
 
 JUMP = 4.0  # an error this many times what the node received is introduced there
 DECAY = 0.99  # per record: how fast the recent level forgets an error once its tensors are used up
-IMMEDIATE = ("nan", "inf", "shape", "dtype", "exact")
 MEAN, NORM = 2, 3  # Row.stats: Max, Min, Mean, Norm
 # Elementwise sums and differences, by the op in the record's name (Tensor.__sub__.12.forward)
 LINEAR_OPS = frozenset({"__add__", "__radd__", "__iadd__", "__sub__", "__rsub__", "__isub__", "add", "add_", "sub",
@@ -38,7 +37,7 @@ class Attributor:
         self.cancelled = 0  # outputs of sums and differences past the threshold that magnified their inputs' error
 
     def first_in(self, judged: list) -> int | None:
-        """judged: [(row, golden row, Verdict)] of one record pair, in its row order. Returns the index of
+        """judged: [(row, golden row, judge.Decision)] of one record pair, in its row order. Returns the index of
         the row where an error is introduced, or None; updates the recent level."""
         inputs = [v.value for row, _g, v in judged if row.state == "input" and _finite(v.value)]
         received = max(max(inputs, default=0.0), self.level)
@@ -46,7 +45,7 @@ class Attributor:
         for i, (row, _g, v) in enumerate(judged):
             if not v.reason or v.reason in NOT_JUDGED:
                 continue
-            if v.reason != "threshold":
+            if v.reason != Rule.THRESHOLD:
                 hit = i
                 break
             if row.state == "parameters":

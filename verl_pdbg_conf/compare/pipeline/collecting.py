@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import heapq
 
+from verl_pdbg_conf.compare.judge import Rule
 from verl_pdbg_conf.compare.nodes import Analysis, LayerStat, Node, module_path, split_name
 from verl_pdbg_conf.compare.pipeline.stacks import call_number
 
@@ -46,9 +47,9 @@ class Collector:
         finite = value is not None and value == value
         if finite and (st.worst is None or value > st.worst):
             st.worst = value
-        if reason == "nan":
+        if reason == Rule.NAN:
             st.nan = True
-        elif reason == "inf":
+        elif reason == Rule.INF:
             st.inf = True
         if is_first:
             st.diverged = True
@@ -95,7 +96,7 @@ def node(order: int, t, g, value, reason: str, record, label: str) -> Node:
         module = (label if record.module is not None or record.scope else "") or None
     n = Node(order, order, t.name, direction, kind, owner, module, value, t.dtype or "",
              (g.dtype or "") if g is not None else "", "", g is not None)
-    n.reason = reason
+    n.reason = str(reason)  # the JSON's text
     n.shape_differs = g is not None and t.shape != g.shape
     n.minibatch = record.minibatch
     n.call = call_number(t.record)

@@ -9,7 +9,7 @@ output). A module is compared when paired, and accounted for when it only wraps 
 wrapper levels) or when the module that encloses it is paired (LoRA's lora_A, an MLP's act_fn a fused
 kernel replaces). The rest is uncompared: records outside any paired module (a collective of FSDP's,
 an optimizer step the other run does not take) and modules under unpaired ones. A record holding a value
-that could not be read (reading.Record.unread) is never compared, and keeps the pair from "same" whatever
+that could not be read (records.Record.unread) is never compared, and keeps the pair from "same" whatever
 share the rest reaches."""
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class Tally:
         self.modules: dict[str, list] = {}  # module path -> [paired, records, records without a counterpart]
         self.loose: dict[str, int] = {}  # scope path -> unpaired records there (not in a compared gap)
         self.bracketed: dict[str, int] = {}  # module path -> its calls in gaps compared at their boundary
-        self.unreadable = 0  # records with a value that could not be read (reading.Record.unread)
+        self.unreadable = 0  # records with a value that could not be read (records.Record.unread)
 
     def record(self, r, paired: bool) -> None:
         parts = r.extra.get("parts") or ()  # a fused module's parts, put together into this one record

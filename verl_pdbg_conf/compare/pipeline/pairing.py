@@ -225,7 +225,7 @@ class Aligner:
         if self.buf and (self.by_name or t.is_module):
             g = self.buf[0][1]
             # the same name, the same code: paired even if a shape changed (judged by the shape rule, or held
-            # apart where the element counts differ: a flat parameter against one, judging.py) where
+            # apart where the element counts differ: a flat parameter against one, compare/judge.py) where
             # the calling line says which code ran; without one, the shapes must agree too
             # a calling line known on one side only (its stack.json missing or broken) says nothing
             if g.key == t.key and (head(g) == head(t) or _same_but_site(g, t)) and \

@@ -1,5 +1,5 @@
 """One pair through the pipeline: read both dumps (reading, stacks), combine a batch split (splits), pair
-records (pairing), judge each paired row (judging), name where an error is introduced (attribution),
+records (pairing), judge each paired row (compare/judge.py), name where an error is introduced (attribution),
 and collect the analysis (collecting), with the tensor task's location of the error (locating)."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from verl_pdbg_conf.compare.pipeline import splits
 from verl_pdbg_conf.compare.pipeline.attribution import Attributor
 from verl_pdbg_conf.compare.pipeline.collecting import Collector, label_of, node
 from verl_pdbg_conf.compare.pipeline.coverage import Coverage
-from verl_pdbg_conf.compare.pipeline.judging import Judge, Verdict
+from verl_pdbg_conf.compare.judge import Decision, Judge, Rule
+from verl_pdbg_conf.compare.verdict import Note
 from verl_pdbg_conf.compare.pipeline.locating import describe, spread
 from verl_pdbg_conf.compare.pipeline.plan import AlignmentPlan, plan_for
 from verl_pdbg_conf.compare.pipeline.pairing import Aligner, Gap, Structure, row_pairs
@@ -39,15 +40,16 @@ class _Pair:
 
     def __init__(self, job, task: str, plan: AlignmentPlan):
         self.job = job
-        self.judge = Judge(job.metric, job.threshold, task, job.target, job.golden, job.ignore_dtype,
-                           job.dtype_aware, plan.layout_free)
-        self.ignorer = Ignorer(job.ignores, job.target, job.golden) if job.ignores else None
-        self.coll = Collector(task, job.top, job.keep_nodes)
+        o = job.options
+        self.judge = Judge(o.metric, o.threshold, task, job.target, job.golden, o.ignore_dtype, o.dtype_aware,
+                           plan.layout_free)
+        self.ignorer = Ignorer(o.ignores, job.target, job.golden) if o.ignores else None
+        self.coll = Collector(task, o.top, o.keep_nodes)
         self.attr = Attributor()
         self.structure = Structure()
         self.coverage = Coverage()
         self.gap = Gap()
-        self.first = None  # (row order, row, golden row, Verdict, record, label, note, received)
+        self.first = None  # (row order, row, golden row, Decision, record, label, note, received)
         self.watch = None  # the first divergence was a forward-named call after a backward: watch what follows
         self.in_backward = False
         self.both_nonfinite = None
@@ -85,7 +87,7 @@ class _Pair:
         judged = []
         for row, grow in rows:
             if apart is not None:
-                judged.append((row, grow, Verdict("unmatched" if grow is None else "apart", None)))
+                judged.append((row, grow, Decision(Rule.UNMATCHED if grow is None else Rule.APART, None)))
                 continue
             if not self.auto_dtype and grow is not None:
                 self._precision(row, grow)
@@ -146,7 +148,7 @@ class _Pair:
             return
         row, grow, v = judged[hit]
         note = ""
-        if row.state == "output" and v.reason in ("threshold", "exact", "nan", "inf"):
+        if row.state == "output" and v.reason in (Rule.THRESHOLD, Rule.EXACT, Rule.NAN, Rule.INF):
             # every input and parameter of this call is equal, its output is not: an integer input whose
             # statistics cannot show the change (msprobe keeps only max/min of one) differs
             # (a positional input: token ids; position ids passed by keyword to a module say nothing of it)
@@ -155,7 +157,7 @@ class _Pair:
             if ints and all(not vv.reason for _r, _g, vv in judged[:hit]):
                 i = ints[0]
                 row, grow = judged[i][0], judged[i][1]
-                v = Verdict("exact", judged[i][2].value)
+                v = Decision(Rule.EXACT, judged[i][2].value)
                 hit = i
                 note = (f"statistics equal (msprobe keeps max/min of an integer tensor), but the output of "
                         f"{t.name} differs with every other input equal")
@@ -215,13 +217,13 @@ class Apart:
         if len(self.where) < 8:
             self.where.setdefault(label_of(record) or record.site or "(outside any module)")
 
-    def note(self):
+    def note(self) -> Note | None:
         """One compare-structure note, or None."""
         if not self.records:
             return None
         _o, row, grow = self.first
         places = ", ".join(self.where)
-        return ("compare-structure", f"{self.records} paired call(s) hold tensors of other element counts than "
+        return Note("compare-structure", f"{self.records} paired call(s) hold tensors of other element counts than "
                 f"their counterparts' (first {row.name}: {row.shape} against {grow.shape}; in {places}): not the "
                 "same tensors, so not compared",
                 "a flat parameter (FSDP1 with use_orig_params=False) against single ones, or models of other "
@@ -326,7 +328,7 @@ def _l1_backends(job, level: str) -> str:
 
 
 def run_pipeline(job, task: str, level: str, streams: tuple = (None, None)):
-    """-> (Analysis, notes [(rule, message, hint[, severity, file])], the path of an empty dump or "")."""
+    """-> (Analysis, [verdict.Note], the path of an empty dump or "")."""
     broken = _broken_files(job, level)
     no_stacks = any(name == "stack.json" for name, _f, _w in broken)
     tstacks, gstacks = (None, None) if no_stacks else (stacks_of(job.target, level), stacks_of(job.golden, level))
@@ -334,8 +336,9 @@ def run_pipeline(job, task: str, level: str, streams: tuple = (None, None)):
         skip_foreign(tstacks, gstacks)
     construct = not any(name == "construct.json" for name, _f, _w in broken)
     # streams: each side's DumpReader its header was read from (engine.compare_pair), or None
-    tside = PairSide(job.target, job.target_group, job.target_tp, level, tstacks, construct, streams[0])
-    gside = PairSide(job.golden, job.golden_group, job.golden_tp, level, gstacks, construct, streams[1])
+    tr, gr = job.target_replica, job.golden_replica
+    tside = PairSide(job.target, tr.group, tr.tp, level, tstacks, construct, streams[0])
+    gside = PairSide(job.golden, gr.group, gr.tp, level, gstacks, construct, streams[1])
     treader, greader = tside.reader, gside.reader
     titer, giter = tside.records(), gside.records()
     alignment, backends = _trees(tside, gside, level)
@@ -385,7 +388,7 @@ def run_pipeline(job, task: str, level: str, streams: tuple = (None, None)):
     notes = _read_notes(job, broken, tside.unread + gside.unread + p.lost)
     notes += _layout_notes(backends, (("target", tside), ("golden", gside)))
     if l1_mcore:
-        notes.append(("compare-backends", f"the {l1_mcore} runs Megatron (its call stacks run {MEGATRON_FILES}), the "
+        notes.append(Note("compare-backends", f"the {l1_mcore} runs Megatron (its call stacks run {MEGATRON_FILES}), the "
                       "other does not: at L1 no module record says which op of one is which of the other, so only "
                       "the calls outside the model's layers are compared (the log-probs): a difference there "
                       "says the runs part, not where",
@@ -400,7 +403,7 @@ def _broken_files(job, level: str) -> list:
     """(name, path, why) of each construct.json and stack.json of the pair that the level reads and that cannot
     be read whole (dumpread.check_items)."""
     out = []
-    for path in (*(job.target_group or (job.target,)), *(job.golden_group or (job.golden,))):
+    for path in (*(job.target_replica.group or (job.target,)), *(job.golden_replica.group or (job.golden,))):
         for name, levels in USES.items():
             f = os.path.join(os.path.dirname(path), name)
             why = check_items(f) if level in levels else ""
@@ -414,7 +417,7 @@ def _broken_files(job, level: str) -> list:
 def _side_of(job, f: str) -> str:
     """target or golden: whose rank directory holds file f."""
     d = os.path.dirname(f)
-    return "target" if any(os.path.dirname(p) == d for p in (job.target, *job.target_group)) else "golden"
+    return "target" if any(os.path.dirname(p) == d for p in (job.target, *job.target_replica.group)) else "golden"
 
 
 def _read_notes(job, broken: list, unread: list) -> list:
@@ -423,7 +426,7 @@ def _read_notes(job, broken: list, unread: list) -> list:
     notes = []
     for name, f, why in broken:
         what = "each call's enclosing module" if name == "construct.json" else "each call's calling line and layer"
-        notes.append((f"dump-{name.split('.')[0]}", f"the {_side_of(job, f)}'s {name} {why}: {what} is not used, "
+        notes.append(Note(f"dump-{name.split('.')[0]}", f"the {_side_of(job, f)}'s {name} {why}: {what} is not used, "
                       "in either run",
                       f"not what msprobe writes (an interrupted writer, an edited file): pairing goes on by record "
                       f"names alone; collect the stage again to have {name} back", WARNING, f))
@@ -433,7 +436,7 @@ def _read_notes(job, broken: list, unread: list) -> list:
     for f, records in by_file.items():
         said = [f"{record}: {'; '.join(why)}" for record, why in records.items()]
         head = said_of(said, " | ")
-        notes.append(("dump-value", f"the {_side_of(job, f)}'s dump.json: {len(said)} record{'s' * (len(said) != 1)} "
+        notes.append(Note("dump-value", f"the {_side_of(job, f)}'s dump.json: {len(said)} record{'s' * (len(said) != 1)} "
                       "not compared, a value in "
                       f"{'them' if len(said) != 1 else 'it'} cannot be read: {head}",
                       "not what msprobe writes (the file was edited or overwritten): those records count as not "
@@ -448,15 +451,15 @@ def _layout_notes(backends, sides) -> list:
         if backends.fuser.left_out:
             note += (f"; {backends.fuser.left_out} gradients of a fused module's input left out (the sum of its "
                      "parts', compared where it arrives)")
-        notes.append(("compare-backends", note, ""))
+        notes.append(Note("compare-backends", note, ""))
     for name, side in sides:
-        notes += [("compare-layout", said, "") for said in side.notes(name)]
+        notes += [Note("compare-layout", said) for said in side.notes(name)]
     return notes
 
 
 def _finish(p: _Pair, treader, greader, split, task: str, alignment=None, notes=None):
     an = p.coll.finish()
-    an.coverage = p.coverage.finish(p.job.min_coverage)
+    an.coverage = p.coverage.finish(p.job.options.min_coverage)
     an.minibatches = treader.minibatch + 1
     an.ignored = p.ignorer.counts if p.ignorer is not None else {}
     notes = list(notes or [])
@@ -483,28 +486,28 @@ def _finish(p: _Pair, treader, greader, split, task: str, alignment=None, notes=
                 where = None  # tensor files that do not load as two arrays of one shape: nothing to say
             if where:
                 an.first.in_tensor = where
-                notes.append(("compare-tensor", f"{row.name}: {describe(where)}", ""))
+                notes.append(Note("compare-tensor", f"{row.name}: {describe(where)}", ""))
     if p.both_nonfinite:
         order, row, grow, kind, rec, label = p.both_nonfinite
         an.both_nonfinite = node(order, row, grow, None, kind, rec, label)
     if p.judge.suggest:
-        notes.append(("compare-dtype", p.judge.suggest, "or --ignore-dtype to keep the threshold"))
+        notes.append(Note("compare-dtype", p.judge.suggest, "or --ignore-dtype to keep the threshold"))
     if p.auto_dtype not in ("", "same"):
-        notes.append(("compare-dtype", p.auto_dtype, ""))
+        notes.append(Note("compare-dtype", p.auto_dtype, ""))
     if p.judge.dtype_aware and p.judge.lowp_eps:
-        notes.append(("compare-dtype", f"--dtype-aware: threshold {p.judge.limit:.3g} (machine epsilon of the "
+        notes.append(Note("compare-dtype", f"--dtype-aware: threshold {p.judge.limit:.3g} (machine epsilon of the "
                       "lower precision the runs differ in); " + p.attr.note(p.judge.limit), ""))
     elif p.attr.absorbed:
-        notes.append(("compare-judged", p.attr.note(p.judge.limit), ""))
+        notes.append(Note("compare-judged", p.attr.note(p.judge.limit), ""))
     if p.apart.note():
         notes.append(p.apart.note())
     for msg in p.structure.messages():
-        notes.append(("compare-structure", msg, "no counterpart in the other run: not a divergence by itself"))
+        notes.append(Note("compare-structure", msg, "no counterpart in the other run: not a divergence by itself"))
     if alignment is not None and alignment.renamed:
-        notes.append(("compare-modules", f"module trees aligned: {alignment.renamed} target module(s) pair with "
+        notes.append(Note("compare-modules", f"module trees aligned: {alignment.renamed} target module(s) pair with "
                       "golden ones under other paths (wrappers)", ""))
     if split is not None:
         t_calls = _calls(split.parts, split.batch[0]) if split.side == "target" else _calls(1, split.batch[1])
         g_calls = _calls(split.parts, split.batch[0]) if split.side == "golden" else _calls(1, split.batch[1])
-        notes.append(("compare-split", split.note((t_calls, g_calls)), ""))
+        notes.append(Note("compare-split", split.note((t_calls, g_calls)), ""))
     return an, notes, ""

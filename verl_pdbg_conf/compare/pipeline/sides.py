@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from verl_pdbg_conf.compare.dumpread import check_items
-from verl_pdbg_conf.compare.pipeline.reading import Reader
+from verl_pdbg_conf.compare.records import Reader
 from verl_pdbg_conf.compare.pipeline.shards import ShardMerge
 from verl_pdbg_conf.compare.pipeline.stacks import Stacks
 from verl_pdbg_conf.compare.pipeline import stages as S

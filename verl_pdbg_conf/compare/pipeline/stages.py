@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from verl_pdbg_conf.compare.megatron.table import tables
 from verl_pdbg_conf.compare.nodes import module_path
-from verl_pdbg_conf.compare.pipeline.reading import layer_of_path
+from verl_pdbg_conf.compare.records import layer_of_path
 from verl_pdbg_conf.compare.pipeline.trees import Tree
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 from verl_pdbg_conf.compare.dumpread import DumpError, check_items, iter_items
-from verl_pdbg_conf.compare.pipeline.reading import layer_of_path
+from verl_pdbg_conf.compare.records import layer_of_path
 
 DIRECTIONS = ("forward", "backward", "parameters_grad")
 MAX_CALLS = 1 << 18  # module calls read from one construct.json; a larger one is not aligned
@@ -179,7 +179,7 @@ class Alignment:
         return ""
 
     def rename(self, r) -> None:
-        """Rename a target Record (reading.Record) as the golden run names it."""
+        """Rename a target Record (records.Record) as the golden run names it."""
         if r.module is not None:
             parsed = parse_call(r.name)
             hit = self.to_golden.get(r.module) if parsed else None

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from verl_pdbg_conf.compare.rollout import dumps as D
+from verl_pdbg_conf.compare.records import Record
 from verl_pdbg_conf.compare.rollout import table as T
-from verl_pdbg_conf.compare.rollout.judge import Judge, cell, pick
+from verl_pdbg_conf.compare.rollout.walk import Walk, cell, pick
 from verl_pdbg_conf.compare.rollout.tokens import natural
 
 
@@ -101,12 +101,12 @@ def margin_of(logits, chosen: tuple[int, ...]) -> float:
     return float(logits[mask].min() - logits[~mask].max())
 
 
-def routers(engine) -> dict[int, list[D.ModuleCall]]:
+def routers(engine) -> dict[int, list[Record]]:
     """Per engine step, its routers' records (empty for a dense model)."""
-    return {k: [r for r in d.records if T.class_role(r.cls).get("router")] for k, d in engine}
+    return {k: [r for r in d.records if T.class_role(r.base).get("router")] for k, d in engine}
 
 
-def routes(al, found: dict[int, list[D.ModuleCall]], trainer: list[dict[str, list[D.ModuleCall]]], judge: Judge,
+def routes(al, found: dict[int, list[Record]], trainer: list[dict[str, list[Record]]], judge: Walk,
            setting_: Setting) -> tuple[dict, dict[str, dict[str, int]]]:
     """(request, position) -> {MoE block path: Route} for every aligned token and MoE layer, from each engine
     step's routers (`found`, routers()); and the routes that could not be compared: MoE block path ->
@@ -122,17 +122,17 @@ def routes(al, found: dict[int, list[D.ModuleCall]], trainer: list[dict[str, lis
             k, row = req.rows[p]
             src, c, b, s = seq.at[p]
             for rec in found.get(k, ()):
-                got = _route(rec, row, trainer[src].get(rec.path), c, b, s, judge.shapes.get((src, c)), judge,
+                got = _route(rec, row, trainer[src].get(rec.module), c, b, s, judge.shapes.get((src, c)), judge,
                              setting_)
                 if isinstance(got, Route):
                     out.setdefault((req.id, p), {})[got.layer] = got
                 else:
-                    why = missed.setdefault(rec.path.rpartition(".")[0], {})
+                    why = missed.setdefault(rec.module.rpartition(".")[0], {})
                     why[got] = why.get(got, 0) + 1
     return out, missed
 
 
-def _route(rec: D.ModuleCall, row: int, trainer_recs, c: int, b: int, s: int, bs, judge: Judge,
+def _route(rec: Record, row: int, trainer_recs, c: int, b: int, s: int, bs, judge: Walk,
            setting_: Setting) -> Route | str:
     """Both sides' experts for one token at one router; or why they cannot be compared."""
     trec = trainer_recs[c] if trainer_recs and c < len(trainer_recs) else None
@@ -160,7 +160,7 @@ def _route(rec: D.ModuleCall, row: int, trainer_recs, c: int, b: int, s: int, bs
         margin_t = margin_of(tl.flatten(), chosen_t)
     else:
         chosen_t, margin_t = choose(tl.flatten(), k)
-    return Route(rec.path.rpartition(".")[0], chosen_e, chosen_t, margin_e, margin_t)
+    return Route(rec.module.rpartition(".")[0], chosen_e, chosen_t, margin_e, margin_t)
 
 
 def summary(token_routes: dict, setting_: Setting, moe_layers: bool, top: int = 20,

@@ -8,11 +8,12 @@ from __future__ import annotations
 import os
 import re
 
+from verl_pdbg_conf.compare.nodes import json_number
 from verl_pdbg_conf.compare.rollout import dumps as D
 from verl_pdbg_conf.compare.rollout import routing as R
 from verl_pdbg_conf.compare.rollout import table as T
 from verl_pdbg_conf.compare.rollout import tokens as K
-from verl_pdbg_conf.compare.rollout.judge import Judge, TokenResult
+from verl_pdbg_conf.compare.rollout.walk import TokenResult, Walk
 from verl_pdbg_conf.compare.verdict import FAULT_HINT, Reason, Status, UsageError, Verdict, exit_code, failure
 from verl_pdbg_conf.core.findings import Finding, Severity
 
@@ -75,7 +76,7 @@ def compare_rollout(actor_root: str, rollout_root: str | None = None, threshold:
     if not keys:
         raise UsageError(f"no step holds both {ROLLOUT} (under {rollout_root}) and {ACTOR} (under {actor_root}): "
                          f"collect both on the same step")
-    # one Judge per pair: its tensor cache goes with the pair
+    # one Walk per pair: its tensor cache goes with the pair
     pairs = [_guarded(k, os.path.join(r_steps[k], ROLLOUT), os.path.join(a_steps[k], ACTOR), threshold, dtype_aware,
                       top, min_coverage) for k in keys]
     return {"mode": "rollout", "target": os.path.abspath(rollout_root), "golden": os.path.abspath(actor_root),
@@ -125,8 +126,8 @@ def compare_step(key: str, rollout_dir: str, actor_dir: str, threshold: float, d
         return pair
     requests, sequences, al = _align(engine, trainer, rollout_dir, actor_dir, findings)
     info = engine[0][1].tokens or {}
-    judge = Judge(threshold, dtype_aware, engine_dtype=str(info.get("dtype") or ""),
-                  logits_path=next((r.path for _, d in engine for r in d.records if T.is_logits(r.cls)), "logits"),
+    judge = Walk(threshold, dtype_aware, engine_dtype=str(info.get("dtype") or ""),
+                  logits_path=next((r.module for _, d in engine for r in d.records if T.is_logits(r.base)), "logits"),
                   shapes={(i, c): _batch_shape(call) for i, d in enumerate(trainer)
                           for c, call in enumerate(d.tokens.get("calls") or [])})
     findings += _dtypes(info, trainer, judge, rollout_dir)
@@ -219,19 +220,19 @@ def _align(engine, trainer, rollout_dir: str, actor_dir: str, findings: list[Fin
     return requests, sequences, al
 
 
-def _judge(engine, trainer, al, judge: Judge, packed: dict, moe: dict, setting: R.Setting) -> \
+def _judge(engine, trainer, al, judge: Walk, packed: dict, moe: dict, setting: R.Setting) -> \
         tuple[list[TokenResult], dict[str, str], dict | None]:
     """Every aligned token through its engine step's comparison points; the engine modules (path -> class)
     that have no counterpart in the actor's dump; and the routing of MoE layers, side by side."""
-    trainer_paths = [d.by_path() for d in trainer]
+    trainer_paths = [d.by_module() for d in trainer]
     found = R.routers(engine)
     routes, missed = R.routes(al, found, trainer_paths, judge, setting)
     per_step = {}
     unpaired: dict[str, str] = {}
     for k, d in engine:
         pts, alone = T.points(d.every, trainer_paths[0], packed, moe)
-        per_step[k] = (pts, [r.path for r in d.records])
-        unpaired.update({r.path: r.cls for r in d.every if r.path in alone})
+        per_step[k] = (pts, [r.module for r in d.records])
+        unpaired.update({r.module: r.base for r in d.every if r.module in alone})
     results: list[TokenResult] = []
     for req, seq in al.pairs:
         for p in sorted(req.rows):
@@ -259,7 +260,7 @@ def _unpaired(modules: dict[str, str], results: list[TokenResult], where: str, f
     return left
 
 
-def _dtypes(info: dict, trainer: list[D.Dump], judge: Judge, where: str) -> list[Finding]:
+def _dtypes(info: dict, trainer: list[D.Dump], judge: Walk, where: str) -> list[Finding]:
     """The engine's dtype against the trainer's activations': a difference on purpose wants --dtype-aware."""
     engine = info.get("dtype")
     found = {t.dtype.replace("torch.", "") for d in trainer for r in d.records[:8] for t in r.outputs if t.dtype}
@@ -278,7 +279,7 @@ def _gap_dict(t: TokenResult) -> dict:
     g = t.gap
     layer = re.search(r"layers\.(\d+)\.", g.module + ".")
     d = {"name": g.record, "module": g.module, "direction": "forward", "kind": g.io, "metric": "NormRelativeErr",
-         "value": g.error, "carried": g.carried, "request": t.request, "position": t.position,
+         "value": json_number(g.error), "carried": g.carried, "request": t.request, "position": t.position,
          "token_id": t.token_id, "logprob_gap": t.logprob_gap, "layer": int(layer.group(1)) if layer else None}
     if g.span:
         d["span"] = g.span
@@ -289,6 +290,8 @@ def _gap_dict(t: TokenResult) -> dict:
             d["expert"] = g.experts[0]
     if g.routing:
         d["routing"] = g.routing
+    if g.nonfinite:  # no error measured (value null): which side holds NaN or Inf
+        d["nonfinite"] = {"engine": g.nonfinite[0], "trainer": g.nonfinite[1]}
     return d
 
 

@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 
-from verl_pdbg_conf.compare.rollout.dumps import ModuleCall
+from verl_pdbg_conf.compare.records import Record
 
 _DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "vllm-0.32.0.json")
 
@@ -36,7 +36,7 @@ def facts(path: str = _DATA) -> dict:
 
 @dataclass(frozen=True)
 class Part:
-    record: ModuleCall
+    record: Record
     io: str  # "input" or "output"
     index: int
 
@@ -88,7 +88,7 @@ def _for(architectures: list[str], table: str) -> dict:
     return {}
 
 
-def points(engine: list[ModuleCall], trainer: dict[str, list[ModuleCall]], packed: dict[str, list[str]],
+def points(engine: list[Record], trainer: dict[str, list[Record]], packed: dict[str, list[str]],
            moe: dict | None = None) -> tuple[list[Point], list[str]]:
     """The comparison points of one engine step (every record, parents too, in execution order), and the
     engine modules that should have a counterpart but have none in the trainer's dump. Parents are left
@@ -96,43 +96,44 @@ def points(engine: list[ModuleCall], trainer: dict[str, list[ModuleCall]], packe
     classes = facts()["classes"]
     out: list[Point] = []
     unpaired: list[str] = []
-    parents = {".".join(r.path.split(".")[:i]) for r in engine for i in range(1, r.path.count(".") + 1)}
+    parents = {".".join(r.module.split(".")[:i]) for r in engine for i in range(1, r.module.count(".") + 1)}
     for rec in engine:
-        role = classes.get(rec.cls, {})
-        if role.get("fused") or (rec.path in parents and not role.get("experts")):
+        role = classes.get(rec.base, {})
+        if role.get("fused") or (rec.module in parents and not role.get("experts")):
             continue  # compared where its result is used; a parent is not compared (its parts are)
-        head, _, leaf = rec.path.rpartition(".")
+        head, _, leaf = rec.module.rpartition(".")
         if role.get("experts"):
             shared = ((moe or {}).get("shared_experts") or {}).get("self")
-            mate = head if shared and any(r.path.startswith(_join(head, shared) + ".") for r in engine) else rec.path
-            if rec.path not in trainer or mate not in trainer:
-                unpaired.append(rec.path)
+            mate = head if shared and any(r.module.startswith(_join(head, shared) + ".") for r in engine) \
+                else rec.module
+            if rec.module not in trainer or mate not in trainer:
+                unpaired.append(rec.module)
                 continue
-            out.append(Point(rec.path, "input", Part(rec, "input", 0), (Mate(rec.path, "input", 0),)))
-            out.append(Point(rec.path, "output", Part(rec, "output", 0), (Mate(mate, "output", 0),), role="experts"))
+            out.append(Point(rec.module, "input", Part(rec, "input", 0), (Mate(rec.module, "input", 0),)))
+            out.append(Point(rec.module, "output", Part(rec, "output", 0), (Mate(mate, "output", 0),), role="experts"))
             continue
         if role.get("counterpart"):
             mate = _join(head, role["counterpart"])
             if mate not in trainer:
-                unpaired.append(rec.path)
+                unpaired.append(rec.module)
                 continue
-            out.append(Point(rec.path, "output", Part(rec, "output", 0), (Mate(mate, "output", 0),),
+            out.append(Point(rec.module, "output", Part(rec, "output", 0), (Mate(mate, "output", 0),),
                              rows=role.get("rows", "tokens")))
             continue
-        parts = [_join(head, p) for p in packed.get(leaf, ())] or [rec.path]
+        parts = [_join(head, p) for p in packed.get(leaf, ())] or [rec.module]
         if any(p not in trainer for p in parts):
-            unpaired.append(rec.path)
+            unpaired.append(rec.module)
             continue
         residual = role.get("residual_output") if len(rec.inputs) > 1 else None
         if residual:
             for mine, theirs in sorted(residual.items(), key=lambda kv: not kv[1].startswith("input")):
                 io, _, i = theirs.partition(".")
-                out.append(Point(rec.path, "output" if mine == "output.0" else "residual",
+                out.append(Point(rec.module, "output" if mine == "output.0" else "residual",
                                  Part(rec, "output", int(mine.partition(".")[2])), (Mate(parts[0], io, int(i)),)))
             continue
         if len(rec.inputs) == 1:
-            out.append(Point(rec.path, "input", Part(rec, "input", 0), (Mate(parts[0], "input", 0),)))
-        out.append(Point(rec.path, "output", Part(rec, "output", 0), tuple(Mate(p, "output", 0) for p in parts),
+            out.append(Point(rec.module, "input", Part(rec, "input", 0), (Mate(parts[0], "input", 0),)))
+        out.append(Point(rec.module, "output", Part(rec, "output", 0), tuple(Mate(p, "output", 0) for p in parts),
                          role="router" if role.get("router") else ""))
     return out, unpaired
 

@@ -14,7 +14,7 @@ import math
 
 from verl_pdbg_conf.compare.nodes import MAX_LAYERS, fold_layers, layer_label, layers_of
 from verl_pdbg_conf.compare.pipeline.coverage import coverage_text, short
-from verl_pdbg_conf.compare.output import ignored_summary
+from verl_pdbg_conf.compare.report.document import ignored_summary
 from verl_pdbg_conf.compare.pairs import layout_of, rank_number
 
 MAX_PLOTS = 50  # diverged pairs plotted; the others are in the overview and get one line
@@ -312,7 +312,3 @@ p.line{{margin:2px 0;font-size:13px}}</style></head><body>
     out.append("</body></html>\n")
     return "\n".join(out)
 
-
-def write_html(cmp, path: str) -> None:
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(render(cmp))

@@ -1,6 +1,8 @@
-"""Reading: a dump.json as a stream of Records (one API or module call with its tensor rows), each with
-what pairing needs: its op, direction, call number, mini-batch and forward pass, its scope (the enclosing
-module at mix, from construct.json) and, at L1, its calling line and layer (stacks.py)."""
+"""The record model of both compares: a dump.json as a stream of Records (one API or module call with its
+tensor rows, dumpread.Row), each with what pairing needs: its op, direction, call number, mini-batch and
+forward pass, its scope (the enclosing module at mix, from construct.json) and, at L1, its calling line and
+layer (pipeline/stacks.py). The rollout compare reads its module calls as the same Records (rollout/dumps.py),
+their tensors by state (Record.inputs, outputs) and files (Record.file_of)."""
 
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ class Record:
     layer: int | None = None  # model.layers.K's K (module path, or the call stack at L1)
     extra: dict = field(default_factory=dict)  # what later units attach (a split's note)
     unread: list = field(default_factory=list)  # why rows of it cannot be read: the record is not compared
+    tensor_dir: str = ""  # the folder of its tensor files (the tensor task's dump_tensor_data)
 
     @property
     def base(self) -> str:
@@ -40,6 +43,25 @@ class Record:
     @property
     def is_module(self) -> bool:
         return self.name.startswith(("Module.", "Cell."))
+
+    def tensors(self, state: str) -> list:
+        """Its tensor rows of one state (input: positional, then keyword; output) in order; an unreadable
+        one keeps its place."""
+        return [r for r in self.rows if r.state == state and (r.bad or type(r.shape) is list)]
+
+    @property
+    def inputs(self) -> list:
+        return self.tensors("input")
+
+    @property
+    def outputs(self) -> list:
+        return self.tensors("output")
+
+    def file_of(self, row) -> str | None:
+        """The tensor file of one of its rows, None where msprobe kept statistics only or it cannot be read."""
+        if row.bad or not row.data_name or row.data_name == "-1":
+            return None
+        return os.path.join(self.tensor_dir, row.data_name)
 
 
 def layer_of_path(path: str | None) -> int | None:
@@ -96,6 +118,7 @@ class Reader:
     def __init__(self, path: str, level: str = "", stacks=None, construct: bool = True, unread: list | None = None,
                  stream: DumpReader | None = None):
         self.path = path
+        self.tensor_dir = os.path.join(os.path.dirname(path), "dump_tensor_data")
         self.reader = stream or DumpReader(path)  # stream: one whose header was read already (DumpReader.head)
         self.keys = KeyCounter()
         self.construct = Construct(os.path.join(os.path.dirname(path), "construct.json")) \
@@ -128,7 +151,7 @@ class Reader:
                 else:
                     self.back = True
                 r = Record(name, key, op, direction, rows_of(name, rec, direction), self.records - 1, self.minibatch,
-                           self.passes, self.back)
+                           self.passes, self.back, tensor_dir=self.tensor_dir)
                 bad = [f"{_part(row.name, name)} {row.bad}" for row in r.rows if row.bad]
                 if bad:
                     r.unread = bad

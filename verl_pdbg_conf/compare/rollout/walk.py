@@ -1,5 +1,7 @@
-"""Token by token: for each aligned token, the comparison points (table.py) in the engine's execution order,
-each the relative L2 error of the engine's row against the trainer's; the first point past the threshold
+"""The rollout's token walk: for each aligned token, the comparison points (table.py) in the engine's
+execution order, each the relative L2 error of the engine's row against the trainer's, decided by the
+shared judge (compare/judge.py: rows of other element counts are apart, and rows non-finite alike are not
+compared; NaN or Inf on one side only, or an error past the limit, is a divergence); the first such point
 is where the token's gap is introduced. An output past it whose input agreed names its module; an input
 past it names the engine modules run since the last point that agreed (fused ones, no trainer
 counterpart: the rotary embedding and the attention kernel before o_proj). Past the logits, the engine's
@@ -22,7 +24,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from verl_pdbg_conf.compare.metrics import EPS
+from verl_pdbg_conf.compare import judge as J
+from verl_pdbg_conf.compare.records import Record
 from verl_pdbg_conf.compare.rollout import dumps as D
 from verl_pdbg_conf.compare.rollout.table import Point
 from verl_pdbg_conf.compare.rollout.tokens import Request, Sequence
@@ -44,6 +47,7 @@ class Gap:
     role: str = ""  # the point's role (table.Point.role): "router", "experts"; "routing" for a flip
     experts: list[int] | None = None  # a fused experts' gap: the experts only the parting tokens used
     routing: dict | None = None  # a routing gap: each side's experts and margins
+    nonfinite: tuple[str, str] | None = None  # (engine, trainer) nan | inf | "": one side non-finite, the other not
 
 
 @dataclass
@@ -74,41 +78,43 @@ class Tensors:
     def __init__(self):
         self.cache: dict[str, object] = {}
 
-    def get(self, t: D.Tensor):
-        if t.file is None:
+    def get(self, file: str | None):
+        if file is None:
             return None
-        got = self.cache.get(t.file)
+        got = self.cache.get(file)
         if got is None:
             try:
-                got = D.load(t).detach().double()
+                got = D.load(file).detach().double()
             except Exception:  # a missing or truncated file: the point is skipped, counted as such
                 got = False
-            self.cache[t.file] = got
+            self.cache[file] = got
         return got if got is not False else None
 
 
 def _rel(a, b, floor: float = 0.0) -> float:
+    """The relative L2 error of two rows of as many elements."""
     import torch
 
-    if a.numel() != b.numel():
-        return math.nan
     diff = float(torch.linalg.vector_norm(a.flatten() - b.flatten()))
     ref = max(float(torch.linalg.vector_norm(b.flatten())), floor)
     return diff / ref if ref > 0 else diff
 
 
-def pick(tensors: Tensors, rec: D.ModuleCall, io: str, index: int):
-    entries = rec.outputs if io == "output" else rec.inputs
-    return tensors.get(entries[index]) if index < len(entries) else None
+def pick(tensors: Tensors, rec: Record, io: str, index: int):
+    """The index-th input or output tensor of a call, loaded; None where there is none or it cannot be."""
+    entries = rec.tensors(io)
+    return tensors.get(rec.file_of(entries[index])) if index < len(entries) else None
 
 
-def _dtype(rec: D.ModuleCall, io: str, index: int) -> str:
-    entries = rec.outputs if io == "output" else rec.inputs
-    return entries[index].dtype if index < len(entries) else ""
+def _dtype(rec: Record, io: str, index: int) -> str:
+    entries = rec.tensors(io)
+    return (entries[index].dtype or "") if index < len(entries) else ""
 
 
 @dataclass
-class Judge:
+class Walk:
+    """Walks each token through the comparison points, holding each point to the shared judge, and carries
+    what the walk learns (the tensors loaded, the trainer's forward shapes, the rows' typical norms)."""
     threshold: float
     dtype_aware: bool = False
     tensors: Tensors = field(default_factory=Tensors)
@@ -117,12 +123,12 @@ class Judge:
     shapes: dict = field(default_factory=dict)  # (trainer rank, call) -> (batch, seq) of its input ids
     scales: dict = field(default_factory=dict)  # a point's trainer tensors -> their rows' typical norm
 
-    def limit(self, point: Point, trainer_rec: D.ModuleCall) -> float:
+    def limit(self, point: Point, trainer_rec: Record) -> float:
         if not self.dtype_aware:
             return self.threshold
         a = _dtype(point.engine.record, point.engine.io, point.engine.index)
         b = _dtype(trainer_rec, point.trainer[0].io, point.trainer[0].index)
-        return max(self.threshold, ROUNDINGS * EPS.get(a, 0.0), ROUNDINGS * EPS.get(b, 0.0))
+        return J.dtype_limit(self.threshold, (a, b), ROUNDINGS)
 
     def _scale(self, ts: list, width: int) -> float:
         """The root-mean-square norm of a point's rows (width values each) over the whole trainer tensor."""
@@ -137,7 +143,7 @@ class Judge:
         return got
 
     def token(self, req: Request, seq: Sequence, position: int, engine_points: list[Point],
-              engine_order: list[str], trainer: list[dict[str, list[D.ModuleCall]]],
+              engine_order: list[str], trainer: list[dict[str, list[Record]]],
               routes: dict | None = None) -> TokenResult:
         k, row = req.rows[position]
         src, c, b, s = seq.at[position]
@@ -166,16 +172,24 @@ class Judge:
             tvec = torch.cat([v.flatten() for v in tv])
             # with dtype_aware, a row near zero (a gate's one logit cancelling out) is measured against the
             # point's typical size over all rows: its rounding is that size's, not the row's
-            err = _rel(ev, tvec, self._scale(ts, tvec.numel()) if self.dtype_aware else 0.0)
-            if math.isnan(err):
-                res.skipped += 1
+            kinds = (_nonfinite(ev), _nonfinite(tvec))
+            err = _rel(ev, tvec, self._scale(ts, tvec.numel()) if self.dtype_aware else 0.0) \
+                if ev.numel() == tvec.numel() and not any(kinds) else math.nan
+            limit = self.limit(pt, mates[0]) + (carried if self.dtype_aware else 0.0)
+            said = J.point(ev.numel(), tvec.numel(), err, limit, kinds)
+            if said.reason == J.Rule.APART or said.both_nonfinite or (said.reason == J.Rule.NAN and not any(kinds)):
+                res.skipped += 1  # not the same tensor's row, non-finite alike, or no number: not compared
                 continue
             res.compared += 1
-            res.worst = max(res.worst, err)
             if pt.rows == "sampled":
                 self._logprobs(res, ev, tv[0], sampled)
-            limit = self.limit(pt, mates[0])
-            over = err > limit + (carried if self.dtype_aware else 0.0)
+            if said.reason in (J.Rule.NAN, J.Rule.INF):  # non-finite on one side only: parts here, no error measured
+                if res.gap is None and not res.rerouted:
+                    res.gap = Gap(pt.module, pt.io, math.nan, carried, [], pt.engine.record.name,
+                                  f"{pt.module} {pt.io}", pt.role, nonfinite=kinds)
+                continue
+            res.worst = max(res.worst, err)
+            over = said.reason == J.Rule.THRESHOLD
             if res.gap is not None or res.rerouted:
                 continue
             route = (routes or {}).get(pt.module.rpartition(".")[0]) if pt.role == "experts" else None
@@ -203,22 +217,22 @@ class Judge:
             # the logits themselves, where no dumped point holds them on both sides (lm_head left out)
             diff = abs(res.logprob_engine_logits - res.logprob_trainer)
             res.compared += 1
-            if diff > self._lp_limit(res.logprob_trainer, engine_points):
+            if J.against(diff, self._lp_limit(res.logprob_trainer)) == J.Rule.THRESHOLD:
                 res.gap = Gap(self.logits_path, "logprob", diff, carried, [],
                               "log-softmax of the engine's logits against the actor's")
         if res.gap is None and res.logprob_engine is not None and res.logprob_engine_logits is not None:
             own = abs(res.logprob_engine - res.logprob_engine_logits)
-            if own > max(self.threshold, 1e-6) * max(1.0, abs(res.logprob_engine_logits)):
+            limit = max(self.threshold, 1e-6) * max(1.0, abs(res.logprob_engine_logits))
+            if J.against(own, limit) == J.Rule.THRESHOLD:
                 res.gap = Gap("sampler", "logprob", own, carried, [],
                               "the engine's returned log-prob is not the log-softmax of its logits")
         return res
 
-    def _lp_limit(self, lp: float, engine_points: list[Point]) -> float:
+    def _lp_limit(self, lp: float) -> float:
         limit = max(self.threshold, 1e-6)
         if self.dtype_aware:
-            limit = max(limit, EPS.get(f"torch.{self.engine_dtype}", 0.0))
+            limit = J.dtype_limit(limit, (f"torch.{self.engine_dtype}",))
         return limit * max(1.0, abs(lp))
-
 
     @staticmethod
     def _recorded_logprobs(res: TokenResult, sampled: dict, trainer_lp: float | None) -> None:
@@ -245,7 +259,16 @@ class Judge:
         res.logprob_engine = float(lp) if isinstance(lp, (int, float)) else None
 
 
-def _call(records: list[D.ModuleCall] | None, c: int) -> D.ModuleCall | None:
+def _nonfinite(v) -> str:
+    """nan, inf or "" (finite): what a row holds, NaN first."""
+    import torch
+
+    if bool(torch.isfinite(v).all()):
+        return ""
+    return "nan" if bool(torch.isnan(v).any()) else "inf"
+
+
+def _call(records: list[Record] | None, c: int) -> Record | None:
     """The record of a trainer module's c-th forward call (one per forward of the stage)."""
     return records[c] if records and c < len(records) else None
 

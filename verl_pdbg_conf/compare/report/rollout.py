@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 
-from verl_pdbg_conf.compare.rollout.pictures import gap_picture, routing_picture
+from verl_pdbg_conf.compare.report.pictures import gap_picture, routing_picture
 
 
 def render_text(doc: dict) -> str:
@@ -43,7 +43,9 @@ def render_text(doc: dict) -> str:
                 which = (f"expert {fd['expert']}" if "expert" in fd else
                          f"one of experts {fd['experts']}" if fd["experts"] else "no single expert")
                 where = f" {fd['kind']}: {which} (the tokens routed to it part, the others agree)"
-            size = "" if fd["kind"] == "logprob" else f", error {100 * fd['value']:.4g}% (carried in {100 * fd['carried']:.3g}%)"
+            carried = f" (carried in {100 * fd['carried']:.3g}%)"
+            size = "" if fd["kind"] == "logprob" else f", {_nonfinite(fd['nonfinite'])}{carried}" \
+                if fd.get("nonfinite") else f", error {100 * fd['value']:.4g}%{carried}"
             lines.append(f"  first divergence: {fd['module']}{where}{size} at request {fd['request']} position "
                          f"{fd['position']}")
             for t in p.get("top") or []:
@@ -58,6 +60,13 @@ def render_text(doc: dict) -> str:
     for f in doc.get("diagnostics") or []:
         lines.append(f"{f['severity']} {f['rule']}: {f['message']}")
     return "\n".join(lines) + "\n"
+
+
+def _nonfinite(sides: dict) -> str:
+    """Which side holds NaN or Inf where the other does not (or another one)."""
+    said = [f"the {'actor' if side == 'trainer' else side}'s row holds {'NaN' if kind == 'nan' else 'Inf'}"
+            for side, kind in sides.items() if kind]
+    return " and ".join(said) + (", the other's is finite" if len(said) == 1 else "")
 
 
 def _g(x: float | None) -> str:
@@ -103,8 +112,10 @@ def render_html(doc: dict) -> str:
         if fd:
             span = f" (engine modules: {e(', '.join(fd['span']))})" if fd.get("span") else ""
             span += f", expert {fd['expert']}" if "expert" in fd else ""
-            out.append(f"<p>first divergence: <b>{e(fd['module'])}</b> {e(fd['kind'])}, error "
-                       f"{100 * fd['value']:.4g}% with {100 * fd['carried']:.3g}% carried in, request "
+            size = e(_nonfinite(fd["nonfinite"])) if fd.get("nonfinite") else (
+                f"error {100 * fd['value']:.4g}%" if fd["value"] is not None else "")
+            out.append(f"<p>first divergence: <b>{e(fd['module'])}</b> {e(fd['kind'])}, {size} with "
+                       f"{100 * fd['carried']:.3g}% carried in, request "
                        f"{e(fd['request'])} position {fd['position']}{span}</p>")
         out += [f"<p>{e(line.strip())}</p>" for line in _routing_lines(p.get("routing"))[:1]]
         out.append(gap_picture(p.get("token_map")))
