@@ -13,6 +13,7 @@ import shutil
 import tempfile
 
 from verl_pdbg_conf.core.findings import Finding
+from verl_pdbg_conf.compare.megatron.table import local_expert
 from verl_pdbg_conf.compare.engine import PairJob, PairOutcome, failed_outcome, header_of
 from verl_pdbg_conf.compare.msprobe_run import diagnose, msprobe_compare, precheck, csv_written, msprobe_remote
 from verl_pdbg_conf.compare.nodes import METRICS
@@ -239,6 +240,10 @@ def _verdict(p: Pair, out: PairOutcome) -> None:
         p.findings.append(finding(p.reason.value, sev, what, out.path or p.target.path, out.hint))
         return
     p.analysis = out.analysis
+    first = p.analysis.first
+    local = local_expert(first.module) if first is not None else None
+    if local is not None:  # an expert's module (the target's path) on an expert-parallel rank: its global index
+        first.expert = p.target.expert_offset + local
     cov = p.analysis.coverage
     p.status = Status.DIVERGED if p.analysis.first else Status.SAME if cov is None or cov["full"] else Status.PARTIAL
     if p.status == Status.PARTIAL:

@@ -14,7 +14,8 @@ from verl_pdbg_conf.compare.dumpread import DumpError, DumpReader, rows_of, spli
 from verl_pdbg_conf.compare.pipeline.concat import same_rows
 
 PROBE = 400  # records read from each rank to tell a tensor-parallel group
-MEGATRON_KEYS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
+MEGATRON_KEYS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+                 "expert_model_parallel_size")
 ROLES = ("actor_rollout_ref.actor.megatron", "actor_rollout_ref.ref.megatron", "critic.megatron", "megatron", "")
 
 
@@ -24,6 +25,7 @@ class Layout:
     pp: int = 1
     cp: int = 1
     source: str = ""  # "conf FILE" or "dumps"
+    ep: int = 1  # expert parallel: ranks holding different experts, each a data-parallel replica otherwise
 
 
 class LayoutError(ValueError):
@@ -51,7 +53,7 @@ def from_conf(path: str) -> Layout:
                 k, v = next(iter(bad.items()))
                 raise LayoutError(f"{path}: {role + '.' if role else ''}{k} is {v!r}, not a positive integer")
             return Layout(sizes.get(MEGATRON_KEYS[0], 1), sizes.get(MEGATRON_KEYS[1], 1), sizes.get(MEGATRON_KEYS[2], 1),
-                          f"conf {path}")
+                          f"conf {path}", sizes.get(MEGATRON_KEYS[3], 1))
     raise LayoutError(f"{path}: no megatron tensor/pipeline/context parallel size in it "
                       f"(looked under {', '.join(r for r in ROLES if r)})")
 
@@ -110,6 +112,42 @@ def _reduced_alike(heads: list[list]) -> bool:
                     all(same_rows(list(x)) for x in zip(*outs)):
                 return True
     return False
+
+
+def _module_paths(head: list) -> list:
+    from verl_pdbg_conf.compare.nodes import module_path
+
+    return [(module_path(name) or "", rows) for name, rows in head if name.startswith(("Module.", "Cell."))]
+
+
+def experts_from_dumps(paths: list[str]) -> tuple[int, int, str]:
+    """(expert-parallel size, local experts per rank, why): ranks that start on the same input and whose
+    module records differ only inside an MoE layer's experts (mbridge's tables say which modules hold them)
+    hold different experts and are otherwise replicas. Megatron puts expert-parallel ranks next to each other
+    (tensor-parallel size 1); (1, 0, "") where nothing says so."""
+    from verl_pdbg_conf.compare.megatron.table import in_experts, local_expert
+
+    if len(paths) < 2:
+        return 1, 0, ""
+    heads = [_module_paths(_head(p)) for p in paths]
+    if any(not h for h in heads) or len({_first_input(_head(p)) for p in paths}) != 1:
+        return 1, 0, ""
+    n = min(len(h) for h in heads)
+    differ = False
+    for i in range(n):
+        path = heads[0][i][0]
+        if any(h[i][0] != path or len(h[i][1]) != len(heads[0][i][1]) for h in heads):
+            return 1, 0, ""
+        if all(same_rows([h[i][1][j] for h in heads]) for j in range(len(heads[0][i][1]))):
+            continue
+        if not in_experts(path):
+            return 1, 0, ""
+        differ = True
+    local = {local_expert(p) for p, _ in heads[0][:n]} - {None}
+    if not differ or not local:
+        return 1, 0, ""
+    return len(paths), max(local) + 1, (f"ranks {'+'.join(str(i) for i in range(len(paths)))} start on the same "
+                                        "input and differ only inside the experts")
 
 
 def from_dumps(paths: list[str]) -> tuple[int, str]:
@@ -190,10 +228,15 @@ def _decide(name: str, by_key: dict, conf: str | None, differ: bool) -> tuple[La
         said = [] if lay.cp == 1 else [_finding("warning", f"{name}: context-parallel size {lay.cp} ({lay.source}): "
                                                 "context shards are not combined", conf)]
         return lay, "", said
-    multi = next((v for v in by_key.values() if len(v) > 1), None) if differ else None
+    multi = next((v for v in by_key.values() if len(v) > 1), None)
     if multi is None:
         return Layout(), "", []
     paths = [s.path for s in sorted(multi, key=lambda s: _rank(s.rank_dir))]
+    ep, local, why = experts_from_dumps(paths)
+    if ep > 1:
+        return Layout(1, 1, 1, "the dumps", ep), why, []
+    if not differ:
+        return Layout(), "", []
     tp, why = from_dumps(paths)
     pp, why_pp = stages_from_dumps(paths, tp)
     why = "; ".join(w for w in (why if tp > 1 else "", why_pp) if w) or why
@@ -225,6 +268,9 @@ def apply(t_sides: list, g_sides: list, confs: dict | None = None) -> tuple[list
     for name, sides in (("target", t_sides), ("golden", g_sides)):
         lay, why, said = _decide(name, counts[name], confs.get(name), differ)
         findings += said
+        if lay.ep > 1:
+            sides, said = _experts(name, sides, lay, why)
+            findings += said
         if lay.tp * lay.pp > 1:
             out[name], said = _grouped(name, sides, counts[name], lay)
             findings += said
@@ -234,12 +280,32 @@ def apply(t_sides: list, g_sides: list, confs: dict | None = None) -> tuple[list
                                      "compared as one model", sides[0].path if sides else ""))
             continue
         out[name] = sides
-        if differ and not confs.get(name) and why and any(len(v) > 1 for v in counts[name].values()):
+        if differ and lay.ep == 1 and not confs.get(name) and why and any(len(v) > 1 for v in counts[name].values()):
             findings.append(_finding("warning", f"{name}: the runs hold different numbers of ranks, and the {name}'s "
                                      f"layout could not be established from its dumps ({why}): rank against rank",
                                      sides[0].path, f"give --{name}-conf with the run's verl config (its megatron "
                                      "sizes)"))
     return out["target"], out["golden"], findings
+
+
+def _experts(name: str, sides: list, lay: Layout, why: str) -> tuple[list, list]:
+    """Each rank's global index of its local expert 0 (rank r of an expert-parallel group of ep: r x local
+    experts), read off its module tree; the ranks stay rank against rank (data-parallel replicas)."""
+    from verl_pdbg_conf.compare.megatron.table import local_expert
+
+    out, said = [], []
+    for s in sides:
+        r = _rank(s.rank_dir)
+        if r >= 1 << 30 or lay.tp * lay.pp > 1:
+            out.append(s)
+            continue
+        local = {local_expert(p) for p, _ in _module_paths(_head(s.path))} - {None}
+        out.append(replace(s, expert_offset=(r % lay.ep) * (max(local) + 1 if local else 0)))
+    if sides:
+        said.append(_finding("info", f"{name}: expert-parallel size {lay.ep} from {lay.source}" + (f" ({why})" if why else "")
+                             + ": rank r's local expert j is global expert r x (experts per rank) + j; the ranks "
+                             "compared rank against rank", sides[0].path))
+    return out, said
 
 
 def _per_key(sides: list) -> dict:

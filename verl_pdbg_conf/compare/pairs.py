@@ -24,6 +24,7 @@ class RankDump:
     group: tuple = ()  # a Megatron replica's dumps, stage by stage (layout.py); path is the first
     members: tuple = ()  # their rank directories
     tp: int = 0  # dumps per pipeline stage (0: one stage)
+    expert_offset: int = 0  # expert parallelism: the global index of this rank's local expert 0 (layout.py)
 
     @property
     def label(self) -> str:

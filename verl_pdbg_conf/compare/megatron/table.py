@@ -218,3 +218,39 @@ def _parents(links: dict[str, Link], mc: set, hf: set) -> dict[str, str]:
         out[a] = b
         taken.add(b)
     return out
+
+
+# megatron-core's SequentialMLP (the experts where there is no grouped gemm) holds expert J of its rank as
+# `local_experts.J`; its sharded_state_dict puts that at global expert (expert-parallel rank x local experts
+# + J), the index mbridge's tables give after `weight` (`mlp.experts.linear_fc1.weight{expert}`).
+SEQUENTIAL_EXPERTS = "local_experts"
+
+
+@functools.lru_cache(maxsize=1)
+def expert_containers() -> tuple:
+    """Patterns of the Megatron modules holding an MoE layer's experts (`decoder.layers.N.mlp.experts`), from
+    the tables' rows naming one expert's weight; matched anywhere in a path."""
+    doc = tables()
+    mark = doc.get("expert_placeholder", "{expert}")
+    out = set()
+    for model in doc.get("models", {}).values():
+        for mcore, _hf in model.get("params", []):
+            if mcore.endswith("weight" + mark):
+                out.add(_module(_module(mcore)[0])[0])
+    return tuple(re.compile(r"(?:^|\.)" + re.escape(t).replace(re.escape("{layer}"), r"\d+") + r"(?:\.|$)")
+                 for t in sorted(out))
+
+
+_LOCAL = re.compile(r"(?:^|\.)" + SEQUENTIAL_EXPERTS + r"\.(\d+)(?:\.|$)")
+
+
+def in_experts(path: str) -> bool:
+    return any(p.search(path) for p in expert_containers())
+
+
+def local_expert(path: str | None) -> int | None:
+    """The local index J of an expert's module path inside an experts module (`...mlp.experts.local_experts.J...`)."""
+    if not path or not in_experts(path):
+        return None
+    m = _LOCAL.search(path)
+    return int(m.group(1)) if m else None
