@@ -56,7 +56,7 @@ from scenarios import gloo  # noqa: E402
 BACKENDS = {"hf": ("hf", 1, 1), "fsdp2": ("fsdp2", 1, 1), "tp1": ("megatron", 1, 1), "tp2": ("megatron", 2, 1),
             "pp2": ("megatron", 1, 2), "tp2pp2": ("megatron", 2, 2)}  # name: backend, tp, pp
 # the MoE arch's runs: name: backend, tp, pp, expert-parallel size (a rank per expert shard, each a
-# data-parallel rank of the layers outside the experts, all given the same batch)
+# data-parallel rank of the layers outside the experts, with its share of the batch: run_shards)
 MOE_BACKENDS = {"hf": ("hf", 1, 1, 1), "fsdp2": ("fsdp2", 1, 1, 1), "ep1": ("megatron", 1, 1, 1),
                 "ep2": ("megatron", 1, 1, 2)}
 PLANTS = {"fc2": "mlp.linear_fc2", "qkv": "self_attention.linear_qkv", "eps": "pre_mlp_layernorm"}
@@ -330,6 +330,29 @@ def run_pipeline(prof, model, steps: list[int], seen: list) -> None:
         prof.stop()
 
 
+def run_shards(prof, model, steps: list[int], log_probs, rank: int, world: int) -> None:
+    """X.run_one's steps and stages with the batch split across the ranks (expert parallelism: each rank a
+    data-parallel rank of the layers outside the experts, the experts seeing every rank's tokens): rank r
+    takes rows r*B/world.., and its loss is its log-probs' sum over the whole batch's token count, so that
+    the ranks' losses add up to the one-rank run's mean."""
+    import torch
+
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, foreach=False)
+    share = X.BATCH // world
+    for step in steps:
+        torch.manual_seed(1000 * step)  # the same data as every run's; this rank's rows of it
+        ids = torch.randint(0, X.VOCAB, (X.BATCH, X.SEQ))[rank * share:(rank + 1) * share]
+        mask = torch.ones_like(ids)
+        prof.start(profile_step=step)
+        with prof.stage("actor_compute_log_prob", model=model), torch.no_grad():
+            log_probs(model, ids, mask)
+        with prof.stage("actor_update", model=model):
+            model.zero_grad(set_to_none=True)
+            (-log_probs(model, ids, mask).sum() / (X.BATCH * (X.SEQ - 1))).backward()
+            opt.step()
+        prof.stop()
+
+
 # ---------------------------------------------------------------- one rank of one process group
 
 def build(job: dict):
@@ -347,14 +370,13 @@ def worker(rank: int, world: int, port: int, jobs: list[dict], results) -> None:
     from verl_pdbg_conf.runtime import PrecisionDebuggerProfiler
 
     megatron = jobs[0]["backend"] == "megatron"
-    pp = jobs[0]["pp"]
+    pp, ep = jobs[0]["pp"], jobs[0]["ep"]
     reporter = rank == 0  # the rank whose log-probs are the run's: the last stage's first
     if megatron:
         from megatron.core import parallel_state
 
-        megatron_init(jobs[0]["tp"], pp, jobs[0]["ep"])
-        reporter = (parallel_state.is_pipeline_last_stage() and parallel_state.get_tensor_model_parallel_rank() == 0
-                    and parallel_state.get_data_parallel_rank() == 0)
+        megatron_init(jobs[0]["tp"], pp, ep)
+        reporter = parallel_state.is_pipeline_last_stage() and parallel_state.get_tensor_model_parallel_rank() == 0
     # Every model before the first profiler starts, as in a process of its own: msprobe's wrappers of
     # torch's functions would reach the functions a later model captures (megatron's activation).
     models = [build(job) for job in jobs]
@@ -375,9 +397,16 @@ def worker(rank: int, world: int, port: int, jobs: list[dict], results) -> None:
                                          save_path=job["save_path"])
         if pp > 1:
             run_pipeline(prof, model, job["steps"], seen)
+        elif ep > 1:
+            run_shards(prof, model, job["steps"], recorded, rank, world)
         else:
             X.run_one(prof, model, "golden", job["steps"], recorded)
-        if reporter:
+        if ep > 1:  # each rank its share of the batch: the run's log-probs are all of them, in rank order
+            shares = [None] * world
+            torch.distributed.all_gather_object(shares, torch.stack(seen).tolist())
+            if rank == 0:
+                results.put((job["name"], torch.cat([torch.tensor(s) for s in shares], dim=1).tolist()))
+        elif reporter:
             results.put((job["name"], torch.stack(seen).tolist()))
     torch.distributed.destroy_process_group()
 

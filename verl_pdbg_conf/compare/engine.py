@@ -35,6 +35,8 @@ class PairJob:
     golden_group: tuple = ()
     target_tp: int = 0  # of them per stage (0: all of them, one stage)
     golden_tp: int = 0
+    target_experts: int = 0  # an expert-parallel group: the experts each of its ranks holds (pipeline/sides.py)
+    golden_experts: int = 0
 
 
 @dataclass

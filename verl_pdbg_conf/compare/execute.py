@@ -101,7 +101,8 @@ def _run_engine(cmp: Comparison, todo: list[Pair], jobs: int | None, progress, s
         return PairJob(p.target.path, p.golden.path, metric=cmp.metric, threshold=cmp.threshold, top=cmp.top,
                        ignore_dtype=cmp.ignore_dtype, dtype_aware=cmp.dtype_aware, ignores=cmp.ignores,
                        keep_nodes=cmp.keep_nodes, min_coverage=cmp.min_coverage, target_group=p.target.group,
-                       golden_group=p.golden.group, target_tp=p.target.tp, golden_tp=p.golden.tp)
+                       golden_group=p.golden.group, target_tp=p.target.tp, golden_tp=p.golden.tp,
+                       target_experts=p.target.experts, golden_experts=p.golden.experts)
 
     def here(p: Pair) -> PairOutcome:  # in this process: an exception stays in its pair
         try:
@@ -241,9 +242,9 @@ def _verdict(p: Pair, out: PairOutcome) -> None:
         return
     p.analysis = out.analysis
     first = p.analysis.first
-    local = local_expert(first.module) if first is not None else None
-    if local is not None:  # an expert's module (the target's path) on an expert-parallel rank: its global index
-        first.expert = p.target.expert_offset + local
+    local = local_expert(first.module) if first is not None and p.target.experts >= 0 else None
+    if local is not None:  # an expert's module (the target's path; an expert-parallel group's renamed global)
+        first.expert = local
     cov = p.analysis.coverage
     p.status = Status.DIVERGED if p.analysis.first else Status.SAME if cov is None or cov["full"] else Status.PARTIAL
     if p.status == Status.PARTIAL:

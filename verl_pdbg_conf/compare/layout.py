@@ -26,6 +26,7 @@ class Layout:
     cp: int = 1
     source: str = ""  # "conf FILE" or "dumps"
     ep: int = 1  # expert parallel: ranks holding different experts, each a data-parallel replica otherwise
+    experts: int = 0  # the experts each expert-parallel rank holds (0: not known)
 
 
 class LayoutError(ValueError):
@@ -121,33 +122,42 @@ def _module_paths(head: list) -> list:
 
 
 def experts_from_dumps(paths: list[str]) -> tuple[int, int, str]:
-    """(expert-parallel size, local experts per rank, why): ranks that start on the same input and whose
-    module records differ only inside an MoE layer's experts (mbridge's tables say which modules hold them)
-    hold different experts and are otherwise replicas. Megatron puts expert-parallel ranks next to each other
-    (tensor-parallel size 1); (1, 0, "") where nothing says so."""
+    """(expert-parallel size, local experts per rank, why): ranks running the same module calls whose
+    parameters agree outside an MoE layer's experts (mbridge's tables say which modules hold them) and differ
+    inside them hold different experts; each is a data-parallel replica otherwise (its own share of the
+    batch, or the same). The group is the smallest period of neighbouring ranks after which the experts'
+    parameters repeat (Megatron puts expert-parallel ranks next to each other at tensor-parallel size 1);
+    (1, 0, "") where nothing says so."""
     from verl_pdbg_conf.compare.megatron.table import in_experts, local_expert
 
     if len(paths) < 2:
         return 1, 0, ""
     heads = [_module_paths(_head(p)) for p in paths]
-    if any(not h for h in heads) or len({_first_input(_head(p)) for p in paths}) != 1:
-        return 1, 0, ""
     n = min(len(h) for h in heads)
-    differ = False
+    if not n:
+        return 1, 0, ""
+    experts = []  # per rank: its experts' parameter statistics
     for i in range(n):
         path = heads[0][i][0]
-        if any(h[i][0] != path or len(h[i][1]) != len(heads[0][i][1]) for h in heads):
+        if any(h[i][0] != path for h in heads):
             return 1, 0, ""
-        if all(same_rows([h[i][1][j] for h in heads]) for j in range(len(heads[0][i][1]))):
-            continue
+        params = [[(r.shape, r.stats) for r in h[i][1] if r.state == "parameters"] for h in heads]
         if not in_experts(path):
-            return 1, 0, ""
-        differ = True
-    local = {local_expert(p) for p, _ in heads[0][:n]} - {None}
-    if not differ or not local:
+            if any(p != params[0] for p in params):
+                return 1, 0, ""
+        elif local_expert(path) is not None:
+            experts.append(params)
+    if not experts:
         return 1, 0, ""
-    return len(paths), max(local) + 1, (f"ranks {'+'.join(str(i) for i in range(len(paths)))} start on the same "
-                                        "input and differ only inside the experts")
+    per_rank = [tuple(repr(e[r]) for e in experts) for r in range(len(paths))]
+    for ep in range(2, len(paths) + 1):
+        if len(paths) % ep or len(set(per_rank[:ep])) != ep:
+            continue
+        if all(per_rank[r] == per_rank[r % ep] for r in range(len(paths))):
+            local = max(local_expert(p) for p, _ in heads[0][:n] if local_expert(p) is not None) + 1
+            return ep, local, (f"groups of {ep} neighbouring ranks run the same calls, their parameters alike "
+                               "but their experts'")
+    return 1, 0, ""
 
 
 def from_dumps(paths: list[str]) -> tuple[int, str]:
@@ -234,7 +244,7 @@ def _decide(name: str, by_key: dict, conf: str | None, differ: bool) -> tuple[La
     paths = [s.path for s in sorted(multi, key=lambda s: _rank(s.rank_dir))]
     ep, local, why = experts_from_dumps(paths)
     if ep > 1:
-        return Layout(1, 1, 1, "the dumps", ep), why, []
+        return Layout(1, 1, 1, "the dumps", ep, local), why, []
     if not differ:
         return Layout(), "", []
     tp, why = from_dumps(paths)
@@ -268,9 +278,13 @@ def apply(t_sides: list, g_sides: list, confs: dict | None = None) -> tuple[list
     for name, sides in (("target", t_sides), ("golden", g_sides)):
         lay, why, said = _decide(name, counts[name], confs.get(name), differ)
         findings += said
-        if lay.ep > 1:
-            sides, said = _experts(name, sides, lay, why)
-            findings += said
+        if lay.ep > 1:  # each expert-parallel group as one model
+            out[name] = _expert_groups(sides, counts[name], lay)
+            findings.append(_finding("info", f"{name}: expert-parallel size {lay.ep} from {lay.source}"
+                                     + (f" ({why})" if why else "") + ": each group's ranks compared as one model, "
+                                     "rank r's local expert j as global expert r x (experts per rank) + j",
+                                     sides[0].path if sides else ""))
+            continue
         if lay.tp * lay.pp > 1:
             out[name], said = _grouped(name, sides, counts[name], lay)
             findings += said
@@ -288,24 +302,28 @@ def apply(t_sides: list, g_sides: list, confs: dict | None = None) -> tuple[list
     return out["target"], out["golden"], findings
 
 
-def _experts(name: str, sides: list, lay: Layout, why: str) -> tuple[list, list]:
-    """Each rank's global index of its local expert 0 (rank r of an expert-parallel group of ep: r x local
-    experts), read off its module tree; the ranks stay rank against rank (data-parallel replicas)."""
+def _local_count(path: str) -> int:
+    """The experts a rank holds, read off its first records' module paths (0: none seen)."""
     from verl_pdbg_conf.compare.megatron.table import local_expert
 
-    out, said = [], []
-    for s in sides:
-        r = _rank(s.rank_dir)
-        if r >= 1 << 30 or lay.tp * lay.pp > 1:
-            out.append(s)
+    local = {local_expert(p) for p, _ in _module_paths(_head(path))} - {None}
+    return max(local) + 1 if local else 0
+
+
+def _expert_groups(sides: list, by_key: dict, lay: Layout) -> list:
+    """Each expert-parallel group of a key's ranks as one RankDump (one stage of `ep` ranks, in rank order)."""
+    out = []
+    for members in by_key.values():
+        ranked = sorted(members, key=lambda s: _rank(s.rank_dir))
+        if len(ranked) % lay.ep:
+            out += [replace(s, experts=-1) for s in ranked]
             continue
-        local = {local_expert(p) for p, _ in _module_paths(_head(s.path))} - {None}
-        out.append(replace(s, expert_offset=(r % lay.ep) * (max(local) + 1 if local else 0)))
-    if sides:
-        said.append(_finding("info", f"{name}: expert-parallel size {lay.ep} from {lay.source}" + (f" ({why})" if why else "")
-                             + ": rank r's local expert j is global expert r x (experts per rank) + j; the ranks "
-                             "compared rank against rank", sides[0].path))
-    return out, said
+        for d in range(len(ranked) // lay.ep):
+            group = ranked[d * lay.ep:(d + 1) * lay.ep]
+            out.append(replace(group[0], rank_dir=f"rank{d}", group=tuple(m.path for m in group),
+                               members=tuple(m.rank_dir for m in group), tp=lay.ep,
+                               experts=lay.experts or _local_count(group[0].path)))
+    return out + [s for s in sides if not s.rank_dir.startswith("rank")]
 
 
 def _per_key(sides: list) -> dict:

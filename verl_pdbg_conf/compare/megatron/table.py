@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROUTER = "router"  # megatron-core's MoELayer's TopKRouter attribute
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,11 @@ class Correspondence:
     def fused(self) -> list[Link]:
         return [link for link in self.links.values() if link.fused]
 
+    def routers(self) -> list[Link]:
+        """The MoE layers' routers: megatron-core's MoELayer holds its TopKRouter as `router` (mbridge maps
+        its weight to the Hugging Face model's gate)."""
+        return [link for m, link in self.links.items() if m.rpartition(".")[2] == ROUTER and len(link.hf) == 1]
+
 
 @functools.lru_cache(maxsize=1)
 def _all_rules() -> dict[str, list[_Rule]]:
@@ -242,6 +248,8 @@ def expert_containers() -> tuple:
 
 
 _LOCAL = re.compile(r"(?:^|\.)" + SEQUENTIAL_EXPERTS + r"\.(\d+)(?:\.|$)")
+# the local expert's number as stages.Relayer shifts a number: (separator)(container.)(number)
+LOCAL_EXPERT_NUMBER = re.compile(r"(^|\.)(" + SEQUENTIAL_EXPERTS + r"\.)(\d+)(?=\.|$)")
 
 
 def in_experts(path: str) -> bool:

@@ -269,7 +269,9 @@ class _Backends:
 
     def __init__(self, corr, mcore_side: str):
         self.corr, self.mcore_side = corr, mcore_side
-        self.fuser = Fuser([Group(link.hf, link.norm_in) for link in corr.fused()])
+        routers = corr.routers()
+        self.fuser = Fuser([Group(link.hf, link.norm_in) for link in corr.fused()], {link.hf[0] for link in routers})
+        self.opaque = frozenset(p for link in routers for p in (link.mcore, link.hf[0]))
 
     def seed(self) -> dict:
         m2h = self.corr.mcore_to_hf()
@@ -334,8 +336,10 @@ def run_pipeline(job, task: str, level: str, streams: tuple = (None, None)):
         skip_foreign(tstacks, gstacks)
     construct = not any(name == "construct.json" for name, _f, _w in broken)
     # streams: each side's DumpReader its header was read from (engine.compare_pair), or None
-    tside = PairSide(job.target, job.target_group, job.target_tp, level, tstacks, construct, streams[0])
-    gside = PairSide(job.golden, job.golden_group, job.golden_tp, level, gstacks, construct, streams[1])
+    tside = PairSide(job.target, job.target_group, job.target_tp, level, tstacks, construct, streams[0],
+                     job.target_experts)
+    gside = PairSide(job.golden, job.golden_group, job.golden_tp, level, gstacks, construct, streams[1],
+                     job.golden_experts)
     treader, greader = tside.reader, gside.reader
     titer, giter = tside.records(), gside.records()
     alignment, backends = _trees(tside, gside, level)
@@ -350,13 +354,16 @@ def run_pipeline(job, task: str, level: str, streams: tuple = (None, None)):
     t0, g0 = next(titer, None), next(giter, None)
     tstream = itertools.chain([t0], titer) if t0 is not None else iter(())
     gstream = itertools.chain([g0], giter) if g0 is not None else iter(())
-    split = splits.detect(t0, g0) if t0 is not None and g0 is not None else None
+    # an expert-parallel group's first call holds the batch's shares put together, not one micro-batch's
+    split = splits.detect(t0, g0) if t0 is not None and g0 is not None and not (
+        tside.expert_relayers or gside.expert_relayers) else None
     if split is not None:
         if split.side == "target":
             tstream = splits.combine(tstream, split)
         else:
             gstream = splits.combine(gstream, split)
-    plan = plan_for(backends is not None, bool(l1_mcore), tside.merged or gside.merged)
+    plan = plan_for(backends is not None, bool(l1_mcore), tside.merged or gside.merged,
+                    backends.opaque if backends is not None else frozenset())
     p = _Pair(job, task, plan)
     if split is not None:
         p.alone, p.split_side = split.alone, split.side
