@@ -6,7 +6,9 @@ backends' modules by the packages' own tables, never by names typed here.
 
 Per model type mbridge registers: each name of its tables (`_DIRECT_MAPPING`, and `_ATTENTION_MAPPING`,
 `_MLP_MAPPING`, `_OTHER_MAPPING` under a probe layer's `decoder.layers.N.`) run through the bridge's own
-`_weight_name_mapping_mcore_to_hf`, the layer number put back as `{layer}`. A key whose Hugging Face names
+`_weight_name_mapping_mcore_to_hf`, the layer number put back as `{layer}`; a key that names a module
+(Qwen2-MoE's `pre_mlp_layernorm`, its experts' `mlp.experts.linear_fc1`) is probed with the parameter its
+Hugging Face names hold (`.weight`), as megatron-core names its parameters. A key whose Hugging Face names
 hold an expert (`{expert_id}`) is probed as mbridge names one expert's weight, TransformerEngine's grouped
 linear's (`mlp.experts.linear_fc1.weight<E>`, the global expert after `weight`, as mbridge's own expert-
 parallel mapping reads it), the expert put back as `{expert}`; an MLP-table key the bridge refuses under the
@@ -35,8 +37,11 @@ def _probes(bridge) -> list[list[str]]:
             if "{layer_number}" in k:  # a key holding its own template (the VLMs') stands whole
                 out.append([k.replace("{layer_number}", str(PROBE))])
                 continue
+            param = hf[0].rpartition(".")[2] if hf else ""  # weight, bias: what the Hugging Face name holds
+            if param and param not in k.rpartition(".")[2]:  # a key naming the module (`pre_mlp_layernorm`)
+                k = f"{k}.{param}"
             if any("{expert_id}" in h for h in hf):  # one expert's weight, as mbridge names it
-                k = (k if k.endswith(".weight") else k + ".weight") + str(PROBE_EXPERT)
+                k += str(PROBE_EXPERT)
             names = [f"decoder.layers.{PROBE}.{k}"]
             if table == "_MLP_MAPPING" and not k.startswith("mlp."):
                 names.append(f"decoder.layers.{PROBE}.mlp.{k}")

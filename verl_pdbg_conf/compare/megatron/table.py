@@ -17,6 +17,11 @@ from dataclasses import dataclass
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROUTER = "router"  # megatron-core's MoELayer's TopKRouter attribute
+EXPERT = "{expert}"  # the tables' expert placeholder (extract.py)
+# megatron-core's SequentialMLP (the experts where there is no grouped gemm) holds expert J of its rank as
+# `local_experts.J`; its sharded_state_dict puts that at global expert (expert-parallel rank x local experts
+# + J), the index mbridge's tables give after `weight` (`mlp.experts.linear_fc1.weight{expert}`).
+SEQUENTIAL_EXPERTS = "local_experts"
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,11 @@ def rules(model: dict, local_keys: dict, layer_template: str) -> list[_Rule]:
     for mcore, hfs in model.get("params", []):
         module, param = _module(mcore)
         parts = tuple(dict.fromkeys(_module(h)[0] for h in hfs))
+        if param == "weight" + EXPERT:  # one expert's weight (grouped): SequentialMLP's module of that expert
+            head, _, last = module.rpartition(".")
+            module = f"{head}.{SEQUENTIAL_EXPERTS}.{EXPERT}.{last}"
+            out.setdefault((module, False), _Rule(module, parts, False))
+            continue
         if param in ("weight", "bias"):
             out.setdefault((module, False), _Rule(module, parts, False))
             continue
@@ -72,7 +82,15 @@ def rules(model: dict, local_keys: dict, layer_template: str) -> list[_Rule]:
 
 
 def _pattern(template: str) -> re.Pattern:
-    return re.compile(r"(?:^|\.)" + re.escape(template).replace(re.escape("{layer}"), r"(\d+)") + "$")
+    return re.compile(r"(?:^|\.)" + re.escape(template).replace(re.escape("{layer}"), r"(?P<layer>\d+)")
+                      .replace(re.escape(EXPERT), r"(?P<expert>\d+)") + "$")
+
+
+def _filled(template: str, m: re.Match) -> str:
+    """A template with the numbers a match of another template found ({layer}, {expert})."""
+    for name, value in m.groupdict().items():
+        template = template.replace("{" + name + "}", value)
+    return template
 
 
 def _parent(path: str) -> str:
@@ -89,7 +107,7 @@ class _Names:
         for t in templates:
             parts = t.split(".")
             for i, p in enumerate(parts):
-                if p == "{layer}":
+                if p in ("{layer}", EXPERT):
                     if i:
                         self.indexed.add(parts[i - 1])
                 else:
@@ -176,7 +194,7 @@ def _all_rules() -> dict[str, list[_Rule]]:
 def _megatron_words() -> frozenset:
     """Path components Megatron's names use and no Hugging Face name does (decoder, linear_qkv, ...)."""
     def words(templates):
-        return {w for t in templates for w in t.split(".") if w != "{layer}"}
+        return {w for t in templates for w in t.split(".") if w not in ("{layer}", EXPERT)}
 
     every = _all_rules().values()
     return frozenset(words(r.mcore for rs in every for r in rs) - words(h for rs in every for r in rs for h in r.hf))
@@ -191,8 +209,7 @@ def _links(rs: list[_Rule], mc: "_Names", hf: "_Names") -> dict[str, Link]:
             m = pat.search(n)
             if m is None:
                 continue
-            layer = m.group(1) if m.groups() else ""
-            parts = tuple(hf.find(h.replace("{layer}", layer)) for h in rule.hf)
+            parts = tuple(hf.find(_filled(h, m)) for h in rule.hf)
             if None not in parts:
                 out[path] = Link(path, parts)
                 break
@@ -201,8 +218,7 @@ def _links(rs: list[_Rule], mc: "_Names", hf: "_Names") -> dict[str, Link]:
             m = pat.search(n)
             if m is None or path not in out:
                 continue
-            layer = m.group(1) if m.groups() else ""
-            norm = hf.find(rule.hf[0].replace("{layer}", layer))
+            norm = hf.find(_filled(rule.hf[0], m))
             if norm is not None and not any(link.hf == (norm,) for link in out.values()):
                 out[path] = Link(path, out[path].hf, norm)
     return out
@@ -226,18 +242,13 @@ def _parents(links: dict[str, Link], mc: set, hf: set) -> dict[str, str]:
     return out
 
 
-# megatron-core's SequentialMLP (the experts where there is no grouped gemm) holds expert J of its rank as
-# `local_experts.J`; its sharded_state_dict puts that at global expert (expert-parallel rank x local experts
-# + J), the index mbridge's tables give after `weight` (`mlp.experts.linear_fc1.weight{expert}`).
-SEQUENTIAL_EXPERTS = "local_experts"
-
 
 @functools.lru_cache(maxsize=1)
 def expert_containers() -> tuple:
     """Patterns of the Megatron modules holding an MoE layer's experts (`decoder.layers.N.mlp.experts`), from
     the tables' rows naming one expert's weight; matched anywhere in a path."""
     doc = tables()
-    mark = doc.get("expert_placeholder", "{expert}")
+    mark = doc.get("expert_placeholder", EXPERT)
     out = set()
     for model in doc.get("models", {}).values():
         for mcore, _hf in model.get("params", []):
