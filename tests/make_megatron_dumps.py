@@ -31,6 +31,17 @@ process singleton, so one level per invocation. A run is BACKEND[-PLANT]:
   -qkv     decoder.layers.K.self_attention.linear_qkv.weight x1.01
   -eps     decoder.layers.K.pre_mlp_layernorm (a torch.nn.RMSNorm) eps = 0.1
 
+--arch qwen3_moe: make_cross_impl_dumps' Qwen3-MoE (8 experts, top 2) with 3 layers, and megatron-core's MoE
+GPTModel (local spec, SequentialMLP experts, the allgather dispatcher; weights loaded by mbridge's
+Qwen3MoEBridge, each SequentialMLP expert under mbridge's grouped name). Its runs:
+
+  hf, fsdp2  as above
+  ep1        megatron-core, expert parallel 1
+  ep2        expert parallel 2 (two ranks: rank r holds global experts 4r..4r+3 as local_experts.0..3 and takes
+             batch row r, its loss the sum of its log-probs over the whole batch's token count: run_shards)
+  plants, in layer K: -expert  global expert MOE_EXPERT's linear_fc2.weight x1.05 (on the rank holding it);
+  -router  mlp.router.weight x1.05
+
 The log-probs of every run are checked against the first unplanted run's: unplanted ones agree to 1e-5,
 planted ones differ. OUT/manifest.json says per run its backend, tp, pp, plant, layer and the module a
 compare must name (`expect_module`, with K the global layer; None: no divergence)."""

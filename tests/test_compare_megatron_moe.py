@@ -25,25 +25,31 @@ pytestmark = [pytest.mark.slow, pytest.mark.venvs("megatron")]
 HERE = os.path.dirname(os.path.abspath(__file__))
 LAYER = 1  # the planted layer
 RUNS = "hf,ep1,ep1-expert,ep2,ep2-expert,ep2-router"
+DUMPS = {"mix": RUNS, "L0": "hf,ep2,ep2-expert"}  # directory (and level) -> runs
 LOG_PROB, UPDATE = "actor_compute_log_prob", "actor_update"
 LOCAL_EXPERTS = {"decoder.layers.*.mlp.experts.local_experts.*", "decoder.layers.*.mlp.experts.local_experts.*.linear_fc1",
                  "decoder.layers.*.mlp.experts.local_experts.*.linear_fc2"}
 
 
 def make_dumps(venv, root):
-    """The runs at mix, one invocation (EP 2 takes both cores): made in the background (conftest.py)."""
+    """The runs of DUMPS, one invocation per level (EP 2 takes both cores): made in the background (conftest.py)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.path.dirname(HERE))
     return release_venvs.run_scripts(venv, root, [
-        [os.path.join(HERE, "make_megatron_dumps.py"), str(root / "mix"), "--arch", "qwen3_moe", "--level", "mix",
-         "--runs", RUNS, "--layer", str(LAYER)]], env)
+        [os.path.join(HERE, "make_megatron_dumps.py"), str(root / level), "--arch", "qwen3_moe", "--level", level,
+         "--runs", runs, "--layer", str(LAYER)] for level, runs in DUMPS.items()], env)
 
 
 BACKGROUND_JOBS = {"megatron-moe-dumps": ("megatron", make_dumps)}
 
 
 @pytest.fixture(scope="module")
-def dumps():
-    return release_venvs.job_root("megatron-moe-dumps", "megatron", make_dumps) / "mix"
+def root():
+    return release_venvs.job_root("megatron-moe-dumps", "megatron", make_dumps)
+
+
+@pytest.fixture(scope="module")
+def dumps(root):
+    return root / "mix"
 
 
 def manifest(dumps) -> dict:
@@ -136,3 +142,21 @@ def test_expert_parallel_size_from_a_verl_config(dumps, tmp_path):
     assert by_stage(doc)[LOG_PROB]["status"] == "same"
     assert any(f"expert-parallel size 2 from conf {conf}" in f["message"] for f in doc["diagnostics"]
                if f["rule"] == "compare-layout")
+
+
+def test_l0_same_weights_against_transformers_is_same(root):
+    """At L0 only module records: Megatron's experts run inside its MoE layer, paired with transformers' MoE
+    block and compared at its input and output, so nothing is left uncompared."""
+    code, doc = compare(root / "L0" / "ep2", root / "L0" / "hf")
+    assert code == 0, [(p["stage"], p["status"], p["first_divergence"], p["coverage"]) for p in doc["pairs"]]
+    assert all(p["status"] == "same" and p["coverage"]["full"] for p in doc["pairs"])
+
+
+def test_l0_one_expert(root):
+    code, doc = compare(root / "L0" / "ep2-expert", root / "L0" / "hf")
+    assert code == 1 and {p["first_divergence"]["module"] for p in doc["pairs"]} == {f"decoder.layers.{LAYER}.mlp"}
+    code, doc = compare(root / "L0" / "ep2-expert", root / "L0" / "ep2")
+    assert code == 1
+    for pair in doc["pairs"]:
+        first = pair["first_divergence"]
+        assert first["expert"] == 5 and first["module"] == f"decoder.layers.{LAYER}.mlp.experts.local_experts.5.linear_fc2"

@@ -13,8 +13,8 @@ import shutil
 import tempfile
 
 from verl_pdbg_conf.core.findings import Finding
-from verl_pdbg_conf.compare.megatron.table import local_expert
 from verl_pdbg_conf.compare.engine import PairJob, PairOutcome, failed_outcome, header_of
+from verl_pdbg_conf.compare.megatron.table import local_expert
 from verl_pdbg_conf.compare.msprobe_run import diagnose, msprobe_compare, precheck, csv_written, msprobe_remote
 from verl_pdbg_conf.compare.nodes import METRICS
 from verl_pdbg_conf.compare.output import write_summaries

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from verl_pdbg_conf.compare.dumpread import DumpError, DumpReader, rows_of, split_record
+from verl_pdbg_conf.compare.megatron.table import in_experts, local_expert
+from verl_pdbg_conf.compare.nodes import module_path
 from verl_pdbg_conf.compare.pipeline.concat import same_rows
 
 PROBE = 400  # records read from each rank to tell a tensor-parallel group
@@ -116,8 +118,7 @@ def _reduced_alike(heads: list[list]) -> bool:
 
 
 def _module_paths(head: list) -> list:
-    from verl_pdbg_conf.compare.nodes import module_path
-
+    """A rank's first module records as (module path, rows)."""
     return [(module_path(name) or "", rows) for name, rows in head if name.startswith(("Module.", "Cell."))]
 
 
@@ -128,8 +129,6 @@ def experts_from_dumps(paths: list[str]) -> tuple[int, int, str]:
     batch, or the same). The group is the smallest period of neighbouring ranks after which the experts'
     parameters repeat (Megatron puts expert-parallel ranks next to each other at tensor-parallel size 1);
     (1, 0, "") where nothing says so."""
-    from verl_pdbg_conf.compare.megatron.table import in_experts, local_expert
-
     if len(paths) < 2:
         return 1, 0, ""
     heads = [_module_paths(_head(p)) for p in paths]
@@ -304,8 +303,6 @@ def apply(t_sides: list, g_sides: list, confs: dict | None = None) -> tuple[list
 
 def _local_count(path: str) -> int:
     """The experts a rank holds, read off its first records' module paths (0: none seen)."""
-    from verl_pdbg_conf.compare.megatron.table import local_expert
-
     local = {local_expert(p) for p, _ in _module_paths(_head(path))} - {None}
     return max(local) + 1 if local else 0
 
