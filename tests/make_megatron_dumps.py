@@ -40,7 +40,10 @@ Qwen3MoEBridge, each SequentialMLP expert under mbridge's grouped name). Its run
   ep2        expert parallel 2 (two ranks: rank r holds global experts 4r..4r+3 as local_experts.0..3 and takes
              batch row r, its loss the sum of its log-probs over the whole batch's token count: run_shards)
   plants, in layer K: -expert  global expert MOE_EXPERT's linear_fc2.weight x1.05 (on the rank holding it);
-  -router  mlp.router.weight x1.05
+  -router  mlp.router.weight x1.05; -shared  mlp.shared_experts.linear_fc2.weight x1.05 (qwen2_moe)
+
+--arch qwen2_moe: the same sizes as a Qwen2-MoE with a shared expert (intermediate 128) and its gate
+(megatron-core's moe_shared_expert_gate), attention biases, top-k weights not renormalised.
 
 The log-probs of every run are checked against the first unplanted run's: unplanted ones agree to 1e-5,
 planted ones differ. OUT/manifest.json says per run its backend, tp, pp, plant, layer and the module a
@@ -71,8 +74,9 @@ BACKENDS = {"hf": ("hf", 1, 1), "fsdp2": ("fsdp2", 1, 1), "tp1": ("megatron", 1,
 MOE_BACKENDS = {"hf": ("hf", 1, 1, 1), "fsdp2": ("fsdp2", 1, 1, 1), "ep1": ("megatron", 1, 1, 1),
                 "ep2": ("megatron", 1, 1, 2)}
 PLANTS = {"fc2": "mlp.linear_fc2", "qkv": "self_attention.linear_qkv", "eps": "pre_mlp_layernorm"}
-MOE_PLANTS = {"expert": "mlp.experts", "router": "mlp.router"}
-ARCHS = ("qwen2", "qwen3_moe")
+MOE_PLANTS = {"expert": "mlp.experts", "router": "mlp.router", "shared": "mlp.shared_experts.linear_fc2"}
+ARCHS = ("qwen2", "qwen3_moe", "qwen2_moe")
+MOE_ARCHS = ("qwen3_moe", "qwen2_moe")
 MOE_LAYERS = 3  # the MoE checkpoint's layers (make_cross_impl_dumps' Qwen3-MoE config, fewer layers)
 MOE_EXPERT = 5  # the expert the -expert plant changes: at EP 2 rank 1's local expert 1
 STAGES = X.STAGES
@@ -81,7 +85,7 @@ AGREE = 1e-5  # max |log-prob difference| of two unplanted runs
 
 def parse_run(run: str, arch: str = "qwen2") -> tuple[str, int, int, int, str | None]:
     """backend, tp, pp, ep, plant"""
-    backends, plants = (MOE_BACKENDS, MOE_PLANTS) if arch == "qwen3_moe" else (BACKENDS, PLANTS)
+    backends, plants = (MOE_BACKENDS, MOE_PLANTS) if arch in MOE_ARCHS else (BACKENDS, PLANTS)
     name, _, plant = run.partition("-")
     if name not in backends or (plant and (plant not in plants or backends[name][0] != "megatron")):
         raise SystemExit(f"unknown run {run!r}: BACKEND[-PLANT], BACKEND in {tuple(backends)}, "
@@ -91,11 +95,24 @@ def parse_run(run: str, arch: str = "qwen2") -> tuple[str, int, int, int, str | 
 
 
 def moe_layers(arch: str) -> int:
-    return MOE_LAYERS if arch == "qwen3_moe" else X.LAYERS
+    return MOE_LAYERS if arch in MOE_ARCHS else X.LAYERS
 
 
 def write_checkpoint(path: str, arch: str = "qwen2") -> None:
     if os.path.exists(os.path.join(path, "config.json")):
+        return
+    if arch == "qwen2_moe":  # the Qwen3-MoE's sizes, with a shared expert and its gate, attention biases
+        import torch
+        import transformers
+
+        moe = dict(X.MOE["qwen3_moe"], norm_topk_prob=False, shared_expert_intermediate_size=X.INTER)
+        moe.pop("head_dim")
+        cfg = transformers.Qwen2MoeConfig(hidden_size=X.HIDDEN, intermediate_size=X.INTER, num_hidden_layers=MOE_LAYERS,
+                                          num_attention_heads=X.HEADS, num_key_value_heads=X.KV_HEADS,
+                                          vocab_size=X.VOCAB, max_position_embeddings=64, tie_word_embeddings=False,
+                                          **moe)
+        torch.manual_seed(0)
+        transformers.Qwen2MoeForCausalLM(cfg).save_pretrained(path, safe_serialization=True)
         return
     if arch == "qwen3_moe":  # make_cross_impl_dumps' Qwen3-MoE with MOE_LAYERS layers
         X.LAYERS = MOE_LAYERS
@@ -254,8 +271,12 @@ def megatron_model(ckpt: str, plant: str | None, layer: int, expert: int = MOE_E
     bridge.set_extra_args(sequence_parallel=False, perform_initialization=False,
                           **(dict(moe_grouped_gemm=False, moe_token_dispatcher_type="allgather", variable_seq_lengths=False,
                                   persist_layer_norm=False, bias_activation_fusion=False,
-                                  bias_dropout_fusion=False) if experts else {}))
-    # (the experts' fused activation asks `activation_func == F.silu` at each call, after msprobe has wrapped
+                                  bias_dropout_fusion=False, moe_shared_expert_overlap=False,
+                                  moe_shared_expert_gate=bool(getattr(hf_config, "shared_expert_intermediate_size",
+                                                                      0))) if experts else {}))
+    # (a shared expert's gate (Qwen2-MoE's shared_expert_gate) is megatron-core's moe_shared_expert_gate, which
+    # mbridge leaves off; overlapping the shared expert needs the alltoall dispatcher;
+    # the experts' fused activation asks `activation_func == F.silu` at each call, after msprobe has wrapped
     # F.silu: left off, the MLP runs silu and its product unfused; its fused bias-dropout-add is torch.compile,
     # which msprobe refuses; the variable sequence lengths mbridge
     # sets the allgather dispatcher refuses)
@@ -275,9 +296,9 @@ def megatron_model(ckpt: str, plant: str | None, layer: int, expert: int = MOE_E
             if 0 <= j < len(mine):
                 with torch.no_grad():
                     mine[j].linear_fc2.weight.mul_(1.05)
-        elif plant == "router":
+        elif plant in ("router", "shared"):
             with torch.no_grad():
-                target.mlp.router.weight.mul_(1.05)
+                target.get_submodule(MOE_PLANTS[plant]).weight.mul_(1.05)
         else:
             with torch.no_grad():
                 target.get_submodule(PLANTS[plant]).weight.mul_(1.01)
@@ -452,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--layer is a layer 0..{layers - 1}")
     runs = [r for r in a.runs.split(",") if r]
     parsed = [parse_run(r, a.arch) for r in runs]
-    plants = MOE_PLANTS if a.arch == "qwen3_moe" else PLANTS
+    plants = MOE_PLANTS if a.arch in MOE_ARCHS else PLANTS
     steps = [int(s) for s in a.steps.split(",")]
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -469,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
     manifest = json.load(open(path)) if os.path.exists(path) else {"runs": {}}
     manifest.update({"arch": a.arch, "level": a.level, "layer": a.layer, "layers": layers, "steps": steps,
                      "checkpoint": "checkpoint"})
-    if a.arch == "qwen3_moe":
+    if a.arch in MOE_ARCHS:
         manifest["expert"] = MOE_EXPERT
     groups = {}  # (transformers or megatron, tp, pp, ep): its runs' jobs, in the order given
     for name, (backend, tp, pp, ep, plant) in zip(runs, parsed):

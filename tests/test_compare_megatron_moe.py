@@ -25,7 +25,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.venvs("megatron")]
 HERE = os.path.dirname(os.path.abspath(__file__))
 LAYER = 1  # the planted layer
 RUNS = "hf,ep1,ep1-expert,ep2,ep2-expert,ep2-router"
-DUMPS = {"mix": RUNS, "L0": "hf,ep2,ep2-expert"}  # directory (and level) -> runs
+Q2_RUNS = "hf,ep1,ep2,ep2-expert,ep2-shared"  # Qwen2-MoE: a shared expert and its gate
+# directory -> (arch, level, runs)
+DUMPS = {"mix": ("qwen3_moe", "mix", RUNS), "L0": ("qwen3_moe", "L0", "hf,ep2,ep2-expert"),
+         "qwen2_moe": ("qwen2_moe", "mix", Q2_RUNS)}
 LOG_PROB, UPDATE = "actor_compute_log_prob", "actor_update"
 LOCAL_EXPERTS = {"decoder.layers.*.mlp.experts.local_experts.*", "decoder.layers.*.mlp.experts.local_experts.*.linear_fc1",
                  "decoder.layers.*.mlp.experts.local_experts.*.linear_fc2"}
@@ -35,8 +38,8 @@ def make_dumps(venv, root):
     """The runs of DUMPS, one invocation per level (EP 2 takes both cores): made in the background (conftest.py)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.path.dirname(HERE))
     return release_venvs.run_scripts(venv, root, [
-        [os.path.join(HERE, "make_megatron_dumps.py"), str(root / level), "--arch", "qwen3_moe", "--level", level,
-         "--runs", runs, "--layer", str(LAYER)] for level, runs in DUMPS.items()], env)
+        [os.path.join(HERE, "make_megatron_dumps.py"), str(root / name), "--arch", arch, "--level", level,
+         "--runs", runs, "--layer", str(LAYER)] for name, (arch, level, runs) in DUMPS.items()], env)
 
 
 BACKGROUND_JOBS = {"megatron-moe-dumps": ("megatron", make_dumps)}
@@ -56,12 +59,13 @@ def manifest(dumps) -> dict:
     return json.loads((dumps / "manifest.json").read_text())
 
 
-def test_log_probs_agree_where_unplanted(dumps):
+@pytest.mark.parametrize("where,runs", [("mix", RUNS), ("qwen2_moe", Q2_RUNS)])
+def test_log_probs_agree_where_unplanted(root, where, runs):
     """The weights loaded right: every unplanted run's log-probs are transformers' to 1e-5, planted ones not."""
-    runs = manifest(dumps)["runs"]
-    for name in RUNS.split(","):
-        diff = runs[name]["log_prob_diff"]
-        assert (diff > 1e-5) == bool(runs[name]["plant"]), (name, diff)
+    got = manifest(root / where)["runs"]
+    for name in runs.split(","):
+        diff = got[name]["log_prob_diff"]
+        assert (diff > 1e-5) == bool(got[name]["plant"]), (name, diff)
 
 
 def by_stage(doc) -> dict:
@@ -160,3 +164,33 @@ def test_l0_one_expert(root):
     for pair in doc["pairs"]:
         first = pair["first_divergence"]
         assert first["expert"] == 5 and first["module"] == f"decoder.layers.{LAYER}.mlp.experts.local_experts.5.linear_fc2"
+
+
+@pytest.mark.parametrize("target,golden", [("ep2", "hf"), ("hf", "ep2"), ("ep1", "hf")])
+def test_qwen2_moe_shared_expert_same_weights(root, target, golden):
+    """Megatron's shared experts apply their gate (mbridge's gate_weight) in their own output, transformers in
+    a module of its own (shared_expert_gate): compared by their input and parts, never diverged."""
+    code, doc = compare(root / "qwen2_moe" / target, root / "qwen2_moe" / golden)
+    assert code == 3
+    for pair in doc["pairs"]:
+        assert pair["status"] == "partial" and pair["first_divergence"] is None, pair
+        mcore = pair["coverage"]["target" if target != "hf" else "golden"]
+        assert set(mcore["uncompared_modules"]) == LOCAL_EXPERTS, mcore
+
+
+def test_qwen2_moe_ep2_against_ep1_is_same(root):
+    code, doc = compare(root / "qwen2_moe" / "ep2", root / "qwen2_moe" / "ep1")
+    assert by_stage(doc)[LOG_PROB]["status"] == "same"
+    assert by_stage(doc)[UPDATE]["first_divergence"] is None
+
+
+@pytest.mark.parametrize("target,golden,module,expert", [
+    ("ep2-shared", "hf", f"decoder.layers.{LAYER}.mlp.shared_experts.linear_fc2", None),
+    ("hf", "ep2-shared", f"model.layers.{LAYER}.mlp.shared_expert.down_proj", None),
+    ("ep2-expert", "ep1", f"decoder.layers.{LAYER}.mlp.experts.local_experts.5.linear_fc2", 5)])
+def test_qwen2_moe_change_is_named(root, target, golden, module, expert):
+    code, doc = compare(root / "qwen2_moe" / target, root / "qwen2_moe" / golden)
+    assert code == 1
+    for pair in doc["pairs"]:
+        first = pair["first_divergence"]
+        assert first["module"] == module and first.get("expert") == expert, first

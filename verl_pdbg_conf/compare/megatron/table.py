@@ -56,6 +56,7 @@ class _Rule:
     mcore: str  # module template with {layer}
     hf: tuple
     norm: bool  # a fused norm's parameter: the Megatron module holds the norm in front of it
+    folded: bool = False  # the Megatron module holds another module's weight (a gate on its output)
 
 
 def rules(model: dict, local_keys: dict, layer_template: str) -> list[_Rule]:
@@ -71,6 +72,11 @@ def rules(model: dict, local_keys: dict, layer_template: str) -> list[_Rule]:
             continue
         if param in ("weight", "bias"):
             out.setdefault((module, False), _Rule(module, parts, False))
+            continue
+        if not param.startswith("layer_norm_") and all(_module(h)[1] == "weight" for h in hfs):
+            # Qwen2-MoE's shared_experts.gate_weight <- shared_expert_gate.weight: Megatron's shared experts
+            # apply in their own output the gate transformers runs as a module of its own
+            out.setdefault((module, "folded"), _Rule(module, parts, False, True))
             continue
         for local, te in local_keys.items():  # TransformerEngine's fused name -> the local spec's module
             te_full = layer_template + te
@@ -148,6 +154,7 @@ class Correspondence:
         self.model = ""
         self.links: dict[str, Link] = {}
         self.parents: dict[str, str] = {}
+        self.folded: dict[str, str] = {}  # Megatron module -> the Hugging Face module whose weight it holds
         mc, hf = list(mcore_paths), list(hf_paths)
         every = _all_rules()
         if not every or _megatron_words().isdisjoint({c for p in mc for c in p.split(".")}):
@@ -164,6 +171,7 @@ class Correspondence:
             return
         self.model, self.links, _score = best
         self.parents = _parents(self.links, set(mc), set(hf))
+        self.folded = _folded(every[self.model], mcn, hfn)
 
     def __bool__(self) -> bool:
         return bool(self.links)
@@ -200,9 +208,21 @@ def _megatron_words() -> frozenset:
     return frozenset(words(r.mcore for rs in every for r in rs) - words(h for rs in every for r in rs for h in r.hf))
 
 
+def _folded(rs: list[_Rule], mc: "_Names", hf: "_Names") -> dict[str, str]:
+    out: dict[str, str] = {}
+    rules_ = [(r, _pattern(r.mcore)) for r in rs if r.folded]
+    for path, n in mc.normal.items():
+        for rule, pat in rules_:
+            m = pat.search(n)
+            other = hf.find(_filled(rule.hf[0], m)) if m else None
+            if other is not None:
+                out[path] = other
+    return out
+
+
 def _links(rs: list[_Rule], mc: "_Names", hf: "_Names") -> dict[str, Link]:
-    whole = [(r, _pattern(r.mcore)) for r in rs if not r.norm]
-    norms = [(r, _pattern(r.mcore)) for r in rs if r.norm]
+    whole = [(r, _pattern(r.mcore)) for r in rs if not r.norm and not r.folded]
+    norms = [(r, _pattern(r.mcore)) for r in rs if r.norm and not r.folded]
     out: dict[str, Link] = {}
     for path, n in mc.normal.items():
         for rule, pat in whole:

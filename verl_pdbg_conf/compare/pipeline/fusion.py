@@ -11,7 +11,11 @@ An MoE router's outputs as Megatron's TopKRouter gives them: a Hugging Face rout
 zeros [T, E] and the map of chosen experts [T, E] (bool). The scatter's statistics follow from the weights'
 exactly (Max and Min with the zeros', Mean times k/E, the same Norm); the map's Max and Min are True and
 False wherever k < E. The logits have no Megatron output: left out (compared inside, where a run dumps them).
-In the backward, the gradients of the outputs are of other tensors: left out; the input's gradient stays."""
+In the backward, the gradients of the outputs are of other tensors: left out; the input's gradient stays.
+
+A module whose Megatron counterpart holds another module's weight (Qwen2-MoE's shared expert: Megatron's
+`shared_experts` applies the gate transformers runs as `shared_expert_gate`, mbridge's `gate_weight`) is
+compared by its input only; its output and gradients are of other tensors (the gate's product)."""
 
 from __future__ import annotations
 
@@ -35,8 +39,9 @@ def _call(r) -> str:
 class Fuser:
     """Runs over one side's records; `left_out` counts the input gradients left out."""
 
-    def __init__(self, groups: list[Group], routers: set | frozenset = frozenset()):
+    def __init__(self, groups: list[Group], routers: set | frozenset = frozenset(), gated: set | frozenset = frozenset()):
         self.routers = frozenset(routers)  # Hugging Face routers' module paths
+        self.gated = frozenset(gated)  # Hugging Face modules whose Megatron counterpart gates its output
         self.of: dict[str, tuple[Group, int]] = {}
         self.norms: dict[str, Group] = {}
         for g in groups:
@@ -55,6 +60,14 @@ class Fuser:
                 continue
             if r.module in self.routers:
                 yield _as_megatron_router(r)
+                continue
+            if r.module in self.gated and r.direction in ("forward", "backward"):
+                # only the input (and parameters) compare: the output, its gradient and the input's gradient
+                # (which flows through the gate too) are of other tensors
+                r.rows = [x for x in r.rows if x.state in ("parameters",) or
+                          (x.state == "input" and r.direction == "forward")]
+                r.extra["gated"] = True
+                yield r
                 continue
             if r.module in self.norms and r.direction == "forward":
                 norm_rec[self.norms[r.module]] = r

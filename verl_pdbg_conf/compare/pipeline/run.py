@@ -270,8 +270,13 @@ class _Backends:
     def __init__(self, corr, mcore_side: str):
         self.corr, self.mcore_side = corr, mcore_side
         routers = corr.routers()
-        self.fuser = Fuser([Group(link.hf, link.norm_in) for link in corr.fused()], {link.hf[0] for link in routers})
-        self.opaque = frozenset(p for link in routers for p in (link.mcore, link.hf[0]))
+        m2h = corr.mcore_to_hf()
+        # a Megatron module holding another module's weight (a gate on its output) against its counterpart
+        gated = {m: m2h[m] for m in corr.folded if m in m2h}
+        self.fuser = Fuser([Group(link.hf, link.norm_in) for link in corr.fused()], {link.hf[0] for link in routers},
+                           set(gated.values()))
+        self.opaque = frozenset([p for link in routers for p in (link.mcore, link.hf[0])]
+                                + [p for pair in gated.items() for p in pair])
 
     def seed(self) -> dict:
         m2h = self.corr.mcore_to_hf()
