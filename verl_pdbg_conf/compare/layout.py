@@ -131,7 +131,10 @@ def experts_from_dumps(paths: list[str]) -> tuple[int, int, str]:
     (1, 0, "") where nothing says so."""
     if len(paths) < 2:
         return 1, 0, ""
-    heads = [_module_paths(_head(p)) for p in paths]
+    first = _module_paths(_head(paths[0]))
+    if not any(local_expert(p) is not None for p, _ in first):
+        return 1, 0, ""  # no expert of Megatron's in the first rank's first records (most runs end here)
+    heads = [first] + [_module_paths(_head(p)) for p in paths[1:]]
     n = min(len(h) for h in heads)
     if not n:
         return 1, 0, ""
@@ -277,7 +280,11 @@ def apply(t_sides: list, g_sides: list, confs: dict | None = None) -> tuple[list
     for name, sides in (("target", t_sides), ("golden", g_sides)):
         lay, why, said = _decide(name, counts[name], confs.get(name), differ)
         findings += said
-        if lay.ep > 1:  # each expert-parallel group as one model
+        if lay.ep > 1 and lay.tp * lay.pp > 1:
+            findings.append(_finding("warning", f"{name}: expert-parallel size {lay.ep} with tensor-parallel {lay.tp} "
+                                     f"x pipeline {lay.pp} ({lay.source}): the experts' shards are not combined",
+                                     sides[0].path if sides else ""))
+        elif lay.ep > 1:  # each expert-parallel group as one model
             out[name] = _expert_groups(sides, counts[name], lay)
             findings.append(_finding("info", f"{name}: expert-parallel size {lay.ep} from {lay.source}"
                                      + (f" ({why})" if why else "") + ": each group's ranks compared as one model, "
