@@ -18,6 +18,7 @@ import os
 import pytest
 
 import release_venvs
+from compare_cli import run as compare_text
 from compare_cli import run_json as compare
 
 pytestmark = [pytest.mark.slow, pytest.mark.venvs("megatron")]
@@ -115,6 +116,9 @@ def test_one_expert_named_by_its_global_index(dumps, run, golden):
         assert pair["status"] == "diverged" and first["layer"] == LAYER, pair
         assert first["module"].startswith(f"decoder.layers.{LAYER}.mlp.experts.local_experts.{want['expert']}."), first
         assert first["expert"] == want["expert"] == 5
+    code, text = compare_text([dumps / run, dumps / golden])
+    assert code == 1 and f"[decoder.layers.{LAYER}.mlp.experts.local_experts.5.linear_fc2]" in text and \
+        "expert 5" in text
 
 
 def test_one_expert_against_fused_experts(dumps):
