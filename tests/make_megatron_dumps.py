@@ -31,6 +31,20 @@ process singleton, so one level per invocation. A run is BACKEND[-PLANT]:
   -qkv     decoder.layers.K.self_attention.linear_qkv.weight x1.01
   -eps     decoder.layers.K.pre_mlp_layernorm (a torch.nn.RMSNorm) eps = 0.1
 
+--arch qwen3_moe: make_cross_impl_dumps' Qwen3-MoE (8 experts, top 2) with 3 layers, and megatron-core's MoE
+GPTModel (local spec, SequentialMLP experts, the allgather dispatcher; weights loaded by mbridge's
+Qwen3MoEBridge, each SequentialMLP expert under mbridge's grouped name). Its runs:
+
+  hf, fsdp2  as above
+  ep1        megatron-core, expert parallel 1
+  ep2        expert parallel 2 (two ranks: rank r holds global experts 4r..4r+3 as local_experts.0..3 and takes
+             batch row r, its loss the sum of its log-probs over the whole batch's token count: run_shards)
+  plants, in layer K: -expert  global expert MOE_EXPERT's linear_fc2.weight x1.05 (on the rank holding it);
+  -router  mlp.router.weight x1.05; -shared  mlp.shared_experts.linear_fc2.weight x1.05 (qwen2_moe)
+
+--arch qwen2_moe: the same sizes as a Qwen2-MoE with a shared expert (intermediate 128) and its gate
+(megatron-core's moe_shared_expert_gate), attention biases, top-k weights not renormalised.
+
 The log-probs of every run are checked against the first unplanted run's: unplanted ones agree to 1e-5,
 planted ones differ. OUT/manifest.json says per run its backend, tp, pp, plant, layer and the module a
 compare must name (`expect_module`, with K the global layer; None: no divergence)."""
@@ -55,23 +69,54 @@ from scenarios import gloo  # noqa: E402
 
 BACKENDS = {"hf": ("hf", 1, 1), "fsdp2": ("fsdp2", 1, 1), "tp1": ("megatron", 1, 1), "tp2": ("megatron", 2, 1),
             "pp2": ("megatron", 1, 2), "tp2pp2": ("megatron", 2, 2)}  # name: backend, tp, pp
+# the MoE arch's runs: name: backend, tp, pp, expert-parallel size (a rank per expert shard, each a
+# data-parallel rank of the layers outside the experts, with its share of the batch: run_shards)
+MOE_BACKENDS = {"hf": ("hf", 1, 1, 1), "fsdp2": ("fsdp2", 1, 1, 1), "ep1": ("megatron", 1, 1, 1),
+                "ep2": ("megatron", 1, 1, 2)}
 PLANTS = {"fc2": "mlp.linear_fc2", "qkv": "self_attention.linear_qkv", "eps": "pre_mlp_layernorm"}
+MOE_PLANTS = {"expert": "mlp.experts", "router": "mlp.router", "shared": "mlp.shared_experts.linear_fc2"}
+ARCHS = ("qwen2", "qwen3_moe", "qwen2_moe")
+MOE_ARCHS = ("qwen3_moe", "qwen2_moe")
+MOE_LAYERS = 3  # the MoE checkpoint's layers (make_cross_impl_dumps' Qwen3-MoE config, fewer layers)
+MOE_EXPERT = 5  # the expert the -expert plant changes: at EP 2 rank 1's local expert 1
 STAGES = X.STAGES
 AGREE = 1e-5  # max |log-prob difference| of two unplanted runs
 
 
-def parse_run(run: str) -> tuple[str, int, int, str | None]:
-    """backend, tp, pp, plant"""
+def parse_run(run: str, arch: str = "qwen2") -> tuple[str, int, int, int, str | None]:
+    """backend, tp, pp, ep, plant"""
+    backends, plants = (MOE_BACKENDS, MOE_PLANTS) if arch in MOE_ARCHS else (BACKENDS, PLANTS)
     name, _, plant = run.partition("-")
-    if name not in BACKENDS or (plant and (plant not in PLANTS or BACKENDS[name][0] != "megatron")):
-        raise SystemExit(f"unknown run {run!r}: BACKEND[-PLANT], BACKEND in {tuple(BACKENDS)}, "
-                         f"PLANT in {tuple(PLANTS)} (megatron runs only)")
-    return *BACKENDS[name], plant or None
+    if name not in backends or (plant and (plant not in plants or backends[name][0] != "megatron")):
+        raise SystemExit(f"unknown run {run!r}: BACKEND[-PLANT], BACKEND in {tuple(backends)}, "
+                         f"PLANT in {tuple(plants)} (megatron runs only)")
+    backend, tp, pp, *ep = backends[name]
+    return backend, tp, pp, (ep or [1])[0], plant or None
 
 
-def write_checkpoint(path: str) -> None:
-    if not os.path.exists(os.path.join(path, "config.json")):
-        X.build("qwen2", "golden", None, 0, 0).save_pretrained(path, safe_serialization=True)
+def moe_layers(arch: str) -> int:
+    return MOE_LAYERS if arch in MOE_ARCHS else X.LAYERS
+
+
+def write_checkpoint(path: str, arch: str = "qwen2") -> None:
+    if os.path.exists(os.path.join(path, "config.json")):
+        return
+    if arch == "qwen2_moe":  # the Qwen3-MoE's sizes, with a shared expert and its gate, attention biases
+        import torch
+        import transformers
+
+        moe = dict(X.MOE["qwen3_moe"], norm_topk_prob=False, shared_expert_intermediate_size=X.INTER)
+        moe.pop("head_dim")
+        cfg = transformers.Qwen2MoeConfig(hidden_size=X.HIDDEN, intermediate_size=X.INTER, num_hidden_layers=MOE_LAYERS,
+                                          num_attention_heads=X.HEADS, num_key_value_heads=X.KV_HEADS,
+                                          vocab_size=X.VOCAB, max_position_embeddings=64, tie_word_embeddings=False,
+                                          **moe)
+        torch.manual_seed(0)
+        transformers.Qwen2MoeForCausalLM(cfg).save_pretrained(path, safe_serialization=True)
+        return
+    if arch == "qwen3_moe":  # make_cross_impl_dumps' Qwen3-MoE with MOE_LAYERS layers
+        X.LAYERS = MOE_LAYERS
+    X.build(arch, "golden", None, 0, 0).save_pretrained(path, safe_serialization=True)
 
 
 # ---------------------------------------------------------------- transformers
@@ -80,7 +125,8 @@ def hf_model(ckpt: str, fsdp2: bool):
     import torch
     import transformers
 
-    model = transformers.Qwen2ForCausalLM.from_pretrained(ckpt, attn_implementation="eager", dtype=torch.float32)
+    model = transformers.AutoModelForCausalLM.from_pretrained(ckpt, attn_implementation="eager",
+                                                              dtype=torch.float32)
     if fsdp2:
         from torch.distributed.fsdp import fully_shard
 
@@ -130,16 +176,71 @@ def patch_cuda_for_cpu() -> None:
         schedules.torch = _CpuTorch("torch")
 
 
-def megatron_init(tp: int, pp: int = 1) -> None:
+def patch_moe_for_cpu() -> None:
+    """megatron-core's MoE on CPU: the router's gemm names TransformerEngine's (undefined without it), and the
+    allgather dispatcher records and waits on CUDA streams and events; on the CPU there is one stream."""
+    import contextlib
+
+    import torch
+    from megatron.core.transformer.moe import moe_utils
+
+    moe_utils.te_general_gemm = None
+
+    class _Stream:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def wait_stream(self, *args, **kwargs):
+            pass
+
+        def wait_event(self, *args, **kwargs):
+            pass
+
+        def record_event(self, *args, **kwargs):
+            return None
+
+        def synchronize(self):
+            pass
+
+    torch.cuda.Stream = _Stream
+    torch.cuda.current_stream = lambda device=None: _Stream()
+    torch.cuda.stream = lambda stream=None: contextlib.nullcontext()
+
+
+def megatron_init(tp: int, pp: int = 1, ep: int = 1) -> None:
     """Megatron's parallel state, once per process group."""
     from megatron.core import parallel_state, tensor_parallel
 
     patch_cuda_for_cpu()
-    parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
+    patch_moe_for_cpu()
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+                                             expert_model_parallel_size=ep)
     tensor_parallel.model_parallel_cuda_manual_seed(0)
 
 
-def megatron_model(ckpt: str, plant: str | None, layer: int):
+LOCAL_EXPERT = __import__("re").compile(r"\.mlp\.experts\.local_experts\.(\d+)\.(linear_fc\d)\.weight$")
+
+
+def sequential_experts(bridge, num_experts: int) -> None:
+    """mbridge names an expert's weight as TransformerEngine's grouped linear does (`mlp.experts.linear_fc1.weight5`,
+    the global expert after `weight`); the CPU's SequentialMLP holds it as `mlp.experts.local_experts.J.linear_fc1
+    .weight`, J local. Put each in mbridge's form, the expert global (J + rank's offset, as mbridge's own expert-
+    parallel mapping does), so that its tables load it."""
+    from megatron.core import parallel_state
+
+    ep, rank = parallel_state.get_expert_model_parallel_world_size(), parallel_state.get_expert_model_parallel_rank()
+    offset = rank * (num_experts // ep)
+    local_to_global = bridge._weight_name_mapping_mcore_local_to_global
+
+    def mapping(model, consider_ep=True):
+        out = local_to_global(model, consider_ep=False)
+        return {k: LOCAL_EXPERT.sub(lambda m: f".mlp.experts.{m.group(2)}.weight{int(m.group(1)) + offset}", v)
+                for k, v in out.items()}
+
+    bridge._weight_name_mapping_mcore_local_to_global = mapping
+
+
+def megatron_model(ckpt: str, plant: str | None, layer: int, expert: int = MOE_EXPERT):
     """GPTModel on the local layer spec, the checkpoint's weights loaded by mbridge, then the plant. At
     pipeline parallel > 1 the model of this rank's stage: the embedding on the first (pre_process), the
     final norm and the output layer on the last (post_process), the stage's layers between, numbered from 0
@@ -156,14 +257,31 @@ def megatron_model(ckpt: str, plant: str | None, layer: int):
     if getattr(hf_config, "rope_theta", None) is None:  # transformers 5 keeps it in rope_parameters
         hf_config.rope_theta = hf_config.rope_parameters["rope_theta"]
     bridge = AutoBridge.from_config(hf_config, dtype=torch.float32)
-    # The local spec's norms are modules of their own, not the fused norm of TransformerEngine's linears.
-    bridge._get_transformer_layer_spec = lambda vp_stage=None: get_gpt_layer_local_spec(normalization="RMSNorm")
+    experts = getattr(hf_config, "num_experts", None)
+    # The local spec's norms are modules of their own, not the fused norm of TransformerEngine's linears; an
+    # MoE layer's experts one MLP each (SequentialMLP: no grouped gemm on the CPU).
+    bridge._get_transformer_layer_spec = lambda vp_stage=None: get_gpt_layer_local_spec(
+        normalization="RMSNorm", num_experts=experts, moe_grouped_gemm=False,
+        qk_layernorm=bool(getattr(bridge.config, "qk_layernorm", False)))
     bridge._OTHER_MAPPING = {**bridge._OTHER_MAPPING,
                              "input_layernorm.weight": ["model.layers.{layer_number}.input_layernorm.weight"]}
     bridge._MLP_MAPPING = {**bridge._MLP_MAPPING, "pre_mlp_layernorm.weight":
                            ["model.layers.{layer_number}.post_attention_layernorm.weight"]}
     # mbridge turns sequence parallel on at TP > 1 (torch's norms refuse it); no random init: all is loaded
-    bridge.set_extra_args(sequence_parallel=False, perform_initialization=False)
+    bridge.set_extra_args(sequence_parallel=False, perform_initialization=False,
+                          **(dict(moe_grouped_gemm=False, moe_token_dispatcher_type="allgather", variable_seq_lengths=False,
+                                  persist_layer_norm=False, bias_activation_fusion=False,
+                                  bias_dropout_fusion=False, moe_shared_expert_overlap=False,
+                                  moe_shared_expert_gate=bool(getattr(hf_config, "shared_expert_intermediate_size",
+                                                                      0))) if experts else {}))
+    # (a shared expert's gate (Qwen2-MoE's shared_expert_gate) is megatron-core's moe_shared_expert_gate, which
+    # mbridge leaves off; overlapping the shared expert needs the alltoall dispatcher;
+    # the experts' fused activation asks `activation_func == F.silu` at each call, after msprobe has wrapped
+    # F.silu: left off, the MLP runs silu and its product unfused; its fused bias-dropout-add is torch.compile,
+    # which msprobe refuses; the variable sequence lengths mbridge
+    # sets the allgather dispatcher refuses)
+    if experts:
+        sequential_experts(bridge, experts)
     model = bridge._model_provider([])(pre_process=parallel_state.is_pipeline_first_stage(),
                                         post_process=parallel_state.is_pipeline_last_stage())
     bridge.load_weights([model], ckpt)
@@ -172,6 +290,15 @@ def megatron_model(ckpt: str, plant: str | None, layer: int):
         target = model.decoder.layers[local[layer]]
         if plant == "eps":
             target.pre_mlp_layernorm.eps = 0.1
+        elif plant == "expert":  # on the expert-parallel rank holding the global expert, at its local index
+            mine = target.mlp.experts.local_experts
+            j = expert - parallel_state.get_expert_model_parallel_rank() * len(mine)
+            if 0 <= j < len(mine):
+                with torch.no_grad():
+                    mine[j].linear_fc2.weight.mul_(1.05)
+        elif plant in ("router", "shared"):
+            with torch.no_grad():
+                target.get_submodule(MOE_PLANTS[plant]).weight.mul_(1.05)
         else:
             with torch.no_grad():
                 target.get_submodule(PLANTS[plant]).weight.mul_(1.01)
@@ -235,6 +362,29 @@ def run_pipeline(prof, model, steps: list[int], seen: list) -> None:
         prof.stop()
 
 
+def run_shards(prof, model, steps: list[int], log_probs, rank: int, world: int) -> None:
+    """X.run_one's steps and stages with the batch split across the ranks (expert parallelism: each rank a
+    data-parallel rank of the layers outside the experts, the experts seeing every rank's tokens): rank r
+    takes rows r*B/world.., and its loss is its log-probs' sum over the whole batch's token count, so that
+    the ranks' losses add up to the one-rank run's mean."""
+    import torch
+
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, foreach=False)
+    share = X.BATCH // world
+    for step in steps:
+        torch.manual_seed(1000 * step)  # the same data as every run's; this rank's rows of it
+        ids = torch.randint(0, X.VOCAB, (X.BATCH, X.SEQ))[rank * share:(rank + 1) * share]
+        mask = torch.ones_like(ids)
+        prof.start(profile_step=step)
+        with prof.stage("actor_compute_log_prob", model=model), torch.no_grad():
+            log_probs(model, ids, mask)
+        with prof.stage("actor_update", model=model):
+            model.zero_grad(set_to_none=True)
+            (-log_probs(model, ids, mask).sum() / (X.BATCH * (X.SEQ - 1))).backward()
+            opt.step()
+        prof.stop()
+
+
 # ---------------------------------------------------------------- one rank of one process group
 
 def build(job: dict):
@@ -252,12 +402,12 @@ def worker(rank: int, world: int, port: int, jobs: list[dict], results) -> None:
     from verl_pdbg_conf.runtime import PrecisionDebuggerProfiler
 
     megatron = jobs[0]["backend"] == "megatron"
-    pp = jobs[0]["pp"]
+    pp, ep = jobs[0]["pp"], jobs[0]["ep"]
     reporter = rank == 0  # the rank whose log-probs are the run's: the last stage's first
     if megatron:
         from megatron.core import parallel_state
 
-        megatron_init(world // pp, pp)
+        megatron_init(jobs[0]["tp"], pp, ep)
         reporter = parallel_state.is_pipeline_last_stage() and parallel_state.get_tensor_model_parallel_rank() == 0
     # Every model before the first profiler starts, as in a process of its own: msprobe's wrappers of
     # torch's functions would reach the functions a later model captures (megatron's activation).
@@ -279,9 +429,16 @@ def worker(rank: int, world: int, port: int, jobs: list[dict], results) -> None:
                                          save_path=job["save_path"])
         if pp > 1:
             run_pipeline(prof, model, job["steps"], seen)
+        elif ep > 1:
+            run_shards(prof, model, job["steps"], recorded, rank, world)
         else:
             X.run_one(prof, model, "golden", job["steps"], recorded)
-        if reporter:
+        if ep > 1:  # each rank its share of the batch: the run's log-probs are all of them, in rank order
+            shares = [None] * world
+            torch.distributed.all_gather_object(shares, torch.stack(seen).tolist())
+            if rank == 0:
+                results.put((job["name"], torch.cat([torch.tensor(s) for s in shares], dim=1).tolist()))
+        elif reporter:
             results.put((job["name"], torch.stack(seen).tolist()))
     torch.distributed.destroy_process_group()
 
@@ -305,15 +462,18 @@ def run(jobs: list[dict], world: int) -> dict[str, list]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out")
+    ap.add_argument("--arch", choices=ARCHS, default="qwen2")
     ap.add_argument("--level", choices=("mix", "L0", "L1"), default="mix")
     ap.add_argument("--runs", default="hf,tp1,tp2,tp1-fc2")
     ap.add_argument("--layer", type=int, default=2, help="the planted layer K")
     ap.add_argument("--steps", default="1")
     a = ap.parse_args(argv)
-    if not 0 <= a.layer < X.LAYERS:
-        raise SystemExit(f"--layer is a layer 0..{X.LAYERS - 1}")
+    layers = moe_layers(a.arch)
+    if not 0 <= a.layer < layers:
+        raise SystemExit(f"--layer is a layer 0..{layers - 1}")
     runs = [r for r in a.runs.split(",") if r]
-    parsed = [parse_run(r) for r in runs]
+    parsed = [parse_run(r, a.arch) for r in runs]
+    plants = MOE_PLANTS if a.arch in MOE_ARCHS else PLANTS
     steps = [int(s) for s in a.steps.split(",")]
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -322,37 +482,41 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     out = os.path.abspath(a.out)
     ckpt = os.path.join(out, "checkpoint")
-    write_checkpoint(ckpt)
+    write_checkpoint(ckpt, a.arch)
     cfg = os.path.join(out, f"config-{a.level}.json")
     with open(cfg, "w") as f:
         json.dump(X.config_doc(a.level, "statistics"), f)
     path = os.path.join(out, "manifest.json")
     manifest = json.load(open(path)) if os.path.exists(path) else {"runs": {}}
-    manifest.update({"level": a.level, "layer": a.layer, "layers": X.LAYERS, "steps": steps,
+    manifest.update({"arch": a.arch, "level": a.level, "layer": a.layer, "layers": layers, "steps": steps,
                      "checkpoint": "checkpoint"})
-    groups = {}  # (transformers or megatron, tp, pp): its runs' jobs, in the order given
-    for name, (backend, tp, pp, plant) in zip(runs, parsed):
+    if a.arch in MOE_ARCHS:
+        manifest["expert"] = MOE_EXPERT
+    groups = {}  # (transformers or megatron, tp, pp, ep): its runs' jobs, in the order given
+    for name, (backend, tp, pp, ep, plant) in zip(runs, parsed):
         save_path = os.path.join(out, name)
         shutil.rmtree(save_path, ignore_errors=True)  # the runtime would write beside an old dump
-        groups.setdefault((backend == "megatron", tp, pp), []).append(
+        groups.setdefault((backend == "megatron", tp, pp, ep), []).append(
             {"name": name, "backend": backend, "plant": plant, "layer": a.layer, "ckpt": ckpt, "config": cfg,
-             "steps": steps, "save_path": save_path, "pp": pp})
+             "steps": steps, "save_path": save_path, "tp": tp, "pp": pp, "ep": ep})
     log_probs = {}
-    for (_, tp, pp), jobs in groups.items():
+    for (_, tp, pp, ep), jobs in groups.items():
         started = time.monotonic()
-        log_probs.update((name, torch.tensor(lp)) for name, lp in run(jobs, tp * pp).items())
+        log_probs.update((name, torch.tensor(lp)) for name, lp in run(jobs, tp * pp * ep).items())
         print(f"{', '.join(j['name'] for j in jobs)}: written in {time.monotonic() - started:.1f} s", flush=True)
-    for name, (backend, tp, pp, plant) in zip(runs, parsed):
-        for step, stage, rank in itertools.product(steps, STAGES, range(tp * pp)):
+    for name, (backend, tp, pp, ep, plant) in zip(runs, parsed):
+        for step, stage, rank in itertools.product(steps, STAGES, range(tp * pp * ep)):
             if not glob.glob(os.path.join(out, name, f"step_{step}", stage, "*", f"rank{rank}", "dump.json")):
                 raise SystemExit(f"{name}: msprobe wrote no dump.json for step {step} {stage} rank{rank}")
-        manifest["runs"][name] = {"backend": backend, "tp": tp, "pp": pp, "plant": plant,
+        manifest["runs"][name] = {"backend": backend, "tp": tp, "pp": pp, "ep": ep, "plant": plant,
                                   "layer": a.layer if plant else None,
-                                  "expect_module": f"decoder.layers.{a.layer}.{PLANTS[plant]}" if plant else None}
+                                  "expect_module": f"decoder.layers.{a.layer}.{plants[plant]}" if plant else None}
+        if plant == "expert":
+            manifest["runs"][name]["expert"] = MOE_EXPERT
 
-    reference = next((r for r, p in zip(runs, parsed) if p[3] is None), None)
+    reference = next((r for r, p in zip(runs, parsed) if p[4] is None), None)
     bad = []
-    for name, (_, _, _, plant) in zip(runs, parsed):
+    for name, (*_, plant) in zip(runs, parsed):
         if reference is None:
             break
         diff = (log_probs[name] - log_probs[reference]).abs().max().item()

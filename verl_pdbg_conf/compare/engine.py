@@ -37,6 +37,7 @@ class Replica:
     """A Megatron replica's dump.json files, stage by stage (pipeline/sides.py); empty: the side's dump alone."""
     group: tuple = ()
     tp: int = 0  # of them per stage (0: all of them, one stage)
+    experts: int = 0  # an expert-parallel group: the experts each of its ranks holds (pipeline/sides.py)
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from verl_pdbg_conf.compare.dumpread import DumpError, DumpReader, rows_of, split_record
+from verl_pdbg_conf.compare.megatron.table import in_experts, local_expert
+from verl_pdbg_conf.compare.nodes import module_path
 from verl_pdbg_conf.compare.pipeline.concat import same_rows
 
 PROBE = 400  # records read from each rank to tell a tensor-parallel group
-MEGATRON_KEYS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
+MEGATRON_KEYS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+                 "expert_model_parallel_size")
 ROLES = ("actor_rollout_ref.actor.megatron", "actor_rollout_ref.ref.megatron", "critic.megatron", "megatron", "")
 
 
@@ -24,6 +27,8 @@ class Layout:
     pp: int = 1
     cp: int = 1
     source: str = ""  # "conf FILE" or "dumps"
+    ep: int = 1  # expert parallel: ranks holding different experts, each a data-parallel replica otherwise
+    experts: int = 0  # the experts each expert-parallel rank holds (0: not known)
 
 
 class LayoutError(ValueError):
@@ -51,7 +56,7 @@ def from_conf(path: str) -> Layout:
                 k, v = next(iter(bad.items()))
                 raise LayoutError(f"{path}: {role + '.' if role else ''}{k} is {v!r}, not a positive integer")
             return Layout(sizes.get(MEGATRON_KEYS[0], 1), sizes.get(MEGATRON_KEYS[1], 1), sizes.get(MEGATRON_KEYS[2], 1),
-                          f"conf {path}")
+                          f"conf {path}", sizes.get(MEGATRON_KEYS[3], 1))
     raise LayoutError(f"{path}: no megatron tensor/pipeline/context parallel size in it "
                       f"(looked under {', '.join(r for r in ROLES if r)})")
 
@@ -110,6 +115,51 @@ def _reduced_alike(heads: list[list]) -> bool:
                     all(same_rows(list(x)) for x in zip(*outs)):
                 return True
     return False
+
+
+def _module_paths(head: list) -> list:
+    """A rank's first module records as (module path, rows)."""
+    return [(module_path(name) or "", rows) for name, rows in head if name.startswith(("Module.", "Cell."))]
+
+
+def experts_from_dumps(paths: list[str]) -> tuple[int, int, str]:
+    """(expert-parallel size, local experts per rank, why): ranks running the same module calls whose
+    parameters agree outside an MoE layer's experts (mbridge's tables say which modules hold them) and differ
+    inside them hold different experts; each is a data-parallel replica otherwise (its own share of the
+    batch, or the same). The group is the smallest period of neighbouring ranks after which the experts'
+    parameters repeat (Megatron puts expert-parallel ranks next to each other at tensor-parallel size 1);
+    (1, 0, "") where nothing says so."""
+    if len(paths) < 2:
+        return 1, 0, ""
+    first = _module_paths(_head(paths[0]))
+    if not any(local_expert(p) is not None for p, _ in first):
+        return 1, 0, ""  # no expert of Megatron's in the first rank's first records (most runs end here)
+    heads = [first] + [_module_paths(_head(p)) for p in paths[1:]]
+    n = min(len(h) for h in heads)
+    if not n:
+        return 1, 0, ""
+    experts = []  # per rank: its experts' parameter statistics
+    for i in range(n):
+        path = heads[0][i][0]
+        if any(h[i][0] != path for h in heads):
+            return 1, 0, ""
+        params = [[(r.shape, r.stats) for r in h[i][1] if r.state == "parameters"] for h in heads]
+        if not in_experts(path):
+            if any(p != params[0] for p in params):
+                return 1, 0, ""
+        elif local_expert(path) is not None:
+            experts.append(params)
+    if not experts:
+        return 1, 0, ""
+    per_rank = [tuple(repr(e[r]) for e in experts) for r in range(len(paths))]
+    for ep in range(2, len(paths) + 1):
+        if len(paths) % ep or len(set(per_rank[:ep])) != ep:
+            continue
+        if all(per_rank[r] == per_rank[r % ep] for r in range(len(paths))):
+            local = max(local_expert(p) for p, _ in heads[0][:n] if local_expert(p) is not None) + 1
+            return ep, local, (f"groups of {ep} neighbouring ranks run the same calls, their parameters alike "
+                               "but their experts'")
+    return 1, 0, ""
 
 
 def from_dumps(paths: list[str]) -> tuple[int, str]:
@@ -190,10 +240,15 @@ def _decide(name: str, by_key: dict, conf: str | None, differ: bool) -> tuple[La
         said = [] if lay.cp == 1 else [_finding("warning", f"{name}: context-parallel size {lay.cp} ({lay.source}): "
                                                 "context shards are not combined", conf)]
         return lay, "", said
-    multi = next((v for v in by_key.values() if len(v) > 1), None) if differ else None
+    multi = next((v for v in by_key.values() if len(v) > 1), None)
     if multi is None:
         return Layout(), "", []
     paths = [s.path for s in sorted(multi, key=lambda s: _rank(s.rank_dir))]
+    ep, local, why = experts_from_dumps(paths)
+    if ep > 1:
+        return Layout(1, 1, 1, "the dumps", ep, local), why, []
+    if not differ:
+        return Layout(), "", []
     tp, why = from_dumps(paths)
     pp, why_pp = stages_from_dumps(paths, tp)
     why = "; ".join(w for w in (why if tp > 1 else "", why_pp) if w) or why
@@ -225,6 +280,17 @@ def apply(t_sides: list, g_sides: list, confs: dict | None = None) -> tuple[list
     for name, sides in (("target", t_sides), ("golden", g_sides)):
         lay, why, said = _decide(name, counts[name], confs.get(name), differ)
         findings += said
+        if lay.ep > 1 and lay.tp * lay.pp > 1:
+            findings.append(_finding("warning", f"{name}: expert-parallel size {lay.ep} with tensor-parallel {lay.tp} "
+                                     f"x pipeline {lay.pp} ({lay.source}): the experts' shards are not combined",
+                                     sides[0].path if sides else ""))
+        elif lay.ep > 1:  # each expert-parallel group as one model
+            out[name] = _expert_groups(sides, counts[name], lay)
+            findings.append(_finding("info", f"{name}: expert-parallel size {lay.ep} from {lay.source}"
+                                     + (f" ({why})" if why else "") + ": each group's ranks compared as one model, "
+                                     "rank r's local expert j as global expert r x (experts per rank) + j",
+                                     sides[0].path if sides else ""))
+            continue
         if lay.tp * lay.pp > 1:
             out[name], said = _grouped(name, sides, counts[name], lay)
             findings += said
@@ -234,12 +300,34 @@ def apply(t_sides: list, g_sides: list, confs: dict | None = None) -> tuple[list
                                      "compared as one model", sides[0].path if sides else ""))
             continue
         out[name] = sides
-        if differ and not confs.get(name) and why and any(len(v) > 1 for v in counts[name].values()):
+        if differ and lay.ep == 1 and not confs.get(name) and why and any(len(v) > 1 for v in counts[name].values()):
             findings.append(_finding("warning", f"{name}: the runs hold different numbers of ranks, and the {name}'s "
                                      f"layout could not be established from its dumps ({why}): rank against rank",
                                      sides[0].path, f"give --{name}-conf with the run's verl config (its megatron "
                                      "sizes)"))
     return out["target"], out["golden"], findings
+
+
+def _local_count(path: str) -> int:
+    """The experts a rank holds, read off its first records' module paths (0: none seen)."""
+    local = {local_expert(p) for p, _ in _module_paths(_head(path))} - {None}
+    return max(local) + 1 if local else 0
+
+
+def _expert_groups(sides: list, by_key: dict, lay: Layout) -> list:
+    """Each expert-parallel group of a key's ranks as one RankDump (one stage of `ep` ranks, in rank order)."""
+    out = []
+    for members in by_key.values():
+        ranked = sorted(members, key=lambda s: _rank(s.rank_dir))
+        if len(ranked) % lay.ep:
+            out += [replace(s, experts=-1) for s in ranked]
+            continue
+        for d in range(len(ranked) // lay.ep):
+            group = ranked[d * lay.ep:(d + 1) * lay.ep]
+            out.append(replace(group[0], rank_dir=f"rank{d}", group=tuple(m.path for m in group),
+                               members=tuple(m.rank_dir for m in group), tp=lay.ep,
+                               experts=lay.experts or _local_count(group[0].path)))
+    return out + [s for s in sides if not s.rank_dir.startswith("rank")]
 
 
 def _per_key(sides: list) -> dict:

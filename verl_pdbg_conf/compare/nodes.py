@@ -64,6 +64,7 @@ class Node:
     layer: int | None = None  # model.layers.K's K: from the module path, or at L1 from stack.json
     received: float | None = None  # the error its inputs carried (the recent level) when it was named
     in_tensor: dict | None = None  # tensor task: where in the tensor the error sits (pipeline/locating.py)
+    expert: int | None = None  # an MoE expert's module: its global index (a Megatron rank's local index + offset)
 
     def as_dict(self, metric: str) -> dict:
         d = {"name": self.name, "metric": metric, "value": json_number(self.value), "order": self.order,
@@ -75,7 +76,7 @@ class Node:
         for key, value in (("reason", self.reason), ("msprobe_result", self.result), ("minibatch", self.minibatch),
                            ("call", self.call), ("golden_nonfinite", self.golden_nonfinite), ("note", self.note),
                            ("layer", self.layer), ("received", json_number(self.received)),
-                           ("in_tensor", self.in_tensor)):
+                           ("in_tensor", self.in_tensor), ("expert", self.expert)):
             if value not in ("", None):
                 d[key] = value
         return d

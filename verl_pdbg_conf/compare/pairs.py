@@ -24,6 +24,9 @@ class RankDump:
     group: tuple = ()  # a Megatron replica's dumps, stage by stage (layout.py); path is the first
     members: tuple = ()  # their rank directories
     tp: int = 0  # dumps per pipeline stage (0: one stage)
+    # an expert-parallel group put together (group): the experts each of its ranks holds; -1: one rank of an
+    # expert-parallel group left alone (its local expert numbers are not the model's)
+    experts: int = 0
 
     @property
     def label(self) -> str:

@@ -16,6 +16,12 @@ import re
 from dataclasses import dataclass
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROUTER = "router"  # megatron-core's MoELayer's TopKRouter attribute
+EXPERT = "{expert}"  # the tables' expert placeholder (extract.py)
+# megatron-core's SequentialMLP (the experts where there is no grouped gemm) holds expert J of its rank as
+# `local_experts.J`; its sharded_state_dict puts that at global expert (expert-parallel rank x local experts
+# + J), the index mbridge's tables give after `weight` (`mlp.experts.linear_fc1.weight{expert}`).
+SEQUENTIAL_EXPERTS = "local_experts"
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,7 @@ class _Rule:
     mcore: str  # module template with {layer}
     hf: tuple
     norm: bool  # a fused norm's parameter: the Megatron module holds the norm in front of it
+    folded: bool = False  # the Megatron module holds another module's weight (a gate on its output)
 
 
 def rules(model: dict, local_keys: dict, layer_template: str) -> list[_Rule]:
@@ -58,8 +65,18 @@ def rules(model: dict, local_keys: dict, layer_template: str) -> list[_Rule]:
     for mcore, hfs in model.get("params", []):
         module, param = _module(mcore)
         parts = tuple(dict.fromkeys(_module(h)[0] for h in hfs))
+        if param == "weight" + EXPERT:  # one expert's weight (grouped): SequentialMLP's module of that expert
+            head, _, last = module.rpartition(".")
+            module = f"{head}.{SEQUENTIAL_EXPERTS}.{EXPERT}.{last}"
+            out.setdefault((module, False), _Rule(module, parts, False))
+            continue
         if param in ("weight", "bias"):
             out.setdefault((module, False), _Rule(module, parts, False))
+            continue
+        if not param.startswith("layer_norm_") and all(_module(h)[1] == "weight" for h in hfs):
+            # Qwen2-MoE's shared_experts.gate_weight <- shared_expert_gate.weight: Megatron's shared experts
+            # apply in their own output the gate transformers runs as a module of its own
+            out.setdefault((module, "folded"), _Rule(module, parts, False, True))
             continue
         for local, te in local_keys.items():  # TransformerEngine's fused name -> the local spec's module
             te_full = layer_template + te
@@ -71,7 +88,15 @@ def rules(model: dict, local_keys: dict, layer_template: str) -> list[_Rule]:
 
 
 def _pattern(template: str) -> re.Pattern:
-    return re.compile(r"(?:^|\.)" + re.escape(template).replace(re.escape("{layer}"), r"(\d+)") + "$")
+    return re.compile(r"(?:^|\.)" + re.escape(template).replace(re.escape("{layer}"), r"(?P<layer>\d+)")
+                      .replace(re.escape(EXPERT), r"(?P<expert>\d+)") + "$")
+
+
+def _filled(template: str, m: re.Match) -> str:
+    """A template with the numbers a match of another template found ({layer}, {expert})."""
+    for name, value in m.groupdict().items():
+        template = template.replace("{" + name + "}", value)
+    return template
 
 
 def _parent(path: str) -> str:
@@ -88,7 +113,7 @@ class _Names:
         for t in templates:
             parts = t.split(".")
             for i, p in enumerate(parts):
-                if p == "{layer}":
+                if p in ("{layer}", EXPERT):
                     if i:
                         self.indexed.add(parts[i - 1])
                 else:
@@ -129,6 +154,7 @@ class Correspondence:
         self.model = ""
         self.links: dict[str, Link] = {}
         self.parents: dict[str, str] = {}
+        self.folded: dict[str, str] = {}  # Megatron module -> the Hugging Face module whose weight it holds
         mc, hf = list(mcore_paths), list(hf_paths)
         every = _all_rules()
         if not every or _megatron_words().isdisjoint({c for p in mc for c in p.split(".")}):
@@ -145,6 +171,7 @@ class Correspondence:
             return
         self.model, self.links, _score = best
         self.parents = _parents(self.links, set(mc), set(hf))
+        self.folded = _folded(every[self.model], mcn, hfn)
 
     def __bool__(self) -> bool:
         return bool(self.links)
@@ -158,6 +185,11 @@ class Correspondence:
     def fused(self) -> list[Link]:
         return [link for link in self.links.values() if link.fused]
 
+    def routers(self) -> list[Link]:
+        """The MoE layers' routers: megatron-core's MoELayer holds its TopKRouter as `router` (mbridge maps
+        its weight to the Hugging Face model's gate)."""
+        return [link for m, link in self.links.items() if m.rpartition(".")[2] == ROUTER and len(link.hf) == 1]
+
 
 @functools.lru_cache(maxsize=1)
 def _all_rules() -> dict[str, list[_Rule]]:
@@ -170,23 +202,34 @@ def _all_rules() -> dict[str, list[_Rule]]:
 def _megatron_words() -> frozenset:
     """Path components Megatron's names use and no Hugging Face name does (decoder, linear_qkv, ...)."""
     def words(templates):
-        return {w for t in templates for w in t.split(".") if w != "{layer}"}
+        return {w for t in templates for w in t.split(".") if w not in ("{layer}", EXPERT)}
 
     every = _all_rules().values()
     return frozenset(words(r.mcore for rs in every for r in rs) - words(h for rs in every for r in rs for h in r.hf))
 
 
+def _folded(rs: list[_Rule], mc: "_Names", hf: "_Names") -> dict[str, str]:
+    out: dict[str, str] = {}
+    rules_ = [(r, _pattern(r.mcore)) for r in rs if r.folded]
+    for path, n in mc.normal.items():
+        for rule, pat in rules_:
+            m = pat.search(n)
+            other = hf.find(_filled(rule.hf[0], m)) if m else None
+            if other is not None:
+                out[path] = other
+    return out
+
+
 def _links(rs: list[_Rule], mc: "_Names", hf: "_Names") -> dict[str, Link]:
-    whole = [(r, _pattern(r.mcore)) for r in rs if not r.norm]
-    norms = [(r, _pattern(r.mcore)) for r in rs if r.norm]
+    whole = [(r, _pattern(r.mcore)) for r in rs if not r.norm and not r.folded]
+    norms = [(r, _pattern(r.mcore)) for r in rs if r.norm and not r.folded]
     out: dict[str, Link] = {}
     for path, n in mc.normal.items():
         for rule, pat in whole:
             m = pat.search(n)
             if m is None:
                 continue
-            layer = m.group(1) if m.groups() else ""
-            parts = tuple(hf.find(h.replace("{layer}", layer)) for h in rule.hf)
+            parts = tuple(hf.find(_filled(h, m)) for h in rule.hf)
             if None not in parts:
                 out[path] = Link(path, parts)
                 break
@@ -195,8 +238,7 @@ def _links(rs: list[_Rule], mc: "_Names", hf: "_Names") -> dict[str, Link]:
             m = pat.search(n)
             if m is None or path not in out:
                 continue
-            layer = m.group(1) if m.groups() else ""
-            norm = hf.find(rule.hf[0].replace("{layer}", layer))
+            norm = hf.find(_filled(rule.hf[0], m))
             if norm is not None and not any(link.hf == (norm,) for link in out.values()):
                 out[path] = Link(path, out[path].hf, norm)
     return out
@@ -218,3 +260,36 @@ def _parents(links: dict[str, Link], mc: set, hf: set) -> dict[str, str]:
         out[a] = b
         taken.add(b)
     return out
+
+
+
+@functools.lru_cache(maxsize=1)
+def expert_containers() -> tuple:
+    """Patterns of the Megatron modules holding an MoE layer's experts (`decoder.layers.N.mlp.experts`), from
+    the tables' rows naming one expert's weight; matched anywhere in a path."""
+    doc = tables()
+    mark = doc.get("expert_placeholder", EXPERT)
+    out = set()
+    for model in doc.get("models", {}).values():
+        for mcore, _hf in model.get("params", []):
+            if mcore.endswith("weight" + mark):
+                out.add(_module(_module(mcore)[0])[0])
+    return tuple(re.compile(r"(?:^|\.)" + re.escape(t).replace(re.escape("{layer}"), r"\d+") + r"(?:\.|$)")
+                 for t in sorted(out))
+
+
+_LOCAL = re.compile(r"(?:^|\.)" + SEQUENTIAL_EXPERTS + r"\.(\d+)(?:\.|$)")
+# the local expert's number as stages.Relayer shifts a number: (separator)(container.)(number)
+LOCAL_EXPERT_NUMBER = re.compile(r"(^|\.)(" + SEQUENTIAL_EXPERTS + r"\.)(\d+)(?=\.|$)")
+
+
+def in_experts(path: str) -> bool:
+    return any(p.search(path) for p in expert_containers())
+
+
+def local_expert(path: str | None) -> int | None:
+    """The local index J of an expert's module path inside an experts module (`...mlp.experts.local_experts.J...`)."""
+    if not path or not in_experts(path):
+        return None
+    m = _LOCAL.search(path)
+    return int(m.group(1)) if m else None

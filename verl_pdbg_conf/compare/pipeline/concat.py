@@ -21,6 +21,8 @@ def _size(shape) -> int | None:
 def concat_stats(rows: list, sizes: list[int]) -> tuple:
     mx, mn, mean, norm = zip(*(r.stats for r in rows))
     total = sum(sizes)
+    if all(type(v) is bool for v in mx + mn):  # a boolean tensor: msprobe writes its Max and Min only
+        return any(mx), all(mn), None, None
     return (max(mx) if all(map(_num, mx)) else None, min(mn) if all(map(_num, mn)) else None,
             sum(m * n for m, n in zip(mean, sizes)) / total if all(map(_num, mean)) and total else None,
             math.sqrt(sum(x * x for x in norm)) if all(map(_num, norm)) else None)

@@ -4,7 +4,18 @@ parts' records are put together into one record, named as the first part's, so i
 module's. What concatenates combines exactly (concat.py): the outputs, the parameters and their gradients,
 the gradients of the outputs. The input is the first part's (all parts read the same tensor), or the fused
 norm's input where the other run fuses a norm in front. The gradient of the input is the sum of the parts',
-which statistics cannot give: left out, and compared where it arrives (the norm before the projection)."""
+which statistics cannot give: left out, and compared where it arrives (the norm before the projection).
+
+An MoE router's outputs as Megatron's TopKRouter gives them: a Hugging Face router returns its logits
+[T, E], the chosen experts' weights [T, k] and their indices [T, k]; Megatron's the weights scattered into
+zeros [T, E] and the map of chosen experts [T, E] (bool). The scatter's statistics follow from the weights'
+exactly (Max and Min with the zeros', Mean times k/E, the same Norm); the map's Max and Min are True and
+False wherever k < E. The logits have no Megatron output: left out (compared inside, where a run dumps them).
+In the backward, the gradients of the outputs are of other tensors: left out; the input's gradient stays.
+
+A module whose Megatron counterpart holds another module's weight (Qwen2-MoE's shared expert: Megatron's
+`shared_experts` applies the gate transformers runs as `shared_expert_gate`, mbridge's `gate_weight`) is
+compared by its input only; its output and gradients are of other tensors (the gate's product)."""
 
 from __future__ import annotations
 
@@ -28,7 +39,9 @@ def _call(r) -> str:
 class Fuser:
     """Runs over one side's records; `left_out` counts the input gradients left out."""
 
-    def __init__(self, groups: list[Group]):
+    def __init__(self, groups: list[Group], routers: set | frozenset = frozenset(), gated: set | frozenset = frozenset()):
+        self.routers = frozenset(routers)  # Hugging Face routers' module paths
+        self.gated = frozenset(gated)  # Hugging Face modules whose Megatron counterpart gates its output
         self.of: dict[str, tuple[Group, int]] = {}
         self.norms: dict[str, Group] = {}
         for g in groups:
@@ -43,6 +56,17 @@ class Fuser:
         norm_rec: dict[Group, object] = {}
         for r in records:
             if r.module is None:
+                yield r
+                continue
+            if r.module in self.routers:
+                yield _as_megatron_router(r)
+                continue
+            if r.module in self.gated and r.direction in ("forward", "backward"):
+                # only the input (and parameters) compare: the output, its gradient and the input's gradient
+                # (which flows through the gate too) are of other tensors
+                r.rows = [x for x in r.rows if x.state in ("parameters",) or
+                          (x.state == "input" and r.direction == "forward")]
+                r.extra["gated"] = True
                 yield r
                 continue
             if r.module in self.norms and r.direction == "forward":
@@ -87,6 +111,30 @@ class Fuser:
         first.extra["parts"] = list(g.parts)
         first.order = parts[-1].order
         return first
+
+
+def _as_megatron_router(r):
+    """A Hugging Face router's record with Megatron's TopKRouter's outputs (see the module's docstring)."""
+    from dataclasses import replace
+
+    if r.direction == "forward":
+        outs = [x for x in r.rows if x.state == "output"]
+        if len(outs) != 3 or not all(isinstance(x.shape, list) and len(x.shape) == 2 for x in outs):
+            return r
+        logits, weights, _ids = outs
+        (t, e), k = logits.shape, weights.shape[1]
+        mx, mn, mean, norm = weights.stats
+        num = all(type(v) in (int, float) for v in (mx, mn, mean))
+        scattered = replace(weights, name=logits.name, key=logits.key, shape=[t, e],
+                            stats=(max(mx, 0.0), min(mn, 0.0), mean * k / e, norm) if num and k < e else weights.stats)
+        chosen = replace(_ids, name=weights.name, key=weights.key, shape=[t, e], dtype="torch.bool",
+                         stats=(True, k >= e, None, None))
+        rows = [x for x in r.rows if x.state != "output"] + [scattered, chosen]
+    else:  # the gradients of its outputs (its backward's inputs) are of other tensors
+        rows = [x for x in r.rows if x.state != "input"]
+    r.rows = rows
+    r.extra["router"] = True
+    return r
 
 
 def _renamed(row, rec, tail: str):

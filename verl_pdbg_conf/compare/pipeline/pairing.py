@@ -120,6 +120,8 @@ class Aligner:
         self.by_name = plan.by_name
         self.signature = {Kinship.SAME_CODE: signature, Kinship.SHARDS: layout_signature,
                           Kinship.BACKENDS: cross_signature, Kinship.BACKENDS_L1: anchorless_signature}[plan.kinship]
+        if plan.opaque:
+            self.signature = _opaque(self.signature, plan.opaque)
         self.window, self.skip_max = window, skip_max
         self.buf: deque = deque()  # [signature or None (not indexed yet), record]
         self.base = 0  # absolute position of buf[0]
@@ -262,6 +264,15 @@ class Aligner:
                 rest = rest[-self.window:]
         if rest:
             yield None, None, rest
+
+
+def _opaque(sig, modules: frozenset):
+    """sig(), but an API call inside one of `modules` pairs with nothing (plan.AlignmentPlan.opaque)."""
+    def opaque_signature(r) -> tuple:
+        if not r.is_module and r.scope and module_path(r.scope) in modules:
+            return ("unpaired", object())
+        return sig(r)
+    return opaque_signature
 
 
 def _keys(sig: tuple, g) -> tuple:

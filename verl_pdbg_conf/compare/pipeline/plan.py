@@ -20,6 +20,10 @@ class Kinship(Enum):
 @dataclass(frozen=True)
 class AlignmentPlan:
     kinship: Kinship = Kinship.SAME_CODE
+    # modules whose inner API calls the two runs compute otherwise, in another order (an MoE router: Megatron
+    # takes the top-k of the logits, then their softmax; transformers the softmax, then its top-k): paired
+    # by module only, compared at the module's boundary (either run's path)
+    opaque: frozenset = frozenset()
 
     @property
     def by_name(self) -> bool:
@@ -42,13 +46,13 @@ class AlignmentPlan:
         return self.anchored
 
 
-def plan_for(backends: bool, l1_backends: bool, merged: bool) -> AlignmentPlan:
+def plan_for(backends: bool, l1_backends: bool, merged: bool, opaque: frozenset = frozenset()) -> AlignmentPlan:
     """backends: two backends' module trees paired by a table; l1_backends: one side runs Megatron at L1;
-    merged: a tensor-parallel group was put together on either side."""
+    merged: a tensor-parallel group was put together on either side; opaque: AlignmentPlan.opaque."""
     if l1_backends:
         return AlignmentPlan(Kinship.BACKENDS_L1)
     if backends:
-        return AlignmentPlan(Kinship.BACKENDS)
+        return AlignmentPlan(Kinship.BACKENDS, opaque)
     if merged:
         return AlignmentPlan(Kinship.SHARDS)
     return AlignmentPlan()

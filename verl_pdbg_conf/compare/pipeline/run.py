@@ -271,7 +271,14 @@ class _Backends:
 
     def __init__(self, corr, mcore_side: str):
         self.corr, self.mcore_side = corr, mcore_side
-        self.fuser = Fuser([Group(link.hf, link.norm_in) for link in corr.fused()])
+        routers = corr.routers()
+        m2h = corr.mcore_to_hf()
+        # a Megatron module holding another module's weight (a gate on its output) against its counterpart
+        gated = {m: m2h[m] for m in corr.folded if m in m2h}
+        self.fuser = Fuser([Group(link.hf, link.norm_in) for link in corr.fused()], {link.hf[0] for link in routers},
+                           set(gated.values()))
+        self.opaque = frozenset([p for link in routers for p in (link.mcore, link.hf[0])]
+                                + [p for pair in gated.items() for p in pair])
 
     def seed(self) -> dict:
         m2h = self.corr.mcore_to_hf()
@@ -337,8 +344,8 @@ def run_pipeline(job, task: str, level: str, streams: tuple = (None, None)):
     construct = not any(name == "construct.json" for name, _f, _w in broken)
     # streams: each side's DumpReader its header was read from (engine.compare_pair), or None
     tr, gr = job.target_replica, job.golden_replica
-    tside = PairSide(job.target, tr.group, tr.tp, level, tstacks, construct, streams[0])
-    gside = PairSide(job.golden, gr.group, gr.tp, level, gstacks, construct, streams[1])
+    tside = PairSide(job.target, tr.group, tr.tp, level, tstacks, construct, streams[0], tr.experts)
+    gside = PairSide(job.golden, gr.group, gr.tp, level, gstacks, construct, streams[1], gr.experts)
     treader, greader = tside.reader, gside.reader
     titer, giter = tside.records(), gside.records()
     alignment, backends = _trees(tside, gside, level)
@@ -353,13 +360,16 @@ def run_pipeline(job, task: str, level: str, streams: tuple = (None, None)):
     t0, g0 = next(titer, None), next(giter, None)
     tstream = itertools.chain([t0], titer) if t0 is not None else iter(())
     gstream = itertools.chain([g0], giter) if g0 is not None else iter(())
-    split = splits.detect(t0, g0) if t0 is not None and g0 is not None else None
+    # an expert-parallel group's first call holds the batch's shares put together, not one micro-batch's
+    split = splits.detect(t0, g0) if t0 is not None and g0 is not None and not (
+        tside.expert_relayers or gside.expert_relayers) else None
     if split is not None:
         if split.side == "target":
             tstream = splits.combine(tstream, split)
         else:
             gstream = splits.combine(gstream, split)
-    plan = plan_for(backends is not None, bool(l1_mcore), tside.merged or gside.merged)
+    plan = plan_for(backends is not None, bool(l1_mcore), tside.merged or gside.merged,
+                    backends.opaque if backends is not None else frozenset())
     p = _Pair(job, task, plan)
     if split is not None:
         p.alone, p.split_side = split.alone, split.side

@@ -63,3 +63,90 @@ class ShardMerge:
         """An API call inside a module (or anywhere, where modules are not known) whose tensors differ
         between ranks holds partial results, not shards."""
         return not r.is_module and not (self.scoped and not r.scope)
+
+
+class ExpertMerge(ShardMerge):
+    """An expert-parallel group's ranks put together as one model: each rank is a data-parallel rank of the
+    layers outside the experts (its share of the batch) and holds its own experts. Record by record: an
+    expert's records (inside `local_experts.J`) are every rank's, each renamed by its rank's Relayer to the
+    global expert (rank 0's at once, the others' after the run of expert records they came in, rank by
+    rank, their API calls numbered apart); of any other record, a tensor the ranks hold alike is taken once,
+    tensors that differ are the batch's shares, concatenated (along the first axis: the element count and
+    statistics are the concatenation's, the layout is the other run's business); a gradient of a parameter
+    outside the experts that differs is each rank's partial sum, and an API call's tensors that differ inside
+    a module are compared at its boundary, as tensor-parallel partial results are. Integer inputs (token ids,
+    positions) and integer or boolean outputs (a router's expert map, counts) are the batch's shares even where
+    the ranks' agree (every rank's positions 0..s-1; every token's map holds top-k of its experts); a boolean
+    input (an attention mask) is broadcast, once."""
+
+    CALLS = 1_000_000  # a later rank's expert API calls numbered from rank x CALLS, apart from rank 0's
+
+    def __init__(self, relayers: list, is_expert):
+        super().__init__(scoped=True)
+        self.relayers, self.is_expert = relayers, is_expert
+        self.held: list[list] = [[] for _ in relayers]
+
+    def __call__(self, streams):
+        first, others = streams[0], streams[1:]
+        for r in first:
+            peers = [next(s, None) for s in others]
+            if not self.failed and any(p is None or p.name != r.name for p in peers):
+                gone = next((p for p in peers if p is None or p.name != r.name), None)
+                self.failed = (f"the ranks ran different calls ({r.name} against "
+                               f"{gone.name if gone is not None else 'the end of the dump'})")
+            if self.failed:
+                yield from self._flush()
+                yield r
+                continue
+            if self.is_expert(r):
+                for i, p in enumerate(peers, 1):
+                    self.held[i].append(self._renamed(p, i))
+                yield self.relayers[0].record(r)
+                continue
+            yield from self._flush()
+            yield self._merge(r, peers)
+        yield from self._flush()
+
+    def _flush(self):
+        for i, held in enumerate(self.held):
+            yield from held
+            held.clear()
+
+    def _renamed(self, r, i: int):
+        r = self.relayers[i].record(r)
+        if not r.is_module:
+            head, _, tail = r.name.partition(".forward") if ".forward" in r.name else r.name.partition(".backward")
+            op, _, n = head.rpartition(".")
+            if n.isdigit():
+                new = f"{op}.{int(n) + i * self.CALLS}"
+                r.rows = [replace(x, name=new + x.name[len(head):] if x.name.startswith(head) else x.name)
+                          for x in r.rows]
+                r.key = new + r.key[len(head):] if r.key.startswith(head) else r.key
+                r.name = new + r.name[len(head):]
+        return r
+
+    def _merge(self, r, peers):
+        rows, sharded = [], False
+        for j, row in enumerate(r.rows):
+            group = [row, *(p.rows[j] if j < len(p.rows) else row for p in peers)]
+            if same_rows(group) and not _share(row):
+                rows.append(replace(row, alike=len(group)))
+                continue
+            sharded = True
+            if self._partial(r) or row.state == "parameters_grad":
+                continue  # a partial result or a partial sum: compared at the module's boundary
+            c = concat_rows(group, 0)
+            if c is not None:
+                rows.append(c)
+        if sharded and self._partial(r):
+            self.partial += 1
+            r.extra["sharded"] = True
+        r.rows = rows
+        return r
+
+
+def _share(row) -> bool:
+    """A tensor of exact values that is one rank's share of the batch (see ExpertMerge)."""
+    dtype = row.dtype if isinstance(row.dtype, str) else ""
+    integer, boolean = "int" in dtype, "bool" in dtype
+    return (row.state == "input" and integer) or (row.state == "output" and (integer or boolean))

@@ -43,6 +43,8 @@ def _node(n: dict, minibatches: int | None = None) -> str:
         extra += f" ({_SAY[reason]})"
     if n.get("layer") is not None and f"layer {n['layer']}" not in place and f".{n['layer']}." not in f".{where}.":
         extra += f" layer {n['layer']}"
+    if n.get("expert") is not None:  # an MoE expert's module: its global index (an expert-parallel rank's local one differs)
+        extra += f" expert {n['expert']}"
     if n.get("received") is not None:
         extra += f", its inputs carried {_pct(n['received'])}"
     return f"{n['name']}{place} {n['direction']} {n['kind']} {n['metric']}={_pct(n['value'])}{extra}"

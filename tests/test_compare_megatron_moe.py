@@ -1,0 +1,193 @@
+"""verl-pdbg-compare on a mixture-of-experts model between verl's two training backends, on real dumps
+(issue 35): megatron-core 0.16.1's MoE GPTModel (local spec, SequentialMLP, allgather dispatcher; weights
+loaded by mbridge 0.15.1's Qwen3MoEBridge) at expert-parallel size 1 and 2 over gloo, and transformers'
+Qwen3-MoE (fused experts) on the same checkpoint, all dumped by this package's runtime on CPU
+(tests/make_megatron_dumps.py --arch qwen3_moe, in the megatron venv). At EP 2 each rank takes half of the
+batch and holds experts 4r..4r+3 as its local_experts.0..3.
+
+The right answer: Megatron's router pairs with transformers' gate and the same weights are never
+"diverged"; transformers' fused experts hold no expert of their own, so Megatron's per-expert modules are
+said not compared ("partial"); EP 2 against EP 1 is "same" (the expert-parallel group put together as one
+model); one expert changed is named by its global index, the router changed at the router (or the gate)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+import release_venvs
+from compare_cli import run as compare_text
+from compare_cli import run_json as compare
+
+pytestmark = [pytest.mark.slow, pytest.mark.venvs("megatron")]
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LAYER = 1  # the planted layer
+RUNS = "hf,ep1,ep2,ep2-expert,ep2-router"
+Q2_RUNS = "hf,ep2,ep2-expert,ep2-shared"  # Qwen2-MoE: a shared expert and its gate
+# directory -> (arch, level, runs)
+DUMPS = {"mix": ("qwen3_moe", "mix", RUNS), "L0": ("qwen3_moe", "L0", "hf,ep2,ep2-expert"),
+         "qwen2_moe": ("qwen2_moe", "mix", Q2_RUNS)}
+LOG_PROB, UPDATE = "actor_compute_log_prob", "actor_update"
+LOCAL_EXPERTS = {"decoder.layers.*.mlp.experts.local_experts.*", "decoder.layers.*.mlp.experts.local_experts.*.linear_fc1",
+                 "decoder.layers.*.mlp.experts.local_experts.*.linear_fc2"}
+
+
+def make_dumps(venv, root):
+    """The runs of DUMPS, one invocation per level (EP 2 takes both cores): made in the background (conftest.py)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.path.dirname(HERE))
+    return release_venvs.run_scripts(venv, root, [
+        [os.path.join(HERE, "make_megatron_dumps.py"), str(root / name), "--arch", arch, "--level", level,
+         "--runs", runs, "--layer", str(LAYER)] for name, (arch, level, runs) in DUMPS.items()], env)
+
+
+BACKGROUND_JOBS = {"megatron-moe-dumps": ("megatron", make_dumps)}
+
+
+@pytest.fixture(scope="module")
+def root():
+    return release_venvs.job_root("megatron-moe-dumps", "megatron", make_dumps)
+
+
+@pytest.fixture(scope="module")
+def dumps(root):
+    return root / "mix"
+
+
+def manifest(dumps) -> dict:
+    return json.loads((dumps / "manifest.json").read_text())
+
+
+@pytest.mark.parametrize("where,runs", [("mix", RUNS), ("qwen2_moe", Q2_RUNS)])
+def test_log_probs_agree_where_unplanted(root, where, runs):
+    """The weights loaded right: every unplanted run's log-probs are transformers' to 1e-5, planted ones not."""
+    got = manifest(root / where)["runs"]
+    for name in runs.split(","):
+        diff = got[name]["log_prob_diff"]
+        assert (diff > 1e-5) == bool(got[name]["plant"]), (name, diff)
+
+
+def by_stage(doc) -> dict:
+    return {p["stage"]: p for p in doc["pairs"]}
+
+
+@pytest.mark.parametrize("target,golden", [("ep1", "hf"), ("ep2", "hf"), ("hf", "ep1"), ("hf", "ep2")])
+def test_same_weights_against_transformers(dumps, target, golden):
+    code, doc = compare(dumps / target, dumps / golden)
+    assert code == 3, [(p["stage"], p["status"], p["first_divergence"]) for p in doc["pairs"]]
+    assert len(doc["pairs"]) == 2  # an expert-parallel group is one model
+    for pair in doc["pairs"]:
+        assert pair["status"] == "partial" and pair["first_divergence"] is None, pair
+        notes = " ".join(f["message"] for f in pair["findings"] if f["rule"] == "compare-backends")
+        assert "mbridge's qwen2_moe table" in notes or "mbridge's qwen3_moe table" in notes, notes
+        mcore = pair["coverage"]["target" if target != "hf" else "golden"]
+        # what was not compared is Megatron's per-expert modules (transformers fuses its experts into one),
+        # never the router, which pairs with the gate
+        assert set(mcore["uncompared_modules"]) == LOCAL_EXPERTS, mcore
+        assert not any("router" in k for k in mcore["uncompared_records"]), mcore
+
+
+def test_ep2_against_ep1_is_same(dumps):
+    code, doc = compare(dumps / "ep2", dumps / "ep1")
+    pairs = by_stage(doc)
+    lp = pairs[LOG_PROB]
+    assert lp["status"] == "same" and lp["coverage"]["full"], lp
+    assert lp["rank_dir"] == {"target": "rank0", "golden": "rank0"} and len(doc["pairs"]) == 2
+    up = pairs[UPDATE]  # the optimizer's step outside every module: not compared (as the dense runs')
+    assert up["status"] == "partial" and up["first_divergence"] is None, up
+    assert set(up["coverage"]["target"]["uncompared_records"]) == {"(outside any module)"}, up["coverage"]
+    assert code == 3
+    layout = [f["message"] for f in doc["diagnostics"] if f["rule"] == "compare-layout"]
+    assert any("target: expert-parallel size 2 from the dumps" in m for m in layout), layout
+    said = " ".join(f["message"] for f in lp["findings"] if f["rule"] == "compare-layout")
+    assert "each expert-parallel group of 2 ranks combined" in said
+
+
+@pytest.mark.parametrize("run,golden", [("ep2-expert", "ep1"), ("ep2-expert", "ep2")])
+def test_one_expert_named_by_its_global_index(dumps, run, golden):
+    """Expert 5 is rank 1's local expert 1 at EP 2, local expert 5 at EP 1: named 5 either way."""
+    want = manifest(dumps)["runs"][run]
+    code, doc = compare(dumps / run, dumps / golden)
+    assert code == 1
+    for pair in doc["pairs"]:
+        first = pair["first_divergence"]
+        assert pair["status"] == "diverged" and first["layer"] == LAYER, pair
+        assert first["module"].startswith(f"decoder.layers.{LAYER}.mlp.experts.local_experts.{want['expert']}."), first
+        assert first["expert"] == want["expert"] == 5
+    code, text = compare_text([dumps / run, dumps / golden])
+    assert code == 1 and f"[decoder.layers.{LAYER}.mlp.experts.local_experts.5.linear_fc2]" in text and \
+        "expert 5" in text
+
+
+def test_one_expert_against_fused_experts(dumps):
+    """transformers' fused experts dump no expert of their own: the change is named in its layer's MoE block."""
+    code, doc = compare(dumps / "ep2-expert", dumps / "hf")
+    assert code == 1
+    for pair in doc["pairs"]:
+        first = pair["first_divergence"]
+        assert first["layer"] == LAYER and first["module"] == f"decoder.layers.{LAYER}.mlp", first
+        assert "expert" not in first
+
+
+@pytest.mark.parametrize("target,golden,module", [("ep2-router", "hf", f"decoder.layers.{LAYER}.mlp.router"),
+                                                  ("ep2-router", "ep1", f"decoder.layers.{LAYER}.mlp.router"),
+                                                  ("hf", "ep2-router", f"model.layers.{LAYER}.mlp.gate")])
+def test_router_change_is_named(dumps, target, golden, module):
+    code, doc = compare(dumps / target, dumps / golden)
+    assert code == 1
+    for pair in doc["pairs"]:
+        first = pair["first_divergence"]
+        assert pair["status"] == "diverged" and first["module"] == module and first["layer"] == LAYER, first
+
+
+def test_expert_parallel_size_from_a_verl_config(dumps, tmp_path):
+    conf = tmp_path / "config.yaml"
+    conf.write_text("actor_rollout_ref:\n  actor:\n    megatron:\n      expert_model_parallel_size: 2\n")
+    code, doc = compare(dumps / "ep2", dumps / "ep1", "--target-conf", conf)
+    assert by_stage(doc)[LOG_PROB]["status"] == "same"
+    assert any(f"expert-parallel size 2 from conf {conf}" in f["message"] for f in doc["diagnostics"]
+               if f["rule"] == "compare-layout")
+
+
+def test_l0_same_weights_against_transformers_is_same(root):
+    """At L0 only module records: Megatron's experts run inside its MoE layer, paired with transformers' MoE
+    block and compared at its input and output, so nothing is left uncompared."""
+    code, doc = compare(root / "L0" / "ep2", root / "L0" / "hf")
+    assert code == 0, [(p["stage"], p["status"], p["first_divergence"], p["coverage"]) for p in doc["pairs"]]
+    assert all(p["status"] == "same" and p["coverage"]["full"] for p in doc["pairs"])
+
+
+def test_l0_one_expert(root):
+    code, doc = compare(root / "L0" / "ep2-expert", root / "L0" / "hf")
+    assert code == 1 and {p["first_divergence"]["module"] for p in doc["pairs"]} == {f"decoder.layers.{LAYER}.mlp"}
+    code, doc = compare(root / "L0" / "ep2-expert", root / "L0" / "ep2")
+    assert code == 1
+    for pair in doc["pairs"]:
+        first = pair["first_divergence"]
+        assert first["expert"] == 5 and first["module"] == f"decoder.layers.{LAYER}.mlp.experts.local_experts.5.linear_fc2"
+
+
+@pytest.mark.parametrize("target,golden", [("ep2", "hf"), ("hf", "ep2")])
+def test_qwen2_moe_shared_expert_same_weights(root, target, golden):
+    """Megatron's shared experts apply their gate (mbridge's gate_weight) in their own output, transformers in
+    a module of its own (shared_expert_gate): compared by their input and parts, never diverged."""
+    code, doc = compare(root / "qwen2_moe" / target, root / "qwen2_moe" / golden)
+    assert code == 3
+    for pair in doc["pairs"]:
+        assert pair["status"] == "partial" and pair["first_divergence"] is None, pair
+        mcore = pair["coverage"]["target" if target != "hf" else "golden"]
+        assert set(mcore["uncompared_modules"]) == LOCAL_EXPERTS, mcore
+
+
+@pytest.mark.parametrize("target,golden,module,expert", [
+    ("ep2-shared", "hf", f"decoder.layers.{LAYER}.mlp.shared_experts.linear_fc2", None),
+    ("hf", "ep2-shared", f"model.layers.{LAYER}.mlp.shared_expert.down_proj", None),
+    ("ep2-expert", "ep2", f"decoder.layers.{LAYER}.mlp.experts.local_experts.5.linear_fc2", 5)])
+def test_qwen2_moe_change_is_named(root, target, golden, module, expert):
+    code, doc = compare(root / "qwen2_moe" / target, root / "qwen2_moe" / golden)
+    assert code == 1
+    for pair in doc["pairs"]:
+        first = pair["first_divergence"]
+        assert first["module"] == module and first.get("expert") == expert, first
