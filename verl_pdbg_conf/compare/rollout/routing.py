@@ -8,7 +8,12 @@ logits the same way. Each side's margin is its logit of the last expert kept min
 dropped: a small margin is a near-tie that rounding can flip.
 
 `blame_experts` then names the expert that parts in a layer whose experts' output diverged while their
-input and the routing agreed: the tokens routed to it part, the tokens that did not use it agree."""
+input and the routing agreed: the tokens routed to it part, the tokens that did not use it agree.
+
+Routing replay (verl's R3) is read off the dumps, not off a setting: a router that returns experts its own
+logits rank below one it dropped (a negative margin for its own choice) took them from outside, and only a
+replay does that. Under replay a token routed differently is a replay bug, never a near-tie; `replay` says per
+layer which engine layer's choices the actor's follow, which names a replay attached to the wrong layer."""
 
 from __future__ import annotations
 
@@ -34,9 +39,16 @@ class Route:
     def differs(self) -> bool:
         return self.engine != self.trainer
 
+    @property
+    def imposed(self) -> bool:
+        """The actor kept an expert its own logits rank below one it dropped: its choice came from outside its
+        router (a routing replay), so a difference is no rounding."""
+        return self.trainer_margin < 0
+
     def to_dict(self) -> dict:
         return {"engine": list(self.engine), "trainer": list(self.trainer),
-                "engine_margin": _finite(self.engine_margin), "trainer_margin": _finite(self.trainer_margin)}
+                "engine_margin": _finite(self.engine_margin), "trainer_margin": _finite(self.trainer_margin),
+                **({"replayed": True} if self.imposed else {})}
 
 
 def _finite(x: float) -> float | None:
@@ -197,7 +209,29 @@ def summary(token_routes: dict, setting_: Setting, moe_layers: bool, top: int = 
     return {"recomputed": True, "top_k": setting_.top_k, "engine_choice": "top_k largest router logits",
             "tokens": len(token_routes), "routed_differently": anywhere,
             "share": anywhere / len(token_routes), "layers": rows, "where": where[:MAP_MAX],
-            "not_compared": not_compared}
+            "not_compared": not_compared, "replay": replay(token_routes, order)}
+
+
+def replay(token_routes: dict, order: list[str]) -> dict | None:
+    """Whether the actor's routers replayed (some kept experts their own logits rank lower), and under replay
+    per layer: the tokens routed differently, and the engine layer whose choices the actor's follow most (its
+    own where the replay is attached right; another names the layer the replay came from). None without replay."""
+    imposed = sum(1 for per_layer in token_routes.values() for r in per_layer.values() if r.imposed)
+    if not imposed:
+        return None
+    layers = []
+    for layer in order:
+        tokens = [per_layer for per_layer in token_routes.values() if layer in per_layer]
+        follows = {other: sum(1 for per_layer in tokens if other in per_layer and
+                              per_layer[other].engine == per_layer[layer].trainer) for other in order}
+        best = max(order, key=lambda o: (follows[o], o == layer))
+        layers.append({"layer": layer, "tokens": len(tokens),
+                       "routed_differently": sum(1 for per_layer in tokens if per_layer[layer].differs),
+                       "imposed": sum(1 for per_layer in tokens if per_layer[layer].imposed),
+                       "follows": best, "follows_tokens": follows[best]})
+    wrong = [l for l in layers if l["follows"] != l["layer"] and l["routed_differently"]]
+    return {"imposed": imposed, "layers": layers, "misattached": [l["layer"] for l in wrong],
+            "bug": any(l["routed_differently"] for l in layers)}
 
 
 MAP_MAX = 20_000  # tokens routed differently listed per layer for the picture
