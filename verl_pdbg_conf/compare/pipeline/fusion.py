@@ -4,7 +4,12 @@ parts' records are put together into one record, named as the first part's, so i
 module's. What concatenates combines exactly (concat.py): the outputs, the parameters and their gradients,
 the gradients of the outputs. The input is the first part's (all parts read the same tensor), or the fused
 norm's input where the other run fuses a norm in front. The gradient of the input is the sum of the parts',
-which statistics cannot give: left out, and compared where it arrives (the norm before the projection)."""
+which statistics cannot give: left out, and compared where it arrives (the norm before the projection).
+
+A group of `rows` is the other kind of part: one run calls a module once per expert on that expert's rows
+(transformers 4.x's `mlp.experts.J.act_fn`), the other once on all experts' rows (5.x's fused
+`mlp.experts.act_fn`). Every tensor of such parts, inputs and their gradients too, is its share of the rows:
+all of them concatenate along the first axis (trees.py finds these groups)."""
 
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ from verl_pdbg_conf.compare.pipeline.concat import axis_of, concat_rows
 class Group:
     parts: tuple  # module paths, in the order their outputs concatenate
     norm_in: str = ""  # the module whose input is the fused module's input
+    rows: bool = False  # each part holds other rows of every tensor (an expert's tokens): joined on axis 0
 
 
 def _call(r) -> str:
@@ -68,6 +74,11 @@ class Fuser:
         for j, row in enumerate(first.rows):
             tail = row.name[len(first.name):]
             same = [next((x for x in p.rows if x.name[len(p.name):] == tail), None) for p in parts]
+            if g.rows:
+                c = concat_rows(same, 0) if None not in same else None
+                if c is not None:
+                    rows.append(c)
+                continue
             if row.state == "input" and first.direction == "forward":
                 if norm is not None:
                     row = next((x for x in norm.rows if x.state == "input" and x.name[len(norm.name):] == tail), None)
