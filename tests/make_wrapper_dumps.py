@@ -146,10 +146,10 @@ def wrap(arch: str, name: str, model, hook_layer: int):
     return model
 
 
-def make_all(root, jobs: dict[str, list[str]], at_once: int = 2) -> None:
+def make_all(root, jobs: dict[str, list[str]], at_once: int = 2, python: str = sys.executable) -> None:
     """This script once per job (root/<name>, with that job's arguments), `at_once` processes at a time (one
-    per core), each on one thread; the tests' one way to make their wrapper dumps. Raises with the output's
-    tail where one fails."""
+    per core), each on one thread, run by `python` (another venv's: tests/test_moe_releases.py); the tests'
+    one way to make their wrapper dumps. Raises with the output's tail where one fails."""
     import subprocess
 
     here = os.path.dirname(os.path.abspath(__file__))
@@ -157,7 +157,7 @@ def make_all(root, jobs: dict[str, list[str]], at_once: int = 2) -> None:
         p for p in (os.path.dirname(here), os.environ.get("PYTHONPATH")) if p))
     names = list(jobs)
     for i in range(0, len(names), at_once):
-        procs = [(n, subprocess.Popen([sys.executable, os.path.abspath(__file__), os.path.join(str(root), n),
+        procs = [(n, subprocess.Popen([python, os.path.abspath(__file__), os.path.join(str(root), n),
                                        *jobs[n]], cwd=str(root), env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True)) for n in names[i:i + at_once]]
         for n, p in procs:

@@ -230,7 +230,9 @@ class Alignment:
 
     @property
     def renamed(self) -> int:
-        return sum(1 for t, (g, _c) in self.to_golden.items() if t != g)
+        """Target modules paired under other paths (indexed parts aside: family_note says those)."""
+        return sum(1 for t, (g, _c) in self.to_golden.items()
+                   if t != g and t not in self.family["target"] and g not in self.family["golden"])
 
     def call(self, name: str) -> str:
         """A target module call's name as the golden module's; its nearest ancestor call that has a
