@@ -82,3 +82,84 @@ def test_replay_one_layer_off_is_caught(replays, name, options):
     code, text = run(["--rollout", str(out / name), *options])
     assert "a routing-replay bug, not a near-tie" in text
     assert "model.layers.1.mlp replays the engine's model.layers.0.mlp" in text
+
+
+# ------------------------------------------------------------------ the engine's captured routed_experts
+
+
+@pytest.fixture(scope="module")
+def moe_same():
+    return release_venvs.job_root("rollout-moe-dumps", "vllm", make_moe_dumps) / "qwen3_moe" / "same"
+
+
+def _capture(run_dir, spoil=None):
+    """Each engine step's token record given the routed_experts vLLM captures with enable_return_routed_experts
+    (per request, per position [layers][top_k] by decoder layer), taken from its own dumped router logits (the
+    CPU build cannot capture them); `spoil` the first request of the first step: an expert number past the
+    last, a row of another top-k, or its layer 1 left out."""
+    import glob
+
+    import torch
+
+    for n, rank in enumerate(sorted(glob.glob(str(run_dir / "step_1" / "rollout_generate" / "step*" / "rank0")))):
+        doc = json.loads(open(os.path.join(rank, "tokens.json")).read())
+        data = json.loads(open(os.path.join(rank, "dump.json")).read())["data"]
+        logits = [torch.load(os.path.join(rank, "dump_tensor_data", data[key]["output"][0]["data_name"]))
+                  for key in sorted(k for k in data if ".mlp.gate." in k)]
+        for i, req in enumerate(doc["requests"]):
+            first = req["rows"][0]
+            req["routed_experts"] = [[lg[first + j].topk(2).indices.tolist() for lg in logits]
+                                     for j in range(len(req["positions"]))]
+            if n == 0 and i == 0 and spoil == "index-out-of-range":
+                req["routed_experts"][0][1][0] = 99
+            elif n == 0 and i == 0 and spoil == "shape":
+                req["routed_experts"][0][1].append(3)
+            elif n == 0 and i == 0 and spoil == "layer-missing":
+                req["routed_experts"] = [row[:1] for row in req["routed_experts"]]
+        open(os.path.join(rank, "tokens.json"), "w").write(json.dumps(doc))
+
+
+def test_captured_routed_experts_are_read_as_the_engines_choice(moe_same, tmp_path):
+    import shutil
+
+    run_dir = tmp_path / "captured"
+    shutil.copytree(moe_same, run_dir)
+    _capture(run_dir)
+    code, doc = rollout(run_dir)
+    (pair,) = doc["pairs"]
+    routing = pair["routing"]
+    assert code == 0 and pair["status"] == "same", pair
+    assert routing["captured"] == 2 * routing["tokens"] and routing["engine_choice"] == "the routed_experts it captured"
+    assert routing["routed_differently"] == 0
+    # the record is what is read: one token's layer-1 experts changed in it is one token routed differently
+    rank = run_dir / "step_1" / "rollout_generate" / "step0" / "rank0"
+    tokens = json.loads((rank / "tokens.json").read_text())
+    row = tokens["requests"][0]["routed_experts"][2][1]
+    tokens["requests"][0]["routed_experts"][2][1] = [e for e in range(8) if e not in row][:2]
+    (rank / "tokens.json").write_text(json.dumps(tokens))
+    _, doc = rollout(run_dir)
+    layers = {l["layer"]: l for l in doc["pairs"][0]["routing"]["layers"]}
+    assert layers["model.layers.1.mlp"]["routed_differently"] == 1 and layers["model.layers.0.mlp"]["routed_differently"] == 0
+    (t,) = layers["model.layers.1.mlp"]["differing"]
+    assert t["engine_margin"] < 0  # the record kept experts the engine's own logits rank lower
+
+
+@pytest.mark.parametrize("spoil", ["index-out-of-range", "shape", "layer-missing"])
+def test_bad_routed_experts_are_said_and_the_logits_read(moe_same, tmp_path, spoil):
+    """Bad input in the captured record: a finding naming it, that request's routing read from the router
+    logits instead, every token's routing still compared; never a traceback, never `same`."""
+    import shutil
+
+    run_dir = tmp_path / spoil
+    shutil.copytree(moe_same, run_dir)
+    _capture(run_dir, spoil)
+    code, doc = rollout(run_dir)
+    (pair,) = doc["pairs"]
+    assert code in (1, 3) and pair["status"] != "same", pair
+    said = [m for m in rules(pair).get("compare-tokens", []) if "routed_experts" in m]
+    assert len(said) == 1, rules(pair)
+    assert {"index-out-of-range": "below the model's 8", "shape": "not [2 layers][2]",
+            "layer-missing": "routing records for some layers only"}[spoil] in said[0], said
+    routing = pair["routing"]
+    assert routing["tokens"] == pair["coverage"]["tokens_compared"] and routing["routed_differently"] == 0
+    assert 0 < routing["captured"] < 2 * routing["tokens"]

@@ -244,7 +244,7 @@ def _judge(engine, trainer, al, judge: Judge, packed: dict, moe: dict, setting: 
     that have no counterpart in the actor's dump; and the routing of MoE layers, side by side."""
     trainer_paths = [d.by_path() for d in trainer]
     found = R.routers(engine)
-    routes, missed = R.routes(al, found, trainer_paths, judge, setting)
+    routes, missed = R.routes(al, found, trainer_paths, judge, setting, R.captured(engine))
     per_step = {}
     unpaired: dict[str, str] = {}
     for k, d in engine:
