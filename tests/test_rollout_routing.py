@@ -49,3 +49,7 @@ def test_replay_is_read_off_the_routes():
     got = R.replay(off, [a, b])
     assert got["bug"] and got["misattached"] == [a, b]
     assert [(l["follows"], l["follows_tokens"], l["routed_differently"]) for l in got["layers"]] == [(b, 3, 3), (a, 3, 3)]
+    # experts that are no layer's of the engine's: a replay bug, attached to no layer of this step
+    stray = {("r", 0): {a: route(a, (0, 1), (4, 5), -0.4), b: route(b, (2, 3), (2, 3), 0.2)}}
+    got = R.replay(stray, [a, b])
+    assert got["bug"] and got["misattached"] == [] and got["layers"][0]["follows"] is None

@@ -84,9 +84,10 @@ def _routing_lines(routing: dict | None) -> list[str]:
                    + ("tokens routed differently under it are a replay bug, not near-ties" if rep["bug"] else
                       "every replayed token got the engine's experts"))
         for l in rep["layers"]:
-            if l["follows"] != l["layer"] and l["routed_differently"]:
-                out.append(f"    {l['layer']} replays the engine's {l['follows']} ({l['follows_tokens']} of "
-                           f"{l['tokens']} tokens get that layer's experts): the replay is attached to the wrong layer")
+            if l["follows"] is not None:
+                out.append(f"    {l['layer']} replays the engine's {l['follows']} ({l['follows_tokens']} of the "
+                           f"{l['follows_of']} tokens routed differently get that layer's experts): the replay is "
+                           "attached to the wrong layer")
     for layer in routing.get("layers") or []:
         out.append(f"    {layer['layer']}: {layer['routed_differently']} of {layer['tokens']} tokens "
                    f"({100 * layer['share']:.1f}%)")

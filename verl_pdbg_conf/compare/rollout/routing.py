@@ -258,24 +258,30 @@ def summary(token_routes: dict, setting_: Setting, moe_layers: bool, top: int = 
 
 def replay(token_routes: dict, order: list[str]) -> dict | None:
     """Whether the actor's routers replayed (some kept experts their own logits rank lower), and under replay
-    per layer: the tokens routed differently, and the engine layer whose choices the actor's follow most (its
-    own where the replay is attached right; another names the layer the replay came from). None without replay."""
+    per layer: the tokens routed differently, and the engine layer whose choices most of them got instead
+    (`follows`: a replay attached to another layer's record; None where no layer's match). None without
+    replay."""
     imposed = sum(1 for per_layer in token_routes.values() for r in per_layer.values() if r.imposed)
     if not imposed:
         return None
     layers = []
     for layer in order:
         tokens = [per_layer for per_layer in token_routes.values() if layer in per_layer]
-        follows = {other: sum(1 for per_layer in tokens if other in per_layer and
+        differ = [per_layer for per_layer in tokens if per_layer[layer].differs]
+        sample = differ[:FOLLOW_SAMPLE]
+        follows = {other: sum(1 for per_layer in sample if other in per_layer and
                               per_layer[other].engine == per_layer[layer].trainer) for other in order}
-        best = max(order, key=lambda o: (follows[o], o == layer))
-        layers.append({"layer": layer, "tokens": len(tokens),
-                       "routed_differently": sum(1 for per_layer in tokens if per_layer[layer].differs),
+        best = max(order, key=lambda o: follows[o]) if sample else None
+        layers.append({"layer": layer, "tokens": len(tokens), "routed_differently": len(differ),
                        "imposed": sum(1 for per_layer in tokens if per_layer[layer].imposed),
-                       "follows": best, "follows_tokens": follows[best]})
-    wrong = [l for l in layers if l["follows"] != l["layer"] and l["routed_differently"]]
-    return {"imposed": imposed, "layers": layers, "misattached": [l["layer"] for l in wrong],
+                       "follows": best if best is not None and follows[best] else None,
+                       "follows_tokens": follows[best] if best is not None else 0, "follows_of": len(sample)})
+    wrong = [l["layer"] for l in layers if l["follows"] is not None]
+    return {"imposed": imposed, "layers": layers, "misattached": wrong,
             "bug": any(l["routed_differently"] for l in layers)}
+
+
+FOLLOW_SAMPLE = 2000  # tokens routed differently per layer matched against the engine's other layers
 
 
 MAP_MAX = 20_000  # tokens routed differently listed per layer for the picture

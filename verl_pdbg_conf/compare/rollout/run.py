@@ -159,8 +159,8 @@ def _misreplayed(routing: dict | None, where: str, findings: list[Finding]) -> N
     rep = (routing or {}).get("replay")
     if not rep or not rep["bug"]:
         return
-    wrong = [f"{l['layer']} gets the engine's {l['follows']} ({l['follows_tokens']} of {l['tokens']} tokens)"
-             for l in rep["layers"] if l["layer"] in rep["misattached"]]
+    wrong = [f"{l['layer']} gets the engine's {l['follows']} ({l['follows_tokens']} of the {l['follows_of']} tokens "
+             "routed differently)" for l in rep["layers"] if l["layer"] in rep["misattached"]]
     differ = sum(l["routed_differently"] for l in rep["layers"])
     findings.append(_f("compare-routing-replay", Severity.ERROR,
                        "the actor's routers replay a routing record (they keep experts their own logits rank lower) "
