@@ -7,11 +7,11 @@ op against its decomposition), or when it runs in the body of a paired module (e
 inside self_attn against sdpa's one op; LoRA's branch inside q_proj: compared at the module's input and
 output). A module is compared when paired, and accounted for when it only wraps paired modules (FSDP1's
 wrapper levels) or when the module that encloses it is paired (LoRA's lora_A, an MLP's act_fn a fused
-kernel replaces). The rest is uncompared: records outside any paired module (a collective of FSDP's,
-an optimizer step the other run does not take) and modules under unpaired ones (but for a family of modules one per index, which runs where the other run's
-one module runs: trees.py). A record holding a value
-that could not be read (reading.Record.unread) is never compared, and keeps the pair from "same" whatever
-share the rest reaches."""
+kernel replaces), or when it belongs to a family one module per index that the other run calls as one
+module (trees.py: it runs where that module runs). The rest is uncompared: records outside any paired
+module (a collective of FSDP's, an optimizer step the other run does not take) and modules under unpaired
+ones. A record holding a value that could not be read (reading.Record.unread) is never compared, and keeps
+the pair from "same" whatever share the rest reaches."""
 
 from __future__ import annotations
 
