@@ -16,7 +16,7 @@ import pytest
 
 import release_venvs
 from compare_cli import run
-from test_compare_rollout import MOE_ARCHS, make_moe_dumps, rollout, rules  # noqa: F401 (the fixture's job)
+from test_compare_rollout import make_moe_dumps, rollout, rules
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 pytestmark = [pytest.mark.slow, pytest.mark.venvs("vllm")]
@@ -50,7 +50,8 @@ def test_replay_routes_every_token_as_the_engine(replays):
     routing = pair["routing"]
     assert routing["routed_differently"] == 0 and routing["tokens"] == plain["routing"]["tokens"]
     assert routing["replay"]["imposed"] == plain["routing"]["routed_differently"] and not routing["replay"]["bug"]
-    assert [l["follows"] for l in routing["replay"]["layers"]] == [None, None] and routing["replay"]["misattached"] == []
+    assert [l["follows"] for l in routing["replay"]["layers"]] == [None, None]
+    assert routing["replay"]["misattached"] == []
     # the router's logits still differ (replay does not undo a changed weight): the honest verdict
     fd = pair["first_divergence"]
     assert pair["status"] == "diverged" and fd["module"] == "model.layers.1.mlp.gate" and fd["kind"] == "output"
@@ -139,7 +140,8 @@ def test_captured_routed_experts_are_read_as_the_engines_choice(moe_same, tmp_pa
     (rank / "tokens.json").write_text(json.dumps(tokens))
     _, doc = rollout(run_dir)
     layers = {l["layer"]: l for l in doc["pairs"][0]["routing"]["layers"]}
-    assert layers["model.layers.1.mlp"]["routed_differently"] == 1 and layers["model.layers.0.mlp"]["routed_differently"] == 0
+    assert layers["model.layers.1.mlp"]["routed_differently"] == 1
+    assert layers["model.layers.0.mlp"]["routed_differently"] == 0
     (t,) = layers["model.layers.1.mlp"]["differing"]
     assert t["engine_margin"] < 0  # the record kept experts the engine's own logits rank lower
 

@@ -39,7 +39,8 @@ def render_text(doc: dict) -> str:
                 where = (f": routed differently, engine experts {r['engine']} (margin {_g(r['engine_margin'])}), "
                          f"actor {r['trainer']} (margin {_g(r['trainer_margin'])}), the router's logits agreeing: "
                          + ("the actor's router replayed experts its own logits rank lower, and not the engine's: "
-                            "a routing-replay bug, not a near-tie" if r.get("replayed") else "a near-tie, not a module"))
+                            "a routing-replay bug, not a near-tie" if r.get("replayed") else
+                            "a near-tie, not a module"))
             elif fd.get("experts"):
                 which = (f"expert {fd['expert']}" if "expert" in fd else
                          f"one of experts {fd['experts']}" if fd["experts"] else "no single expert")

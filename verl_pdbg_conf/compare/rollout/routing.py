@@ -5,8 +5,8 @@ Its choice is read from the routed_experts it captured where its token record ho
 enable_return_routed_experts, what verl's R3 turns on), else recomputed from the logits the way its router
 does (extract.py probed it: softmax scoring keeps the top_k largest logits; top_k is the HF config key the
 model's FusedMoE call reads). The trainer's router returns its choice (output 2, the top-k indices); where
-it does not, it is recomputed from its logits the same way. Each side's margin is its logit of the last expert kept minus that of the first one
-dropped: a small margin is a near-tie that rounding can flip.
+it does not, it is recomputed from its logits the same way. Each side's margin is its logit of the last
+expert kept minus that of the first one dropped: a small margin is a near-tie that rounding can flip.
 
 `blame_experts` then names the expert that parts in a layer whose experts' output diverged while their
 input and the routing agreed: the tokens routed to it part, the tokens that did not use it agree.
