@@ -357,7 +357,8 @@ def run_pipeline(job, task: str, level: str, streams: tuple = (None, None)):
             tstream = splits.combine(tstream, split)
         else:
             gstream = splits.combine(gstream, split)
-    plan = plan_for(backends is not None, bool(l1_mcore), tside.merged or gside.merged)
+    plan = plan_for(backends is not None, bool(l1_mcore), tside.merged or gside.merged,
+                    alignment is not None and any(alignment.family.values()))
     p = _Pair(job, task, plan)
     if alignment is not None:
         p.coverage.target.family, p.coverage.golden.family = alignment.family["target"], alignment.family["golden"]
