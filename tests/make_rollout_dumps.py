@@ -161,15 +161,18 @@ def rollout(llm_cache: dict, out: str, run: str, spec: dict, ckpt: str, config_p
 
 
 def actor(out: str, run: str, spec: dict, ckpt: str, config_path: str, samples: list[dict],
-          step: int = 1) -> list[list[float]]:
+          step: int = 1, prepare=None) -> list[list[float]]:
     """The trainer's log-prob forward over prompt + response (trainer step `step`); returns per sample the
-    response's log-probs."""
+    response's log-probs. `prepare(model)` runs on the loaded model first (make_replay_dumps.py arms its
+    routers' replay there)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     from verl_pdbg_conf.runtime import PrecisionDebuggerProfiler
 
     model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32, attn_implementation="sdpa").eval()
+    if prepare is not None:
+        prepare(model)
     prof = PrecisionDebuggerProfiler({"config_path": config_path, "strict": True}, rank=0,
                                      save_path=os.path.join(out, run))
     plen = max(len(s["prompt"]) for s in samples)

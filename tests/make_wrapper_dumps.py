@@ -21,7 +21,11 @@ rank0) unless --no-group (it writes proc<pid>). A run is WRAP[-weight]:
   -weight  layer K's MLP down projection weight x1.01 (seq: block K's linear; qwen3_moe: one expert's x1.05)
 
 Arch qwen2 is make_cross_impl_dumps' transformers Qwen2 (6 layers), qwen3_moe its Qwen3-MoE (8 experts,
-top 2, fused); seq is an nn.Sequential of an embedding, eight Linear+Tanh blocks and a head. OUT/manifest.json says each run's right answer."""
+top 2, fused); seq is an nn.Sequential of an embedding, eight Linear+Tanh blocks and a head. OUT/manifest.json says each run's right answer.
+
+--save-checkpoint DIR writes the qwen3_moe model (before any plant) with save_pretrained; --checkpoint DIR
+loads it instead of building one, as the installed transformers builds it: 5.x fuses the experts, 4.x keeps
+one module per expert (mlp.experts.J), so one checkpoint runs on both releases (tests/test_moe_releases.py)."""
 
 from __future__ import annotations
 
@@ -59,6 +63,36 @@ def build_seq(plant: bool, layer: int):
     if plant:
         with torch.no_grad():
             model[1 + layer][0].weight.mul_(1.01)
+    return model
+
+
+def save_checkpoint(model, path: str) -> None:
+    """save_pretrained, and the config keys transformers 4.x reads where 5.x writes new ones (num_experts for
+    num_local_experts, rope_theta beside rope_parameters), as Qwen's published checkpoints hold them."""
+    model.save_pretrained(path)
+    with open(os.path.join(path, "config.json")) as f:
+        cfg = json.load(f)
+    cfg.setdefault("num_experts", cfg.get("num_local_experts"))
+    cfg.setdefault("rope_theta", (cfg.get("rope_parameters") or {}).get("rope_theta", 10000.0))
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+
+
+def load(path: str, plant: bool, layer: int):
+    """A saved Qwen3-MoE as this transformers builds it; the plant scales expert X.MOE_EXPERT's down
+    projection x1.05 in layer `layer`, a slice of the fused 3-D weight or that expert's own Linear."""
+    import torch
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32,
+                                                              attn_implementation="eager")
+    if plant:
+        experts = model.model.layers[layer].mlp.experts
+        with torch.no_grad():
+            if isinstance(experts, torch.nn.ModuleList):
+                experts[X.MOE_EXPERT].down_proj.weight.mul_(1.05)
+            else:
+                experts.down_proj[X.MOE_EXPERT].mul_(1.05)
     return model
 
 
@@ -112,10 +146,10 @@ def wrap(arch: str, name: str, model, hook_layer: int):
     return model
 
 
-def make_all(root, jobs: dict[str, list[str]], at_once: int = 2) -> None:
+def make_all(root, jobs: dict[str, list[str]], at_once: int = 2, python: str = sys.executable) -> None:
     """This script once per job (root/<name>, with that job's arguments), `at_once` processes at a time (one
-    per core), each on one thread; the tests' one way to make their wrapper dumps. Raises with the output's
-    tail where one fails."""
+    per core), each on one thread, run by `python` (another venv's: tests/test_moe_releases.py); the tests'
+    one way to make their wrapper dumps. Raises with the output's tail where one fails."""
     import subprocess
 
     here = os.path.dirname(os.path.abspath(__file__))
@@ -123,7 +157,7 @@ def make_all(root, jobs: dict[str, list[str]], at_once: int = 2) -> None:
         p for p in (os.path.dirname(here), os.environ.get("PYTHONPATH")) if p))
     names = list(jobs)
     for i in range(0, len(names), at_once):
-        procs = [(n, subprocess.Popen([sys.executable, os.path.abspath(__file__), os.path.join(str(root), n),
+        procs = [(n, subprocess.Popen([python, os.path.abspath(__file__), os.path.join(str(root), n),
                                        *jobs[n]], cwd=str(root), env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True)) for n in names[i:i + at_once]]
         for n, p in procs:
@@ -147,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hook-layer", type=int, default=None, help="hook's block (default: (K+3) mod layers)")
     ap.add_argument("--no-group", action="store_true", help="no process group: msprobe writes proc<pid>")
     ap.add_argument("--steps", default="1")
+    ap.add_argument("--checkpoint", help="load the model from this directory (save_pretrained) instead")
+    ap.add_argument("--save-checkpoint", help="write the unplanted model here first")
     a = ap.parse_args(argv)
     layers = SEQ_BLOCKS if a.arch == "seq" else X.LAYERS
     layer = (X.default_layer() % layers) if a.layer is None else a.layer
@@ -170,8 +206,11 @@ def main(argv: list[str] | None = None) -> int:
     path = os.path.join(a.out, "manifest.json")
     manifest = json.load(open(path)) if os.path.exists(path) else {"runs": {}}
     manifest.update({"arch": a.arch, "level": a.level, "layer": layer, "hook_layer": hook_layer, "layers": layers})
+    if a.save_checkpoint:
+        save_checkpoint(X.build(a.arch, "golden", None, layer, 0), a.save_checkpoint)
     for run, (wname, plant) in zip(runs, parsed):
         model = build_seq(plant, layer) if a.arch == "seq" else \
+            load(a.checkpoint, plant, layer) if a.checkpoint else \
             X.build(a.arch, "golden", "weight" if plant else None, layer, 0)
         model = wrap(a.arch, wname, model, hook_layer)
         prof = PrecisionDebuggerProfiler({"config_path": cfg, "stages": list(STAGES)}, rank=0,

@@ -441,8 +441,10 @@ def test_moe_bf16_rollout_blames_no_module_for_routing(moe, arch):
 def test_moe_routing_flip_is_no_module(moe, tmp_path):
     """Fault injected on a copy of the real Qwen3-MoE dumps: the actor's router chose another expert for one
     token of layer 1 (its top-k indices) and its experts' output for that token moved with it, while the
-    router's logits stayed. Without --dtype-aware that token's gap is the routing, at the MoE block, with
-    both sides' experts; with it, no module is blamed and the routing figures name the token."""
+    router's logits stayed. That token's gap is the routing, at the MoE block, with both sides' experts. The
+    actor kept an expert its own logits rank below one it dropped, which rounding never does (something other
+    than its logits chose, as a routing replay does): so --dtype-aware judges it too, as a replay's, and the
+    routing figures name the token."""
     import torch
 
     root, _ = moe
@@ -474,9 +476,11 @@ def test_moe_routing_flip_is_no_module(moe, tmp_path):
 
     code, doc = rollout(run_dir, options=["--dtype-aware"])
     (pair,) = doc["pairs"]
-    assert pair["status"] == "same" and pair["first_divergence"] is None and code == 0, pair
+    fd = pair["first_divergence"]
+    assert pair["status"] == "diverged" and fd["kind"] == "routing" and fd["routing"]["replayed"] and code == 1, pair
     (layer,) = [l for l in pair["routing"]["layers"] if l["routed_differently"]]
     assert layer["layer"] == "model.layers.1.mlp" and layer["differing"][0]["position"] == fd["position"]
+    assert pair["routing"]["replay"]["imposed"] == 1 and "compare-routing-replay" in rules(pair)
 
 
 @pytest.mark.parametrize("spoil", ["index-out-of-range", "logits-shape", "layer-missing"])

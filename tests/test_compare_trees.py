@@ -229,3 +229,24 @@ def test_wrapper_files_are_read_past_but_a_library_file_of_the_same_name_is_not_
     assert t.sites == ["layer.py:1102 in forward"]
     skip_foreign(t, g)
     assert t.sites == g.sites == ["train.py:9 in log_probs"]
+
+
+def test_indexed_family_against_one_fused_module():
+    """transformers 4.x's experts (one module per index, the ModuleList never called) against 5.x's fused one:
+    the act_fn both call is a part per expert, in index order (10 after 2); every per-expert module is in the
+    family; a path whose index has no one-module counterpart (model.layers.1) is not."""
+    from verl_pdbg_conf.compare.pipeline.trees import indexed_parts
+
+    per_expert = {"model.layers.1.mlp": "Block", "model.layers.1.mlp.gate": "Linear",
+                  "model.layers.1.mlp.experts.10": "MLP", "model.layers.1.mlp.experts.10.act_fn": "SiLU",
+                  "model.layers.1.mlp.experts.10.down_proj": "Linear",
+                  "model.layers.1.mlp.experts.2": "MLP", "model.layers.1.mlp.experts.2.act_fn": "SiLU"}
+    fused = {"model.layers.1.mlp": "Block", "model.layers.1.mlp.gate": "Router",
+             "model.layers.1.mlp.experts": "Experts", "model.layers.1.mlp.experts.act_fn": "SiLU"}
+    parts, family = indexed_parts(per_expert, fused)
+    assert parts == {"model.layers.1.mlp.experts.act_fn": ["model.layers.1.mlp.experts.2.act_fn",
+                                                           "model.layers.1.mlp.experts.10.act_fn"]}
+    assert set(family) == {p for p in per_expert if ".experts." in p}
+    assert set(family.values()) == {"model.layers.1.mlp.experts"}
+    assert indexed_parts(fused, per_expert) == ({}, {})
+    assert indexed_parts(per_expert, per_expert) == ({}, {})  # the same tree: no family

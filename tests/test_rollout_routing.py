@@ -31,3 +31,26 @@ def test_choice_and_margins():
     chosen, margin = R.choose(logits, 2)
     assert chosen == (1, 2) and abs(margin - 0.02) < 1e-6
     assert abs(R.margin_of(logits, (1, 3)) - (0.48 - 0.5)) < 1e-7  # a choice that is not the top-k: negative
+
+
+def test_replay_is_read_off_the_routes():
+    """A router that keeps experts its own logits rank lower replayed a record; under replay each layer's
+    experts are matched to the engine layer they follow, which names a replay attached one layer off."""
+    def route(layer, engine, trainer, tm):
+        return R.Route(layer, engine, trainer, 0.5, tm)
+
+    a, b = "model.layers.0.mlp", "model.layers.1.mlp"
+    own = {("r", 0): {a: route(a, (0, 1), (0, 1), 0.3), b: route(b, (2, 3), (2, 3), 0.2)}}
+    assert R.replay(own, [a, b]) is None  # every router chose its own top-k: no replay seen
+    right = {("r", 0): {a: route(a, (0, 1), (0, 1), -0.01), b: route(b, (2, 3), (2, 3), 0.2)}}
+    got = R.replay(right, [a, b])
+    assert got["imposed"] == 1 and not got["bug"] and got["misattached"] == []
+    off = {("r", p): {a: route(a, (0, 1), (2, 3), -0.4), b: route(b, (2, 3), (0, 1), -0.3)} for p in range(3)}
+    got = R.replay(off, [a, b])
+    assert got["bug"] and got["misattached"] == [a, b]
+    got_layers = [(l["follows"], l["follows_tokens"], l["routed_differently"]) for l in got["layers"]]
+    assert got_layers == [(b, 3, 3), (a, 3, 3)]
+    # experts that are no layer's of the engine's: a replay bug, attached to no layer of this step
+    stray = {("r", 0): {a: route(a, (0, 1), (4, 5), -0.4), b: route(b, (2, 3), (2, 3), 0.2)}}
+    got = R.replay(stray, [a, b])
+    assert got["bug"] and got["misattached"] == [] and got["layers"][0]["follows"] is None

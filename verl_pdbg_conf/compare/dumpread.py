@@ -489,6 +489,18 @@ def read_tokens(path: str) -> tuple[dict | None, list[str]]:
             said.append(f"hf_config is {show(hf)}, not a mapping")
     if "requests" in doc:
         out["requests"] = _listed(doc["requests"], "requests", _request, said)
+        experts = next((out.get("hf_config", {}).get(k) for k in ("num_experts", "n_routed_experts",
+                                                                  "num_local_experts")
+                        if type(out.get("hf_config", {}).get(k)) is int), None)
+        layers = out.get("hf_config", {}).get("num_hidden_layers")
+        for i, req in enumerate(out["requests"]):
+            if req is not None and "routed_experts" in req:
+                why = _routed(req["routed_experts"], len(req["positions"]), experts,
+                              layers if type(layers) is int else None)
+                if why:
+                    said.append(f"requests[{i}] (request {req['request']}): routed_experts {why}: its routing is "
+                                "read from the router logits")
+                    out["requests"][i] = {k: v for k, v in req.items() if k != "routed_experts"}
     if "sampled" in doc:
         out["sampled"] = _sampled(doc["sampled"], said)
     if "calls" in doc:
@@ -552,6 +564,30 @@ def _request(req) -> str:
     rows = req.get("rows")
     if rows is not None and (_ints(rows, "rows", True) or len(rows) != 2):
         return f" (request {rid}): rows is {show(rows)}, not [first row, end]"
+    return ""
+
+
+def _routed(v, rows: int, experts: int | None, layers: int | None) -> str:
+    """The engine's captured routing of a request's rows, as vLLM returns it (`routed_experts`, per token
+    [layers, top_k] expert numbers by decoder layer; verl's batch holds it [batch, seq, layers, top_k]): one
+    entry per position, every one of the same layers and top-k, expert numbers below the model's experts."""
+    if type(v) is not list or len(v) != rows:
+        return f"is {show(v)}, not one entry per position ({rows})"
+    shape = None
+    for j, row in enumerate(v):
+        if type(row) is not list or not row or any(type(layer) is not list or not layer for layer in row):
+            return f"[{j}] is {show(row)}, not [layers][top_k] expert numbers"
+        if shape is None:
+            shape = (len(row), len(row[0]))
+        if len(row) != shape[0] or any(len(layer) != shape[1] for layer in row):
+            return f"[{j}] is not [{shape[0]} layers][{shape[1]}], the shape of its first entry"
+        for n, layer in enumerate(row):
+            for x in layer:
+                if type(x) is not int or x < 0 or (experts is not None and x >= experts):
+                    return (f"[{j}][{n}] holds {show(x)}, not an expert number"
+                            + (f" below the model's {experts}" if experts is not None else ""))
+    if shape is not None and layers is not None and shape[0] != layers:
+        return f"holds {shape[0]} layers, the model {layers}: routing records for some layers only"
     return ""
 
 

@@ -87,6 +87,8 @@ RULES: dict[str, str] = {
     "dump-value": "a value or record of a dump.json that is not what msprobe writes: not compared",
     "compare-routing": "an MoE layer's routing could not be compared for some tokens (router records missing, "
                        "of the wrong shape, or expert numbers out of range)",
+    "compare-routing-replay": "the actor's routers replay a routing record that is not the engine's choice for "
+                              "that layer (a replay attached to the wrong layer, or another batch's record)",
     "compare-failed": "msprobe compare failed on a pair of dumps or wrote no result",
     "compare-pairing": "a (step, stage, rank) that is in one run only, or proc<pid> directories paired by order",
     "compare-metric": "the chosen metric is not in msprobe's result for this pair (another task or summary mode)",

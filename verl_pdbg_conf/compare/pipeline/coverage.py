@@ -7,10 +7,11 @@ op against its decomposition), or when it runs in the body of a paired module (e
 inside self_attn against sdpa's one op; LoRA's branch inside q_proj: compared at the module's input and
 output). A module is compared when paired, and accounted for when it only wraps paired modules (FSDP1's
 wrapper levels) or when the module that encloses it is paired (LoRA's lora_A, an MLP's act_fn a fused
-kernel replaces). The rest is uncompared: records outside any paired module (a collective of FSDP's,
-an optimizer step the other run does not take) and modules under unpaired ones. A record holding a value
-that could not be read (records.Record.unread) is never compared, and keeps the pair from "same" whatever
-share the rest reaches."""
+kernel replaces), or when it belongs to a family one module per index that the other run calls as one
+module (trees.py: it runs where that module runs). The rest is uncompared: records outside any paired
+module (a collective of FSDP's, an optimizer step the other run does not take) and modules under unpaired
+ones. A record holding a value that could not be read (records.Record.unread) is never compared, and keeps
+the pair from "same" whatever share the rest reaches."""
 
 from __future__ import annotations
 
@@ -43,6 +44,8 @@ class Tally:
         self.loose: dict[str, int] = {}  # scope path -> unpaired records there (not in a compared gap)
         self.bracketed: dict[str, int] = {}  # module path -> its calls in gaps compared at their boundary
         self.unreadable = 0  # records with a value that could not be read (records.Record.unread)
+        # a module of a family one per index, and the one module the other run calls instead -> that module
+        self.family: dict[str, str] = {}
 
     def record(self, r, paired: bool) -> None:
         parts = r.extra.get("parts") or ()  # a fused module's parts, put together into this one record
@@ -86,6 +89,10 @@ class Tally:
 
         status = {}
         for p, (ok, _n, unpaired) in self.modules.items():
+            # a module of an indexed family runs where the other run's one module does: inside its enclosing one
+            if not ok and p in self.family and parent_paired(self.family[p]):
+                status[p] = "inside"
+                continue
             status[p] = "paired" if ok else "wrapper" if p in with_paired_inside else \
                 "inside" if parent_paired(p) or self.bracketed.get(p, 0) >= unpaired else "uncompared"
         enclosed = sum(n for p, (ok, n, _u) in self.modules.items() if status[p] in ("wrapper", "inside"))

@@ -15,7 +15,12 @@ In the backward, the gradients of the outputs are of other tensors: left out; th
 
 A module whose Megatron counterpart holds another module's weight (Qwen2-MoE's shared expert: Megatron's
 `shared_experts` applies the gate transformers runs as `shared_expert_gate`, mbridge's `gate_weight`) is
-compared by its input only; its output and gradients are of other tensors (the gate's product)."""
+compared by its input only; its output and gradients are of other tensors (the gate's product).
+
+A group of `rows` is the other kind of part: one run calls a module once per expert on that expert's rows
+(transformers 4.x's `mlp.experts.J.act_fn`), the other once on all experts' rows (5.x's fused
+`mlp.experts.act_fn`). Every tensor of such parts, inputs and their gradients too, is its share of the rows:
+all of them concatenate along the first axis (trees.py finds these groups)."""
 
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ from verl_pdbg_conf.compare.pipeline.concat import axis_of, concat_rows
 class Group:
     parts: tuple  # module paths, in the order their outputs concatenate
     norm_in: str = ""  # the module whose input is the fused module's input
+    rows: bool = False  # each part holds other rows of every tensor (an expert's tokens): joined on axis 0
 
 
 def _call(r) -> str:
@@ -92,6 +98,11 @@ class Fuser:
         for j, row in enumerate(first.rows):
             tail = row.name[len(first.name):]
             same = [next((x for x in p.rows if x.name[len(p.name):] == tail), None) for p in parts]
+            if g.rows:
+                c = concat_rows(same, 0) if None not in same else None
+                if c is not None:
+                    rows.append(c)
+                continue
             if row.state == "input" and first.direction == "forward":
                 if norm is not None:
                     row = next((x for x in norm.rows if x.state == "input" and x.name[len(norm.name):] == tail), None)

@@ -89,6 +89,15 @@ def cross_signature(r) -> tuple:
     return (r.op, r.direction, "", "", r.layer, r.passes, sizes(r))
 
 
+def family_signature(r) -> tuple:
+    """signature() where one run holds a family's parameters one per index and the other one fused tensor: an
+    optimizer's step (after a backward, outside any module) names no parameter, so equal shapes say nothing
+    and it pairs with nothing, as cross_signature()'s."""
+    if not r.is_module and not r.scope and r.after_backward and r.direction == "forward":
+        return ("unpaired", object())
+    return signature(r)
+
+
 def anchorless_signature(r) -> tuple:
     """cross_signature() at L1, where no module anchors two backends' ops: inside the layers, ops of one
     size repeat in another order (a bias add before a residual add), so a pair there would be a guess and a
@@ -119,6 +128,7 @@ class Aligner:
         # only: there, API records pair by signature alone, and a backward by its forward's counterpart always
         self.by_name = plan.by_name
         self.signature = {Kinship.SAME_CODE: signature, Kinship.SHARDS: layout_signature,
+                          Kinship.FAMILIES: family_signature,
                           Kinship.BACKENDS: cross_signature, Kinship.BACKENDS_L1: anchorless_signature}[plan.kinship]
         if plan.opaque:
             self.signature = _opaque(self.signature, plan.opaque)

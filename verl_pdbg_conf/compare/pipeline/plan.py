@@ -13,6 +13,7 @@ class Kinship(Enum):
 
     SAME_CODE = "same code"  # one code base and layout: API calls are numbered alike and pair by name
     SHARDS = "tensor-parallel groups merged"  # a vocabulary shard masks its ids with calls of its own
+    FAMILIES = "modules one per index against one"  # experts as modules against fused (trees.indexed_parts)
     BACKENDS = "two backends"  # Megatron against a Hugging Face model, modules paired by mbridge's table
     BACKENDS_L1 = "two backends at L1"  # the same without module records: nothing anchors an API call
 
@@ -33,7 +34,7 @@ class AlignmentPlan:
     @property
     def layout_free(self) -> bool:
         """[s, b, h] against [b, s, h], or parts and shards put together: another layout is no difference."""
-        return self.kinship is not Kinship.SAME_CODE
+        return self.kinship not in (Kinship.SAME_CODE, Kinship.FAMILIES)
 
     @property
     def anchored(self) -> bool:
@@ -46,13 +47,18 @@ class AlignmentPlan:
         return self.anchored
 
 
-def plan_for(backends: bool, l1_backends: bool, merged: bool, opaque: frozenset = frozenset()) -> AlignmentPlan:
+def plan_for(backends: bool, l1_backends: bool, merged: bool, opaque: frozenset = frozenset(),
+             families: bool = False) -> AlignmentPlan:
     """backends: two backends' module trees paired by a table; l1_backends: one side runs Megatron at L1;
-    merged: a tensor-parallel group was put together on either side; opaque: AlignmentPlan.opaque."""
+    merged: a tensor-parallel group was put together on either side; opaque: AlignmentPlan.opaque;
+    families: one run's modules one per index against one module of the other (their parameters laid out
+    otherwise)."""
     if l1_backends:
         return AlignmentPlan(Kinship.BACKENDS_L1)
     if backends:
         return AlignmentPlan(Kinship.BACKENDS, opaque)
     if merged:
         return AlignmentPlan(Kinship.SHARDS)
+    if families:
+        return AlignmentPlan(Kinship.FAMILIES)
     return AlignmentPlan()

@@ -356,6 +356,7 @@ def run_pipeline(job, task: str, level: str, streams: tuple = (None, None)):
         else:
             titer = backends.fuser(titer)
     if alignment is not None:
+        titer, giter = alignment.fuse(titer, giter)
         titer = _aligned(titer, alignment)
     t0, g0 = next(titer, None), next(giter, None)
     tstream = itertools.chain([t0], titer) if t0 is not None else iter(())
@@ -369,8 +370,11 @@ def run_pipeline(job, task: str, level: str, streams: tuple = (None, None)):
         else:
             gstream = splits.combine(gstream, split)
     plan = plan_for(backends is not None, bool(l1_mcore), tside.merged or gside.merged,
-                    backends.opaque if backends is not None else frozenset())
+                    backends.opaque if backends is not None else frozenset(),
+                    alignment is not None and any(alignment.family.values()))
     p = _Pair(job, task, plan)
+    if alignment is not None:
+        p.coverage.target.family, p.coverage.golden.family = alignment.family["target"], alignment.family["golden"]
     if split is not None:
         p.alone, p.split_side = split.alone, split.side
     aligner = Aligner(gstream, plan=plan)
@@ -486,6 +490,11 @@ def _finish(p: _Pair, treader, greader, split, task: str, alignment=None, notes=
         an.first.golden_nonfinite = v.golden_nonfinite
         an.first.note = note
         an.first.received = received
+        inner = alignment.families_in(an.first.module) if alignment is not None and an.first.module else []
+        if inner and not note:
+            an.first.note = (f"what parts here is inside {', '.join(inner)} (one module per index in one run, one "
+                             f"module in the other: compared at {an.first.module}'s boundary), or {an.first.module}'s "
+                             "own ops; its paired parts before it agree")
         if p.in_backward:
             an.first.direction = "backward"
             an.first.note = "a forward-named call made during the backward pass (a hook's operation)"
@@ -516,6 +525,8 @@ def _finish(p: _Pair, treader, greader, split, task: str, alignment=None, notes=
     if alignment is not None and alignment.renamed:
         notes.append(Note("compare-modules", f"module trees aligned: {alignment.renamed} target module(s) pair with "
                       "golden ones under other paths (wrappers)", ""))
+    if alignment is not None and alignment.family_note():
+        notes.append(Note("compare-modules", alignment.family_note(), ""))
     if split is not None:
         t_calls = _calls(split.parts, split.batch[0]) if split.side == "target" else _calls(1, split.batch[1])
         g_calls = _calls(split.parts, split.batch[0]) if split.side == "golden" else _calls(1, split.batch[1])

@@ -6,13 +6,20 @@ call order and with the same layer indices, one path is the other with component
 the components one side never uses, preferring the same class and the fewest inserted components (a
 weighted longest common subsequence per index signature). Target records are then renamed as the golden
 ones they correspond to, and an API record whose module has no counterpart is scoped to its nearest
-ancestor that has one (a LoRA layer's base linear runs inside q_proj as the plain q_proj's linear does)."""
+ancestor that has one (a LoRA layer's base linear runs inside q_proj as the plain q_proj's linear does).
+
+One run may call a module P once where the other calls P.J for indices J instead and never P (the experts
+transformers 5.x fuses into one module and 4.x builds one module per expert): P.J and everything under it is
+P's family, run inside P's enclosing module as P is (coverage counts it there), and a submodule P.J.rest of
+the same class as the other run's P.rest is one of its parts: their records are put together by rows
+(fusion.Group rows) and paired with P.rest's."""
 
 from __future__ import annotations
 
 import os
 
 from verl_pdbg_conf.compare.dumpread import DumpError, check_items, iter_items
+from verl_pdbg_conf.compare.pipeline.fusion import Fuser, Group
 from verl_pdbg_conf.compare.records import layer_of_path
 
 DIRECTIONS = ("forward", "backward", "parameters_grad")
@@ -122,6 +129,26 @@ def _lcs(ts: list, gs: list, t_foreign: set, g_foreign: set) -> list[tuple[int, 
     return out
 
 
+def indexed_parts(mine: dict[str, str], other: dict[str, str]) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """Where `other` calls module P and `mine` calls P.J for indices J but never P: (other's P.rest -> mine's
+    P.J.rest in index order, where both call that submodule with one class; every module of mine under some
+    P.J -> P)."""
+    parts: dict[str, list] = {}
+    family: dict[str, str] = {}
+    for path, cls in mine.items():
+        comps = path.split(".")
+        for i in range(1, len(comps)):
+            p = ".".join(comps[:i])
+            if not comps[i].isdigit() or p not in other or p in mine:
+                continue
+            family[path] = p
+            whole = ".".join([p, *comps[i + 1:]])
+            if i + 1 < len(comps) and other.get(whole) == cls and whole not in mine:
+                parts.setdefault(whole, []).append((int(comps[i]), path))
+            break
+    return {k: [p for _, p in sorted(v)] for k, v in parts.items()}, family
+
+
 MAX_GROUP = 2048  # modules of one index signature aligned by LCS; past this, only equal paths pair
 
 
@@ -140,12 +167,29 @@ class Alignment:
         for path, cls in target.modules.items():
             if path not in self.to_golden and path not in seeded and golden.modules.get(path) == cls:
                 self.to_golden[path] = (path, cls)
-        self.identity = not seed and len(self.to_golden) == len(target.modules) == len(golden.modules)
+        # indexed parts: each side's modules one per index where the other calls one module (see the docstring)
+        self.family: dict[str, dict[str, str]] = {}
+        self.groups: dict[str, list[Group]] = {}
+        for side, mine, other in (("target", target.modules, golden.modules), ("golden", golden.modules,
+                                                                              target.modules)):
+            parts, self.family[side] = indexed_parts(mine, other)
+            self.groups[side] = [Group(tuple(ps), rows=True) for ps in parts.values()]
+            for whole, ps in parts.items():
+                if side == "target":
+                    self.to_golden[ps[0]] = (whole, golden.modules[whole])
+                else:
+                    self.to_golden[whole] = (ps[0], golden.modules[ps[0]])
+        for side, other in (("target", "golden"), ("golden", "target")):
+            for root in set(self.family[other].values()):  # the one module, on the side that calls it
+                self.family[side].setdefault(root, root)
+        self.identity = not seed and len(self.to_golden) == len(target.modules) == len(golden.modules) \
+            and not any(self.family.values())
         if self.identity:
             return
         matched_g = {g for g, _c in self.to_golden.values()}
-        t_rest = [(p, c) for p, c in target.modules.items() if p not in self.to_golden]
-        g_rest = [(p, c) for p, c in golden.modules.items() if p not in matched_g]
+        t_rest = [(p, c) for p, c in target.modules.items()
+                  if p not in self.to_golden and p not in self.family["target"]]
+        g_rest = [(p, c) for p, c in golden.modules.items() if p not in matched_g and p not in self.family["golden"]]
         t_vocab = {w for p in target.modules for w in _words(p)}
         g_vocab = {w for p in golden.modules for w in _words(p)}
         t_foreign, g_foreign = t_vocab - g_vocab, g_vocab - t_vocab
@@ -159,9 +203,36 @@ class Alignment:
             for i, j in _lcs(ts, gs, t_foreign, g_foreign):
                 self.to_golden[ts[i][0]] = gs[j]
 
+    def fuse(self, titer, giter):
+        """Each side's records with its indexed parts put together, the target's before it is renamed."""
+        if self.groups["target"]:
+            titer = Fuser(self.groups["target"])(titer)
+        if self.groups["golden"]:
+            giter = Fuser(self.groups["golden"])(giter)
+        return titer, giter
+
+    def families_in(self, module: str) -> list[str]:
+        """The families (their one module's path) whose one module `module` encloses directly."""
+        return sorted({r for side in self.family.values() for r in side.values() if r.rpartition(".")[0] == module})
+
+    def family_note(self) -> str:
+        """The indexed families, said once per module kind ("" where there are none)."""
+        said = []
+        for side, other in (("target", "golden"), ("golden", "target")):
+            roots = sorted({r for p, r in self.family[side].items() if p != r})
+            if roots:
+                kinds = sorted({".".join("*" if c.isdigit() else c for c in r.split(".")) for r in roots})
+                fused = sorted({g.parts[0].rsplit(".", 1)[-1] for g in self.groups[side]})
+                said.append(f"{', '.join(kinds)}: one module per index in the {side}, one module in the {other}; "
+                            "compared at the enclosing module" + (f" and at {', '.join(fused)}, its rows put "
+                                                                  "together" if fused else ""))
+        return "; ".join(said)
+
     @property
     def renamed(self) -> int:
-        return sum(1 for t, (g, _c) in self.to_golden.items() if t != g)
+        """Target modules paired under other paths (indexed parts aside: family_note says those)."""
+        return sum(1 for t, (g, _c) in self.to_golden.items()
+                   if t != g and t not in self.family["target"] and g not in self.family["golden"])
 
     def call(self, name: str) -> str:
         """A target module call's name as the golden module's; its nearest ancestor call that has a

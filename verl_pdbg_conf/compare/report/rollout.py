@@ -38,7 +38,9 @@ def render_text(doc: dict) -> str:
                 r = fd["routing"]
                 where = (f": routed differently, engine experts {r['engine']} (margin {_g(r['engine_margin'])}), "
                          f"actor {r['trainer']} (margin {_g(r['trainer_margin'])}), the router's logits agreeing: "
-                         "a near-tie, not a module")
+                         + ("the actor's router replayed experts its own logits rank lower, and not the engine's: "
+                            "a routing-replay bug, not a near-tie" if r.get("replayed") else
+                            "a near-tie, not a module"))
             elif fd.get("experts"):
                 which = (f"expert {fd['expert']}" if "expert" in fd else
                          f"one of experts {fd['experts']}" if fd["experts"] else "no single expert")
@@ -80,9 +82,22 @@ def _routing_lines(routing: dict | None) -> list[str]:
     if not routing.get("recomputed"):
         return [f"  routing: not compared ({routing.get('why')})"]
     k = f"top-{routing['top_k']}" if routing.get("top_k") else "top-k"
-    out = [f"  routing ({k} of the router logits, the engine's recomputed as its router chooses): "
+    how = (f"{k}; the engine's choice: {routing['engine_choice']} ({routing['captured']} token-layers captured)"
+           if routing.get("captured") else f"{k} of the router logits, the engine's recomputed as its router chooses")
+    out = [f"  routing ({how}): "
            f"{routing['routed_differently']} of {routing['tokens']} tokens routed differently in at least one "
            f"layer ({100 * routing['share']:.1f}%)"]
+    rep = routing.get("replay")
+    if rep:
+        out.append(f"  routing replay: the actor's routers returned experts their own logits rank below ones they "
+                   f"dropped at {rep['imposed']} token-layer(s), so they replayed a record; "
+                   + ("tokens routed differently under it are a replay bug, not near-ties" if rep["bug"] else
+                      "every replayed token got the engine's experts"))
+        for l in rep["layers"]:
+            if l["follows"] is not None:
+                out.append(f"    {l['layer']} replays the engine's {l['follows']} ({l['follows_tokens']} of the "
+                           f"{l['follows_of']} tokens routed differently get that layer's experts): the replay is "
+                           "attached to the wrong layer")
     for layer in routing.get("layers") or []:
         out.append(f"    {layer['layer']}: {layer['routed_differently']} of {layer['tokens']} tokens "
                    f"({100 * layer['share']:.1f}%)")

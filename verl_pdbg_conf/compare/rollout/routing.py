@@ -1,14 +1,20 @@
 """Which experts each side chose, token by token, in every mixture-of-experts layer.
 
-The engine chooses inside its fused experts and dumps only the router logits (its GateLinear's output), so
-its choice is recomputed from them the way its router does (extract.py probed it: softmax scoring keeps
-the top_k largest logits; top_k is the HF config key the model's FusedMoE call reads). The trainer's
-router returns its choice (output 2, the top-k indices); where it does not, it is recomputed from its
-logits the same way. Each side's margin is its logit of the last expert kept minus that of the first one
-dropped: a small margin is a near-tie that rounding can flip.
+The engine chooses inside its fused experts and dumps only the router logits (its GateLinear's output).
+Its choice is read from the routed_experts it captured where its token record holds them (vLLM's
+enable_return_routed_experts, what verl's R3 turns on), else recomputed from the logits the way its router
+does (extract.py probed it: softmax scoring keeps the top_k largest logits; top_k is the HF config key the
+model's FusedMoE call reads). The trainer's router returns its choice (output 2, the top-k indices); where
+it does not, it is recomputed from its logits the same way. Each side's margin is its logit of the last
+expert kept minus that of the first one dropped: a small margin is a near-tie that rounding can flip.
 
 `blame_experts` then names the expert that parts in a layer whose experts' output diverged while their
-input and the routing agreed: the tokens routed to it part, the tokens that did not use it agree."""
+input and the routing agreed: the tokens routed to it part, the tokens that did not use it agree.
+
+Routing replay (verl's R3) is read off the dumps, not off a setting: a router that returns experts its own
+logits rank below one it dropped (a negative margin for its own choice) took them from outside, and only a
+replay does that. Under replay a token routed differently is a replay bug, never a near-tie; `replay` says per
+layer which engine layer's choices the actor's follow, which names a replay attached to the wrong layer."""
 
 from __future__ import annotations
 
@@ -29,14 +35,22 @@ class Route:
     trainer: tuple[int, ...]
     engine_margin: float
     trainer_margin: float
+    captured: bool = False  # the engine's choice from its captured routed_experts, not recomputed
 
     @property
     def differs(self) -> bool:
         return self.engine != self.trainer
 
+    @property
+    def imposed(self) -> bool:
+        """The actor kept an expert its own logits rank below one it dropped: its choice came from outside its
+        router (a routing replay), so a difference is no rounding."""
+        return self.trainer_margin < 0
+
     def to_dict(self) -> dict:
         return {"engine": list(self.engine), "trainer": list(self.trainer),
-                "engine_margin": _finite(self.engine_margin), "trainer_margin": _finite(self.trainer_margin)}
+                "engine_margin": _finite(self.engine_margin), "trainer_margin": _finite(self.trainer_margin),
+                **({"replayed": True} if self.imposed else {})}
 
 
 def _finite(x: float) -> float | None:
@@ -106,14 +120,29 @@ def routers(engine) -> dict[int, list[Record]]:
     return {k: [r for r in d.records if T.class_role(r.base).get("router")] for k, d in engine}
 
 
+def captured(engine) -> dict[int, dict[int, list]]:
+    """Per engine step, row -> the engine's own routing of that row ([layers][top_k], by decoder layer), where
+    its token record holds the routed_experts vLLM captured (checked at reading: dumpread.read_tokens)."""
+    out: dict[int, dict[int, list]] = {}
+    for k, d in engine:
+        for req in (d.tokens or {}).get("requests") or ():
+            if req is not None and req.get("routed_experts") is not None:
+                first = (req.get("rows") or [0])[0]
+                out.setdefault(k, {}).update({first + j: row for j, row in enumerate(req["routed_experts"])})
+    return out
+
+
 def routes(al, found: dict[int, list[Record]], trainer: list[dict[str, list[Record]]], judge: Walk,
-           setting_: Setting) -> tuple[dict, dict[str, dict[str, int]]]:
+           setting_: Setting, engine_routed: dict[int, dict[int, list]] | None = None) \
+        -> tuple[dict, dict[str, dict[str, int]]]:
     """(request, position) -> {MoE block path: Route} for every aligned token and MoE layer, from each engine
-    step's routers (`found`, routers()); and the routes that could not be compared: MoE block path ->
+    step's routers (`found`, routers()) or, where its token record holds them, the experts the engine
+    captured (`engine_routed`, captured()); and the routes that could not be compared: MoE block path ->
     {why: tokens}."""
     out: dict = {}
     missed: dict[str, dict[str, int]] = {}
-    if setting_.unknown or not any(found.values()):
+    engine_routed = engine_routed or {}
+    if (setting_.unknown and not engine_routed) or not any(found.values()):
         return out, missed
     for req, seq in al.pairs:
         for p in sorted(req.rows):
@@ -123,7 +152,7 @@ def routes(al, found: dict[int, list[Record]], trainer: list[dict[str, list[Reco
             src, c, b, s = seq.at[p]
             for rec in found.get(k, ()):
                 got = _route(rec, row, trainer[src].get(rec.module), c, b, s, judge.shapes.get((src, c)), judge,
-                             setting_)
+                             setting_, engine_routed.get(k, {}).get(row))
                 if isinstance(got, Route):
                     out.setdefault((req.id, p), {})[got.layer] = got
                 else:
@@ -133,8 +162,10 @@ def routes(al, found: dict[int, list[Record]], trainer: list[dict[str, list[Reco
 
 
 def _route(rec: Record, row: int, trainer_recs, c: int, b: int, s: int, bs, judge: Walk,
-           setting_: Setting) -> Route | str:
+           setting_: Setting, routed: list | None = None) -> Route | str:
     """Both sides' experts for one token at one router; or why they cannot be compared."""
+    if setting_.unknown and routed is None:
+        return f"the engine's choice is not recomputed ({setting_.unknown}) and it captured no routed_experts"
     trec = trainer_recs[c] if trainer_recs and c < len(trainer_recs) else None
     if trec is None:
         return "the actor's dump has no record of this router"
@@ -143,7 +174,7 @@ def _route(rec: Record, row: int, trainer_recs, c: int, b: int, s: int, bs, judg
         return "the engine's router logits are not [tokens, experts] holding this token"
     tl = cell(pick(judge.tensors, trec, "output", 0), b, s, bs)
     ti = cell(pick(judge.tensors, trec, "output", 2), b, s, bs)
-    k = setting_.top_k or (ti.numel() if ti is not None else None)
+    k = setting_.top_k or (len(routed[0]) if routed else None) or (ti.numel() if ti is not None else None)
     if tl is None or tl.numel() != e.shape[1]:
         return "the actor's router logits are not one row of as many experts as the engine's"
     if not k or k >= tl.numel():
@@ -153,6 +184,19 @@ def _route(rec: Record, row: int, trainer_recs, c: int, b: int, s: int, bs, judg
                                                       for i in ti.flatten().tolist())):
         return "the actor's router top-k indices are not top-k distinct expert numbers in range"
     chosen_e, margin_e = choose(e[row].flatten(), k)
+    used = False
+    if routed is not None:  # the engine's own record of its choice, by decoder layer
+        layer = _layer_number(rec.module)
+        if layer is None or layer >= len(routed):
+            return "the engine's routed_experts hold no record of this layer (routing records for some layers only)"
+        picked = tuple(sorted(set(routed[layer])))
+        if len(picked) == len(routed[layer]) == k and picked[-1] < e.shape[1]:
+            chosen_e, margin_e, used = picked, margin_of(e[row].flatten(), picked), True
+        elif len(picked) == len(routed[layer]):  # distinct, yet not top-k in range: not the engine's choice
+            return "the engine's routed_experts are not top-k distinct expert numbers in range"
+        elif setting_.unknown:
+            return "the engine did not record this row's experts and its choice is not recomputed"
+        # else a repeated expert: a row the engine did not record (vLLM leaves it zero), recomputed instead
     if ti is not None:
         chosen_t = tuple(sorted({int(i) for i in ti.flatten()}))
         if len(chosen_t) != k:
@@ -160,7 +204,14 @@ def _route(rec: Record, row: int, trainer_recs, c: int, b: int, s: int, bs, judg
         margin_t = margin_of(tl.flatten(), chosen_t)
     else:
         chosen_t, margin_t = choose(tl.flatten(), k)
-    return Route(rec.module.rpartition(".")[0], chosen_e, chosen_t, margin_e, margin_t)
+    return Route(rec.module.rpartition(".")[0], chosen_e, chosen_t, margin_e, margin_t, captured=used)
+
+
+def _layer_number(path: str) -> int | None:
+    """model.layers.K.mlp.gate -> K: the decoder layer vLLM's capture indexes by."""
+    parts = path.split(".")
+    return next((int(parts[i + 1]) for i, p in enumerate(parts[:-1]) if p == "layers" and parts[i + 1].isdigit()),
+                None)
 
 
 def summary(token_routes: dict, setting_: Setting, moe_layers: bool, top: int = 20,
@@ -194,10 +245,42 @@ def summary(token_routes: dict, setting_: Setting, moe_layers: bool, top: int = 
     where = [[rid, pos, [order.index(layer) for layer, r in per_layer.items() if r.differs]]
              for (rid, pos), per_layer in sorted(token_routes.items(), key=lambda kv: (natural(kv[0][0]), kv[0][1]))
              if any(r.differs for r in per_layer.values())]
-    return {"recomputed": True, "top_k": setting_.top_k, "engine_choice": "top_k largest router logits",
+    captured_ = sum(1 for per_layer in token_routes.values() for r in per_layer.values() if r.captured)
+    return {"recomputed": True, "top_k": setting_.top_k, "engine_choice": "top_k largest router logits" if not
+            captured_ else "the routed_experts it captured" + (
+                "" if captured_ == sum(len(v) for v in token_routes.values()) else ", else the top_k largest "
+                "router logits"), "captured": captured_,
             "tokens": len(token_routes), "routed_differently": anywhere,
             "share": anywhere / len(token_routes), "layers": rows, "where": where[:MAP_MAX],
-            "not_compared": not_compared}
+            "not_compared": not_compared, "replay": replay(token_routes, order)}
+
+
+def replay(token_routes: dict, order: list[str]) -> dict | None:
+    """Whether the actor's routers replayed (some kept experts their own logits rank lower), and under replay
+    per layer: the tokens routed differently, and the engine layer whose choices most of them got instead
+    (`follows`: a replay attached to another layer's record; None where no layer's match). None without
+    replay."""
+    imposed = sum(1 for per_layer in token_routes.values() for r in per_layer.values() if r.imposed)
+    if not imposed:
+        return None
+    layers = []
+    for layer in order:
+        tokens = [per_layer for per_layer in token_routes.values() if layer in per_layer]
+        differ = [per_layer for per_layer in tokens if per_layer[layer].differs]
+        sample = differ[:FOLLOW_SAMPLE]
+        follows = {other: sum(1 for per_layer in sample if other in per_layer and
+                              per_layer[other].engine == per_layer[layer].trainer) for other in order}
+        best = max(order, key=lambda o: follows[o]) if sample else None
+        layers.append({"layer": layer, "tokens": len(tokens), "routed_differently": len(differ),
+                       "imposed": sum(1 for per_layer in tokens if per_layer[layer].imposed),
+                       "follows": best if best is not None and follows[best] else None,
+                       "follows_tokens": follows[best] if best is not None else 0, "follows_of": len(sample)})
+    wrong = [l["layer"] for l in layers if l["follows"] is not None]
+    return {"imposed": imposed, "layers": layers, "misattached": wrong,
+            "bug": any(l["routed_differently"] for l in layers)}
+
+
+FOLLOW_SAMPLE = 2000  # tokens routed differently per layer matched against the engine's other layers
 
 
 MAP_MAX = 20_000  # tokens routed differently listed per layer for the picture

@@ -136,6 +136,7 @@ def compare_step(key: str, rollout_dir: str, actor_dir: str, threshold: float, d
     results, unpaired, routing = _judge(engine, trainer, al, judge, T.packed_for(archs), moe,
                                         R.setting(moe, info.get("hf_config") or {}))
     pair["routing"] = routing
+    _misreplayed(routing, rollout_dir, findings)
     unread = sum(d.unread for _, d in engine) + sum(d.unread for d in trainer)
     return _summarize(pair, results, al, requests, sequences, findings, top, min_coverage,
                       _unpaired(unpaired, results, actor_dir, findings) + _unrouted(routing, rollout_dir, findings),
@@ -152,6 +153,24 @@ def _unrouted(routing: dict | None, where: str, findings: list[Finding]) -> list
                        "collect both stages' routers at L0 with task tensor (their logits and, on the actor's "
                        "side, the top-k indices): this package's +profiler=precision_debugger_rollout"))
     return sorted({f"routing of {m['layer']}" for m in missed})
+
+
+def _misreplayed(routing: dict | None, where: str, findings: list[Finding]) -> None:
+    """A routing replay that handed the actor other experts than the engine chose, said once (routing.replay)."""
+    rep = (routing or {}).get("replay")
+    if not rep or not rep["bug"]:
+        return
+    wrong = [f"{l['layer']} gets the engine's {l['follows']} ({l['follows_tokens']} of the {l['follows_of']} tokens "
+             "routed differently)" for l in rep["layers"] if l["layer"] in rep["misattached"]]
+    differ = sum(l["routed_differently"] for l in rep["layers"])
+    findings.append(_f("compare-routing-replay", Severity.ERROR,
+                       "the actor's routers replay a routing record (they keep experts their own logits rank lower) "
+                       f"and route {differ} token-layer(s) otherwise than the engine: "
+                       + ("the replay is attached to the wrong layer: " + "; ".join(wrong) if wrong else
+                          "the replayed experts are not the engine's (another batch's or step's record, or rows "
+                          "misaligned)"), where,
+                       "replay each layer's record at that layer: index the rollout's routed_experts by the decoder "
+                       "layer number, not by the order the routers are found or fire"))
 
 
 def _batch_shape(call: dict) -> tuple[int, int] | None:
@@ -226,7 +245,7 @@ def _judge(engine, trainer, al, judge: Walk, packed: dict, moe: dict, setting: R
     that have no counterpart in the actor's dump; and the routing of MoE layers, side by side."""
     trainer_paths = [d.by_module() for d in trainer]
     found = R.routers(engine)
-    routes, missed = R.routes(al, found, trainer_paths, judge, setting)
+    routes, missed = R.routes(al, found, trainer_paths, judge, setting, R.captured(engine))
     per_step = {}
     unpaired: dict[str, str] = {}
     for k, d in engine:

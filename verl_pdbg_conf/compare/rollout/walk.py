@@ -17,7 +17,9 @@ divergence.
 In a mixture-of-experts layer (routing.py gives each side's chosen experts per token), a fused experts'
 output that parts while the router's logits agreed and the two sides chose different experts is a
 routing flip on a near-tie, not a module's fault: without dtype_aware it is the token's gap, kind
-"routing", at the MoE block; with it, the token's later points are compared but not judged."""
+"routing", at the MoE block; with it, the token's later points are compared but not judged. A flip where the
+actor's experts are not its own router's top-k (a routing replay that handed it other experts) is no rounding:
+kind "routing" with or without dtype_aware."""
 
 from __future__ import annotations
 
@@ -193,8 +195,9 @@ class Walk:
             if res.gap is not None or res.rerouted:
                 continue
             route = (routes or {}).get(pt.module.rpartition(".")[0]) if pt.role == "experts" else None
-            if over and route is not None and route.differs:  # the router's logits agreed: a near-tie
-                if self.dtype_aware:
+            if over and route is not None and route.differs:  # the router's logits agreed: a near-tie,
+                # unless the actor's experts are not its own top-k (a replay handed it others): judged then
+                if self.dtype_aware and not route.imposed:
                     res.rerouted.append(route.layer)
                 else:
                     res.gap = Gap(route.layer, "routing", err, carried, [], pt.engine.record.name,
