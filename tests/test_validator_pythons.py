@@ -84,3 +84,21 @@ def test_validator_tests_pass_on(version, runs):
     assert rc == 0, tail
     summary = stdout.strip().splitlines()[-1]
     assert re.search(r"\b\d{3,} passed\b", summary) and "failed" not in summary and "error" not in summary, tail
+
+
+@pytest.mark.slow
+@pytest.mark.venvs("validator", "3.12")
+def test_rollout_compare_without_torch_is_refused_saying_so():
+    """Where torch is not installed (the validator's venv holds none), --rollout cannot read a tensor: it
+    refuses before reading anything, naming what to install, instead of a partial verdict with every point
+    skipped and no word why (what it gave before)."""
+    try:
+        env_dir = release_venvs.get("validator", "3.12")
+    except release_venvs.NoInterpreter as e:
+        pytest.skip(str(e))
+    done = subprocess.run([str(env_dir / "bin" / "python"), "-m", "verl_pdbg_conf.compare.cli", "--rollout",
+                           str(ROOT / "examples" / "rollout")], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "torch is not installed" in done.stderr and "pip install torch" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -5,6 +5,8 @@ nothing is printed here."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import os
 import re
 
@@ -55,6 +57,9 @@ def _f(rule: str, severity: Severity, message: str, file: str, hint: str = "") -
 def compare_rollout(actor_root: str, rollout_root: str | None = None, threshold: float = 1e-4,
                     dtype_aware: bool = False, top: int = 5, min_coverage: float = 0.99) -> dict:
     rollout_root = rollout_root or actor_root
+    if importlib.util.find_spec("torch") is None:  # found, not imported: every value is in a torch file
+        raise UsageError("--rollout compares the dumps' tensor files, which torch reads, and torch is not installed "
+                         "here: pip install torch (or run the compare where the trainer runs)")
     for p in {actor_root, rollout_root}:
         if not os.path.isdir(p):
             raise UsageError(f"{p}: no such directory (give a save_path)")
