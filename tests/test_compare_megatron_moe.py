@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.venvs("megatron")]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LAYER = 1  # the planted layer
-RUNS = "hf,ep1,ep2,ep2-expert,ep2-router"
+RUNS = "hf,fsdp2,ep1,ep2,ep2-expert,ep2-router"  # fsdp2: transformers under FSDP2, as verl's other backend
 Q2_RUNS = "hf,ep2,ep2-expert,ep2-shared"  # Qwen2-MoE: a shared expert and its gate
 # directory -> (arch, level, runs)
 DUMPS = {"mix": ("qwen3_moe", "mix", RUNS), "L0": ("qwen3_moe", "L0", "hf,ep2,ep2-expert"),
@@ -73,7 +73,8 @@ def by_stage(doc) -> dict:
     return {p["stage"]: p for p in doc["pairs"]}
 
 
-@pytest.mark.parametrize("target,golden", [("ep1", "hf"), ("ep2", "hf"), ("hf", "ep1"), ("hf", "ep2")])
+@pytest.mark.parametrize("target,golden", [("ep1", "hf"), ("ep2", "hf"), ("hf", "ep1"), ("hf", "ep2"),
+                                           ("ep2", "fsdp2"), ("fsdp2", "ep2")])
 def test_same_weights_against_transformers(dumps, target, golden):
     code, doc = compare(dumps / target, dumps / golden)
     assert code == 3, [(p["stage"], p["status"], p["first_divergence"]) for p in doc["pairs"]]
@@ -82,7 +83,7 @@ def test_same_weights_against_transformers(dumps, target, golden):
         assert pair["status"] == "partial" and pair["first_divergence"] is None, pair
         notes = " ".join(f["message"] for f in pair["findings"] if f["rule"] == "compare-backends")
         assert "mbridge's qwen2_moe table" in notes or "mbridge's qwen3_moe table" in notes, notes
-        mcore = pair["coverage"]["target" if target != "hf" else "golden"]
+        mcore = pair["coverage"]["target" if target.startswith("ep") else "golden"]
         # what was not compared is Megatron's per-expert modules (transformers fuses its experts into one),
         # never the router, which pairs with the gate
         assert set(mcore["uncompared_modules"]) == LOCAL_EXPERTS, mcore
@@ -121,9 +122,11 @@ def test_one_expert_named_by_its_global_index(dumps, run, golden):
         "expert 5" in text
 
 
-def test_one_expert_against_fused_experts(dumps):
-    """transformers' fused experts dump no expert of their own: the change is named in its layer's MoE block."""
-    code, doc = compare(dumps / "ep2-expert", dumps / "hf")
+@pytest.mark.parametrize("golden", ["hf", "fsdp2"])
+def test_one_expert_against_fused_experts(dumps, golden):
+    """transformers' fused experts dump no expert of their own: the change is named in its layer's MoE block,
+    plain or under FSDP2."""
+    code, doc = compare(dumps / "ep2-expert", dumps / golden)
     assert code == 1
     for pair in doc["pairs"]:
         first = pair["first_divergence"]
@@ -177,7 +180,7 @@ def test_qwen2_moe_shared_expert_same_weights(root, target, golden):
     assert code == 3
     for pair in doc["pairs"]:
         assert pair["status"] == "partial" and pair["first_divergence"] is None, pair
-        mcore = pair["coverage"]["target" if target != "hf" else "golden"]
+        mcore = pair["coverage"]["target" if target.startswith("ep") else "golden"]
         assert set(mcore["uncompared_modules"]) == LOCAL_EXPERTS, mcore
 
 
