@@ -132,6 +132,21 @@ def test_one_expert_against_fused_experts(dumps, golden):
         first = pair["first_divergence"]
         assert first["layer"] == LAYER and first["module"] == f"decoder.layers.{LAYER}.mlp", first
         assert "expert" not in first
+        assert "decoder.layers.*.mlp.experts.local_experts.* beside or inside it were not compared" in first["note"]
+
+
+def test_qwen2_moe_expert_under_the_threshold_forward_says_where_it_may_be(root):
+    """Qwen2-MoE, one expert x1.05 against fused experts: the forward's statistics move less than the
+    threshold (unnormalised top-k weights and a shared expert), and the backward first parts at the router's
+    gradient beside the experts. The experts have no counterpart there, so the verdict says the error may be
+    introduced in them, unseen, rather than leave the router blamed alone."""
+    code, doc = compare(root / "qwen2_moe" / "ep2-expert", root / "qwen2_moe" / "hf")
+    assert code == 1
+    pairs = by_stage(doc)
+    assert pairs[LOG_PROB]["status"] == "partial", pairs[LOG_PROB]
+    first = pairs[UPDATE]["first_divergence"]
+    assert first["layer"] == LAYER and first["module"].startswith(f"decoder.layers.{LAYER}.mlp."), first
+    assert "local_experts" in first["note"] and "may be introduced there" in first["note"], first
 
 
 @pytest.mark.parametrize("target,golden,module", [("ep2-router", "hf", f"decoder.layers.{LAYER}.mlp.router"),

@@ -471,6 +471,23 @@ def _layout_notes(backends, sides) -> list:
     return notes
 
 
+def uncompared_near(module: str | None, coverage: dict | None) -> list[str]:
+    """The uncompared modules (coverage patterns, * for a number) inside `module` or inside its parent: where
+    an error first seen at `module` may have been introduced unseen (an MoE router's gradient first to part
+    where the experts beside it have no counterpart)."""
+    if not module or not coverage:
+        return []
+    parent = module.rpartition(".")[0] or module
+    scope = parent.split(".")
+    out = []
+    for side in ("target", "golden"):
+        for pattern in (coverage.get(side) or {}).get("uncompared_modules") or {}:
+            parts = pattern.split(".")
+            if len(parts) > len(scope) and all(a == "*" and b.isdigit() or a == b for a, b in zip(parts, scope)):
+                out.append(pattern)
+    return [m for m in out if not any(m != o and m.startswith(o + ".") for o in out)][:3]
+
+
 def _finish(p: _Pair, treader, greader, split, task: str, alignment=None, notes=None):
     an = p.coll.finish()
     an.coverage = p.coverage.finish(p.job.options.min_coverage)
@@ -498,6 +515,10 @@ def _finish(p: _Pair, treader, greader, split, task: str, alignment=None, notes=
         if p.in_backward:
             an.first.direction = "backward"
             an.first.note = "a forward-named call made during the backward pass (a hook's operation)"
+        hidden = uncompared_near(an.first.module, an.coverage)
+        if hidden and not an.first.note:
+            an.first.note = (f"{', '.join(hidden)} beside or inside it were not compared (no counterpart in the "
+                             "other run): the error may be introduced there and first seen here")
         if task == "tensor" and grow is not None:
             try:
                 where = spread(p.judge, row, grow, p.judge.limit)

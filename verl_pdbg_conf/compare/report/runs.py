@@ -83,6 +83,8 @@ def render_text(doc: dict) -> str:
         step = "-" if p["step"] is None else p["step"]
         L.append(f"{step:>4}  {(p['stage'] or '-'):24} {rank or '-':8} {p['status']:9} "
                  f"{short(p.get('coverage')):15} {text}")
+        if first and first.get("note") and first.get("reason") != "exact":  # exact says its note in the line
+            L.append(f"{'':>4}  note: {first['note']}")
     shown = 0
     for p in doc["pairs"]:
         if p["top"] and p["first_divergence"]:
