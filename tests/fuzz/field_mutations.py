@@ -10,10 +10,11 @@ null, a mask may be a bool). Each generator yields (case name, bytes), determini
 
 from __future__ import annotations
 
-import copy
 import json
 import random
 from collections.abc import Iterator
+
+from mutations import set_at
 
 Case = tuple[str, bytes]
 JSON_TYPES = (("text", "x"), ("integer", 7), ("number", 2.5), ("bool", True), ("null", None),
@@ -45,15 +46,6 @@ def hostile(field: str, original) -> list[tuple[str, object]]:
             if group(value) not in ok and (group(value) != own or own == "list")]
 
 
-def _set(doc, path: tuple, value):
-    doc = copy.deepcopy(doc)
-    cur = doc
-    for p in path[:-1]:
-        cur = cur[p]
-    cur[path[-1]] = value
-    return doc
-
-
 def _dumps(doc) -> bytes:
     return json.dumps(doc, indent=1).encode()
 
@@ -64,7 +56,7 @@ def _cases(doc, paths: list[tuple], stem: str, limit: int, seed: int) -> Iterato
     if limit and len(cases) > limit:  # spread over the file: every field and type gets its turn across seeds
         cases = sorted(random.Random(f"{seed}:{stem}").sample(cases, limit), key=cases.index)
     for path, name, value in cases:
-        yield f"{stem}.field[{'.'.join(map(str, path))}]={name}", _dumps(_set(doc, path, value))
+        yield f"{stem}.field[{'.'.join(map(str, path))}]={name}", _dumps(set_at(doc, path, value))
 
 
 def _get(doc, path):

@@ -79,7 +79,8 @@ def key_paths(data, path=()) -> Iterator[tuple]:
             yield from key_paths(v, path + (i,))
 
 
-def _set(data, path, value):
+def set_at(data, path, value):
+    """A deep copy of data with the value at path (keys and indices) replaced."""
     data = copy.deepcopy(data)
     cur = data
     for p in path[:-1]:
@@ -148,7 +149,7 @@ def wrong_types(path: Path, per_path: int | None = None, seed: int = 0, max_path
         if per_path is not None:
             values = rng.sample(values, per_path)
         for j, v in values:
-            yield f"{path.stem}.wrong{n}-{j}{suffix}", _dump(_set(data, kp, v), suffix)
+            yield f"{path.stem}.wrong{n}-{j}{suffix}", _dump(set_at(data, kp, v), suffix)
         if suffix == ".yaml" and isinstance(kp[-1], str):
             keys = list(enumerate((1, None, True, 2.5, "")))
             for j, k in (keys if per_path is None else rng.sample(keys, 1) if rng.random() < 0.3 else []):
@@ -400,7 +401,7 @@ def random_mutations(corpus: list[Path], seed: int = 0) -> Iterator[tuple[str, s
             tree = parsed[src]
             paths = list(key_paths(tree))
             if paths:
-                b = bytearray(_dump(_set(tree, rng.choice(paths), rng.choice(WRONG_VALUES)), sfx))
+                b = bytearray(_dump(set_at(tree, rng.choice(paths), rng.choice(WRONG_VALUES)), sfx))
         for _ in range(rng.randint(1, 6)):
             op = rng.randrange(8)
             pos = rng.randint(0, len(b))

@@ -43,14 +43,14 @@ class ShardMerge:
     def _merge(self, r, peers):
         rows, sharded = [], False
         for j, row in enumerate(r.rows):
-            group = [row, *(p.rows[j] for p in peers)]
-            if same_rows(group):
+            group = [row, *(self._peer_row(p, j, row) for p in peers)]
+            if same_rows(group) and self._replicated(row):
                 rows.append(replace(row, alike=len(group)))
                 continue
             sharded = True
-            if self._partial(r):
-                continue  # a partial result: compared at the module's boundary
-            c = concat_rows(group, axis_of(row))
+            if self._left_out(r, row):
+                continue  # a partial result (or sum): compared at the module's boundary
+            c = concat_rows(group, self._axis(row))
             if c is not None:
                 rows.append(c)
         if sharded and self._partial(r):
@@ -58,6 +58,20 @@ class ShardMerge:
             r.extra["sharded"] = True
         r.rows = rows
         return r
+
+    # what differs between the kinds of group: how a peer's row is found, which alike rows are one tensor
+    # held alike, which differing rows are left out, and the axis shares concatenate along
+    def _peer_row(self, peer, j: int, row):
+        return peer.rows[j]
+
+    def _replicated(self, row) -> bool:
+        return True
+
+    def _left_out(self, r, row) -> bool:
+        return self._partial(r)
+
+    def _axis(self, row):
+        return axis_of(row)
 
     def _partial(self, r) -> bool:
         """An API call inside a module (or anywhere, where modules are not known) whose tensors differ
@@ -125,24 +139,17 @@ class ExpertMerge(ShardMerge):
                 r.name = new + r.name[len(head):]
         return r
 
-    def _merge(self, r, peers):
-        rows, sharded = [], False
-        for j, row in enumerate(r.rows):
-            group = [row, *(p.rows[j] if j < len(p.rows) else row for p in peers)]
-            if same_rows(group) and not _share(row):
-                rows.append(replace(row, alike=len(group)))
-                continue
-            sharded = True
-            if self._partial(r) or row.state == "parameters_grad":
-                continue  # a partial result or a partial sum: compared at the module's boundary
-            c = concat_rows(group, 0)
-            if c is not None:
-                rows.append(c)
-        if sharded and self._partial(r):
-            self.partial += 1
-            r.extra["sharded"] = True
-        r.rows = rows
-        return r
+    def _peer_row(self, peer, j: int, row):
+        return peer.rows[j] if j < len(peer.rows) else row
+
+    def _replicated(self, row) -> bool:
+        return not _share(row)
+
+    def _left_out(self, r, row) -> bool:
+        return self._partial(r) or row.state == "parameters_grad"  # a partial sum of the batch's gradients
+
+    def _axis(self, row):
+        return 0
 
 
 def _share(row) -> bool:
