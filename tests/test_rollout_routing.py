@@ -72,6 +72,23 @@ def test_grouped_choice_and_margins():
     assert abs(R.margin_of(logits, (0, 2), st, bias) - (0.2 - 0.7)) < 1e-5  # same group, another expert
 
 
+def test_grouped_margins_sign_any_choice():
+    """On random logits with and without a bias: the router's own choice has a margin not below 0, and every
+    other choice of as many experts a margin not above 0 (how a replayed choice is told from the router's)."""
+    import itertools
+
+    gen = torch.Generator().manual_seed(0)
+    for bias, groups, top_groups in ((0.05 * torch.randn(8, generator=gen), 4, 2), (None, 2, 1)):
+        st = R.Setting(2, scoring="sigmoid", grouped=True, n_group=groups, topk_group=top_groups,
+                       bias="gate.e_score_correction_bias" if bias is not None else "")
+        for _ in range(20):
+            logits = torch.randn(8, generator=gen)
+            own, margin = R.choose(logits, 2, st, bias)
+            assert margin >= 0 and R.margin_of(logits, own, st, bias) == margin
+            others = [c for c in itertools.combinations(range(8), 2) if c != own]
+            assert all(R.margin_of(logits, c, st, bias) <= 0 for c in others)
+
+
 def test_replay_is_read_off_the_routes():
     """A router that keeps experts its own logits rank lower replayed a record; under replay each layer's
     experts are matched to the engine layer they follow, which names a replay attached one layer off."""

@@ -109,8 +109,10 @@ def setting(moe: dict, hf_config: dict) -> Setting:
     routing = T.facts().get("routing") or {}
     scoring = read("scoring_func", "softmax")
     grouped = read("use_grouped_topk", False)
-    scorings = (routing.get("grouped") or {}).get("scoring") or () if grouped else ("softmax",) if "softmax" in \
-        routing else ()
+    if grouped:
+        scorings = (routing.get("grouped") or {}).get("scoring") or ()
+    else:
+        scorings = ("softmax",) if "softmax" in routing else ()
     why = f"the engine's router (scoring {scoring}, grouped top-k {grouped})"
     if isinstance(scoring, _Unread) or isinstance(grouped, _Unread) or scoring not in scorings \
             or read("custom_routing_function"):
@@ -182,10 +184,10 @@ def grouped(logits, k: int, setting_: Setting, bias=None) -> tuple[tuple[int, ..
 
 def margin_of(logits, chosen: tuple[int, ...], setting_: Setting | None = None, bias=None) -> float:
     """For a choice made elsewhere: the lowest logit kept minus the highest dropped. Under grouped top-k, the
-    router's own margin where it is its own choice, else the margin where the two part, in the score: at the
-    groups (the lowest group score of the choice's groups minus the highest of the router's that it left),
-    or within the same groups (the lowest score kept minus the highest the router kept instead): never
-    positive."""
+    router's own margin where it is its own choice, else, in the score, where the two part: at the groups
+    (the lowest group score among the choice's groups the router dropped minus the router's lowest kept
+    group's), or within the kept groups (the lowest score kept minus the highest the router kept instead).
+    Either is never positive: the choice is not what these logits choose."""
     import torch
 
     if setting_ is not None and setting_.grouped:
@@ -196,9 +198,9 @@ def margin_of(logits, chosen: tuple[int, ...], setting_: Setting | None = None, 
         per = s.numel() // setting_.n_group
         g = group_scores(s, setting_, bias)
         mine, theirs = {i // per for i in own}, {i // per for i in chosen}
-        if mine != theirs and mine - theirs:
-            return min(0.0, float(min(g[j] for j in theirs) - max(g[j] for j in mine - theirs)))
-        return min(0.0, float(min(s[i] for i in chosen) - max(s[i] for i in set(own) - set(chosen))))
+        if theirs - mine:
+            return float(min(g[j] for j in theirs - mine) - min(g[j] for j in mine))
+        return float(min(s[i] for i in chosen) - max(s[i] for i in set(own) - set(chosen)))
     mask = torch.zeros(logits.numel(), dtype=torch.bool)
     mask[list(chosen)] = True
     if mask.all():
