@@ -14,8 +14,10 @@ data for the rollout compare (table.py), which never imports vLLM:
   the routing itself, and the shared experts where the model hands them over).
 - `moe`: per architecture, how its model builds its fused experts (the keyword arguments of its
   FusedMoE / FusedMoEFactory call, read from the model's source): the experts' and router's module
-  names, the shared experts it hands over, and which HF config keys set top-k, renormalisation and
-  scoring. `routing` says how the engine's router chooses, probed here on random logits.
+  names, the shared experts it hands over, which HF config keys set top-k, renormalisation, scoring and
+  expert groups, and where the score-correction bias lives. `routing` says how the engine's router
+  chooses, probed here on random logits: softmax top-k, and grouped top-k checked against the compare's
+  own recomputation (routing.choose), so that the compare follows the engine.
 
     python -m verl_pdbg_conf.compare.rollout.extract OUT.json     (in a venv with vllm installed)"""
 
