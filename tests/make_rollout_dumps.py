@@ -5,6 +5,7 @@ actor runs it), both through this package's runtime profiler. Runs in the vllm v
 
     python make_rollout_dumps.py OUT --runs same,bf16,weight,eps,rope,temp,packed [--arch qwen2]
     python make_rollout_dumps.py OUT --arch qwen3_moe --runs same,expert,router,bf16
+    python make_rollout_dumps.py OUT --arch glm4_moe --runs same,expert,router
 
 OUT/checkpoint is a random Qwen2 (torch.manual_seed(0): 2 layers, hidden 64, 2 heads of 32, one KV head;
 vLLM's CPU attention takes head sizes 32, 64, 80, ...). Each run writes the save_path OUT/<run>:
@@ -26,12 +27,15 @@ rollout's own prompts and responses, left-padded prompts and right-padded respon
            sampler cannot seed a request whose prefill is chunked: "CPU Generator does not use offset")
 
 With --arch qwen3_moe or qwen2_moe, OUT/checkpoint is a random mixture-of-experts model of the same size
-(8 experts of intermediate 32, top 2, renormalised; Qwen2-MoE with a shared expert and its sigmoid gate),
+(8 experts of intermediate 32, top 2, renormalised; Qwen2-MoE with a shared expert and its sigmoid gate;
+GLM-4.5's Glm4Moe: 3 layers, layer 0 dense, sigmoid scoring, 2 groups of 4 experts with the top 1 group kept,
+a random nonzero e_score_correction_bias per MoE layer, one shared expert, partial rotary 0.5),
 and the runs are:
 
     same     fp32 engine, nothing changed
-    expert   layer 1's expert EXPERT: its down_proj weight x1.05 in the engine's checkpoint
-    router   layer 1's router weight x1.05 plus 5% noise (its logits change, and some routing)
+    expert   layer 1's expert EXPERT (6 for glm4_moe): its down_proj weight x1.05 in the engine's checkpoint
+    router   layer 1's router weight x1.05 plus 5% noise (x1.2 plus 20% for glm4_moe; its logits change, and
+             some routing)
     bf16     the engine in bf16 (routing flips on near-ties)
 
 OUT/manifest.json says per run what a compare must name (`expect_module`: None for no divergence) and the
@@ -63,6 +67,10 @@ EXPECT = {"same": None, "bf16": None, "packed": None, "chunked": None, "weight":
           "temp": "sampler"}
 MOE_RUNS = {"same": {}, "expert": {"weight": 1.05}, "router": {"router": 0.05}, "bf16": {"dtype": "bfloat16"}}
 EXPERT = 5
+# GLM-4.5's router, as random as the others, sends most tokens of layer 1 to experts 4 and 6 (its bias and groups
+# concentrate them): expert 6 is changed so that tokens use it, and the router is nudged 20% (its sigmoid scores
+# move less than logits do: 5% flips no token of these 31)
+ARCH_RUNS = {"glm4_moe": {"expert": {"weight": 1.05, "expert": 6}, "router": {"router": 0.2}}}
 MOE_EXPECT = {"same": None, "bf16": None, "expert": "model.layers.1.mlp.experts", "router": "model.layers.1.mlp.gate"}
 CONFIG = {"task": "tensor", "level": "L0", "rank": [], "step": [],
           "tensor": {"scope": [], "list": [], "data_mode": ["forward"]}}
@@ -81,6 +89,14 @@ def make_checkpoint(path: str, arch: str = "qwen2", sizes: dict = SIZES) -> None
     moe = dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True)
     if arch == "qwen3_moe":
         model = transformers.Qwen3MoeForCausalLM(transformers.Qwen3MoeConfig(**common, **moe, head_dim=32))
+    elif arch == "glm4_moe":
+        model = transformers.Glm4MoeForCausalLM(transformers.Glm4MoeConfig(
+            **dict(common, num_hidden_layers=3), head_dim=32, n_routed_experts=8, num_experts_per_tok=2,
+            moe_intermediate_size=32, norm_topk_prob=True, n_group=2, topk_group=1, n_shared_experts=1,
+            first_k_dense_replace=1, routed_scaling_factor=1.0))
+        with torch.no_grad():  # a bias of the size of the scores' spread: it changes some choices
+            for layer in model.model.layers[1:]:
+                layer.mlp.gate.e_score_correction_bias.copy_(0.03 * torch.randn(8))
     elif arch == "qwen2_moe":
         model = transformers.Qwen2MoeForCausalLM(transformers.Qwen2MoeConfig(**common, **moe,
                                                                               shared_expert_intermediate_size=64))
@@ -102,7 +118,7 @@ def _edit_config(src: str, dst: str, changes: dict) -> None:
 
 
 WEIGHT = "model.layers.1.mlp.down_proj.weight"
-EXPERT_WEIGHT = f"model.layers.1.mlp.experts.{EXPERT}.down_proj.weight"  # the checkpoint names experts one by one
+EXPERT_WEIGHT = "model.layers.1.mlp.experts.{}.down_proj.weight"  # the checkpoint names experts one by one
 ROUTER_WEIGHT = "model.layers.1.mlp.gate.weight"
 
 
@@ -132,7 +148,8 @@ def rollout(llm_cache: dict, out: str, run: str, spec: dict, ckpt: str, config_p
     if spec.get("weight"):
         # in the checkpoint the engine loads: vLLM's CPU linears repack their weights at load time
         model_dir = os.path.join(out, f"checkpoint-{run}")
-        name = spec.get("weight_name") or (EXPERT_WEIGHT if spec.get("moe") else WEIGHT)
+        name = spec.get("weight_name") or (EXPERT_WEIGHT.format(spec.get("expert", EXPERT)) if spec.get("moe")
+                                           else WEIGHT)
         _scale_weight(ckpt, model_dir, name, spec["weight"])
     if spec.get("router"):
         model_dir = os.path.join(out, f"checkpoint-{run}")
@@ -216,7 +233,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out")
     ap.add_argument("--runs")
-    ap.add_argument("--arch", choices=("qwen2", "qwen3_moe", "qwen2_moe"), default="qwen2")
+    ap.add_argument("--arch", choices=("qwen2", "qwen3_moe", "qwen2_moe", "glm4_moe"), default="qwen2")
     args = ap.parse_args(argv)
     moe = args.arch != "qwen2"
     known, expect = (MOE_RUNS, MOE_EXPECT) if moe else (RUNS, EXPECT)
@@ -235,13 +252,14 @@ def main(argv=None) -> int:
     manifest, cache = {}, {}
     for run in runs:
         t0 = time.time()
-        spec = dict(known[run], moe=moe)
+        spec = dict(known[run], **ARCH_RUNS.get(args.arch, {}).get(run, {}), moe=moe)
         samples = rollout(cache, out, run, spec, ckpt, config_path)
         t1 = time.time()
         actor_lps = actor(out, run, spec, ckpt, config_path, samples)
         gap = max(abs(a - b) for s, lp in zip(samples, actor_lps) for a, b in zip(s["logprobs"], lp))
         manifest[run] = {**{k: v for k, v in spec.items()}, "expect_module": expect[run], "arch": args.arch,
-                         **({"expert": EXPERT} if run == "expert" and moe else {}), "max_logprob_gap": gap,
+                         **({"expert": spec.get("expert", EXPERT)} if run == "expert" and moe else {}),
+                         "max_logprob_gap": gap,
                          "samples": samples, "rollout_seconds": round(t1 - t0, 2)}
         print(f"{run}: max |log-prob gap| {gap:.3g} (rollout {t1 - t0:.1f} s)", flush=True)
     with open(os.path.join(out, "manifest.json"), "w") as fh:

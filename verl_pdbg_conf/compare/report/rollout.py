@@ -83,7 +83,8 @@ def _routing_lines(routing: dict | None) -> list[str]:
         return [f"  routing: not compared ({routing.get('why')})"]
     k = f"top-{routing['top_k']}" if routing.get("top_k") else "top-k"
     how = (f"{k}; the engine's choice: {routing['engine_choice']} ({routing['captured']} token-layers captured)"
-           if routing.get("captured") else f"{k} of the router logits, the engine's recomputed as its router chooses")
+           if routing.get("captured") else f"{k} of {routing.get('score') or 'the router logits'}, the engine's "
+           "recomputed as its router chooses") + (f"; bias: {routing['bias']}" if routing.get("bias") else "")
     out = [f"  routing ({how}): "
            f"{routing['routed_differently']} of {routing['tokens']} tokens routed differently in at least one "
            f"layer ({100 * routing['share']:.1f}%)"]

@@ -14,8 +14,10 @@ data for the rollout compare (table.py), which never imports vLLM:
   the routing itself, and the shared experts where the model hands them over).
 - `moe`: per architecture, how its model builds its fused experts (the keyword arguments of its
   FusedMoE / FusedMoEFactory call, read from the model's source): the experts' and router's module
-  names, the shared experts it hands over, and which HF config keys set top-k, renormalisation and
-  scoring. `routing` says how the engine's router chooses, probed here on random logits.
+  names, the shared experts it hands over, which HF config keys set top-k, renormalisation, scoring and
+  expert groups, and where the score-correction bias lives. `routing` says how the engine's router
+  chooses, probed here on random logits: softmax top-k, and grouped top-k checked against the compare's
+  own recomputation (routing.choose), so that the compare follows the engine.
 
     python -m verl_pdbg_conf.compare.rollout.extract OUT.json     (in a venv with vllm installed)"""
 
@@ -91,18 +93,35 @@ def moe_blocks() -> dict:
     return out
 
 
+def _self_chain(node) -> str:
+    """self.a.b -> "a.b"; "" for anything else."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join(reversed(parts)) if parts and isinstance(node, ast.Name) and node.id == "self" else ""
+
+
 def _name(func) -> str:
     return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+
+
+_CONFIGS = ("config", "hf_config", "text_config")
 
 
 def _value(node):
     if isinstance(node, ast.Constant):
         return {"constant": node.value}
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-        if node.value.id in ("config", "hf_config", "text_config"):
+        if node.value.id in _CONFIGS:
             return {"config": node.attr}
-        if node.value.id == "self":
-            return {"self": node.attr}
+    chain = _self_chain(node)
+    if chain:  # self.gate.e_score_correction_bias -> {"self": "gate.e_score_correction_bias"}
+        return {"self": chain}
+    if isinstance(node, ast.Call) and _name(node.func) == "getattr" and len(node.args) == 3 \
+            and isinstance(node.args[0], ast.Name) and node.args[0].id in _CONFIGS \
+            and all(isinstance(a, ast.Constant) for a in node.args[1:]):
+        return {"config": node.args[1].value, "default": node.args[2].value}  # getattr(config, 'n_group', 1)
     if isinstance(node, ast.JoinedStr):  # f"{prefix}.experts"
         tail = "".join(v.value for v in node.values if isinstance(v, ast.Constant))
         return {"module": tail.rpartition(".")[2]}
@@ -110,11 +129,13 @@ def _value(node):
 
 
 def probe_routing() -> dict:
-    """The engine's router on random logits: which experts it keeps and with what weights. What is written
-    is what held here; the compare recomputes the choice the same way."""
+    """The engine's router on random logits: which experts it keeps and with what weights, checked against
+    the compare's own recomputation (routing.py). What is written is what held here."""
     import torch
     from vllm.config import VllmConfig, set_current_vllm_config
     from vllm.model_executor.layers.fused_moe.router.router_factory import create_fused_moe_router
+
+    from verl_pdbg_conf.compare.rollout import routing as R
 
     torch.manual_seed(0)
     logits, hidden = torch.randn(64, 8), torch.randn(64, 4)
@@ -128,10 +149,36 @@ def probe_routing() -> dict:
             probs = logits.softmax(-1).gather(1, ids.long())
             want = probs / probs.sum(-1, keepdim=True) if renormalize else probs
             assert torch.allclose(weights.float(), want, atol=1e-5), f"weights, renormalize={renormalize}"
+        grouped_router, cases = None, 0
+        # grouped top-k as GLM-4.5 and DeepSeek-V3 call it: sigmoid with a score-correction bias (noaux_tc),
+        # and softmax without; 16 experts in 4 groups so that both choices (groups, then experts) matter
+        logits16, hidden16 = 0.5 * torch.randn(256, 16), torch.randn(256, 4)
+        for scoring, bias, groups, top_groups, k in (("sigmoid", 0.05 * torch.randn(16), 4, 2, 3),
+                                                     ("sigmoid", 0.05 * torch.randn(16), 2, 1, 2),
+                                                     ("softmax", None, 4, 2, 3), ("sigmoid", None, 4, 1, 2)):
+            grouped_router = create_fused_moe_router(
+                top_k=k, global_num_experts=16, renormalize=True, use_grouped_topk=True, num_expert_group=groups,
+                topk_group=top_groups, scoring_func=scoring, e_score_correction_bias=bias)
+            _, ids = grouped_router.select_experts(hidden_states=hidden16, router_logits=logits16)
+            setting = R.Setting(k, scoring=scoring, grouped=True, n_group=groups, topk_group=top_groups,
+                                bias="gate.e_score_correction_bias" if bias is not None else "")
+            for row in range(logits16.shape[0]):
+                mine, margin = R.choose(logits16[row], k, setting, bias)
+                assert mine == tuple(sorted(int(i) for i in ids[row])), f"grouped top-k ({scoring}), row {row}"
+                assert margin >= 0 and R.margin_of(logits16[row], mine, setting, bias) == margin
+                cases += 1
     return {"softmax": {"choose": "top_k largest router logits (softmax is monotonic)",
                         "weights": "softmax of the logits at the chosen experts, divided by their sum where "
                                    "renormalize", "router": type(router).__name__,
-                        "defaults": {"scoring_func": "softmax", "renormalize": True}}}
+                        "defaults": {"scoring_func": "softmax", "renormalize": True}},
+            "grouped": {"choose": "scores = scoring_func(float32 logits) + e_score_correction_bias (where the "
+                                  "model passes one); per group its score: the sum of its 2 largest scores with "
+                                  "a bias, its largest without; the topk_group groups of num_expert_group with "
+                                  "the largest group scores kept, then the top_k largest scores within them",
+                        "weights": "the scores without the bias at the chosen experts, divided by their sum where "
+                                   "renormalize, times routed_scaling_factor",
+                        "scoring": ["sigmoid", "softmax"], "router": type(grouped_router).__name__,
+                        "checked": f"routing.choose against the router on {cases} random rows"}}
 
 
 def probe_classes() -> dict:
