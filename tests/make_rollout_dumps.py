@@ -37,6 +37,7 @@ and the runs are:
     router   layer 1's router weight x1.05 plus 5% noise (x1.2 plus 20% for glm4_moe; its logits change, and
              some routing)
     bf16     the engine in bf16 (routing flips on near-ties)
+    rare     as expert, on an expert few tokens use (GLM: expert 5, 3 of 45 rows)
 
 OUT/manifest.json says per run what a compare must name (`expect_module`: None for no divergence) and the
 max |log-prob gap| of the engine's returned log-probs against the actor's, measured here."""
@@ -65,13 +66,17 @@ RUNS = {
 EXPECT = {"same": None, "bf16": None, "packed": None, "chunked": None, "weight": "model.layers.1.mlp.down_proj",
           "eps": "model.layers.0.input_layernorm", "rope": "model.layers.0.self_attn",
           "temp": "sampler"}
-MOE_RUNS = {"same": {}, "expert": {"weight": 1.05}, "router": {"router": 0.05}, "bf16": {"dtype": "bfloat16"}}
+MOE_RUNS = {"same": {}, "expert": {"weight": 1.05}, "router": {"router": 0.05}, "bf16": {"dtype": "bfloat16"},
+            "rare": {"weight": 1.05}}
 EXPERT = 5
 # GLM-4.5's router, as random as the others, sends most tokens of layer 1 to experts 4 and 6 (its bias and groups
 # concentrate them): expert 6 is changed so that tokens use it, and the router is nudged 20% (its sigmoid scores
 # move less than logits do: 5% flips no token of these 31)
-ARCH_RUNS = {"glm4_moe": {"expert": {"weight": 1.05, "expert": 6}, "router": {"router": 0.2}}}
-MOE_EXPECT = {"same": None, "bf16": None, "expert": "model.layers.1.mlp.experts", "router": "model.layers.1.mlp.gate"}
+# rare: GLM's expert 5, which 3 of 45 rows use: later tokens part only through attention to them
+ARCH_RUNS = {"glm4_moe": {"expert": {"weight": 1.05, "expert": 6}, "router": {"router": 0.2},
+                          "rare": {"weight": 1.05, "expert": 5}}}
+MOE_EXPECT = {"same": None, "bf16": None, "expert": "model.layers.1.mlp.experts", "router": "model.layers.1.mlp.gate",
+              "rare": "model.layers.1.mlp.experts"}
 CONFIG = {"task": "tensor", "level": "L0", "rank": [], "step": [],
           "tensor": {"scope": [], "list": [], "data_mode": ["forward"]}}
 
@@ -258,7 +263,7 @@ def main(argv=None) -> int:
         actor_lps = actor(out, run, spec, ckpt, config_path, samples)
         gap = max(abs(a - b) for s, lp in zip(samples, actor_lps) for a, b in zip(s["logprobs"], lp))
         manifest[run] = {**{k: v for k, v in spec.items()}, "expect_module": expect[run], "arch": args.arch,
-                         **({"expert": spec.get("expert", EXPERT)} if run == "expert" and moe else {}),
+                         **({"expert": spec.get("expert", EXPERT)} if run in ("expert", "rare") and moe else {}),
                          "max_logprob_gap": gap,
                          "samples": samples, "rollout_seconds": round(t1 - t0, 2)}
         print(f"{run}: max |log-prob gap| {gap:.3g} (rollout {t1 - t0:.1f} s)", flush=True)

@@ -25,7 +25,7 @@ LAYERS = ["model.layers.1.mlp", "model.layers.2.mlp"]
 def make_glm_dumps(venv, root):
     return release_venvs.run_scripts(venv, root, [
         [os.path.join(HERE, "make_rollout_dumps.py"), str(root / "glm4_moe"), "--arch", "glm4_moe",
-         "--runs", "same,expert,router"]], dict(os.environ, PYTHONPATH=os.path.dirname(HERE)))
+         "--runs", "same,expert,router,rare"]], dict(os.environ, PYTHONPATH=os.path.dirname(HERE)))
 
 
 BACKGROUND_JOBS = {"rollout-glm-dumps": ("vllm", make_glm_dumps)}
@@ -85,6 +85,20 @@ def test_glm_changed_expert_is_named_by_index(glm):
     assert pair["status"] == "diverged" and code == 1, pair
     assert fd["module"] == "model.layers.1.mlp.experts" and fd["kind"] == "output", fd
     assert fd["expert"] == manifest["expert"]["expert"] == 6 and pair["routing"]["routed_differently"] == 0
+
+
+def test_glm_rare_expert_is_where_the_error_enters(glm):
+    """Expert 5, used by 3 of 45 rows: those tokens part at layer 1's experts, and later tokens part only at
+    layer 2's attention, reading the keys and values of the first ones; some of them with a larger log-prob
+    gap. The pair's first divergence is where the error enters, the experts, not the largest gap's token."""
+    root, manifest = glm
+    code, doc = rollout(root / "rare")
+    (pair,) = doc["pairs"]
+    fd = pair["first_divergence"]
+    assert pair["status"] == "diverged" and code == 1, pair
+    assert fd["module"] == "model.layers.1.mlp.experts" and fd["expert"] == manifest["rare"]["expert"] == 5, fd
+    later = {m["module"] for m in pair["top"]} - {"model.layers.1.mlp.experts"}
+    assert later and all(not m.startswith("model.layers.1.") for m in later), pair["top"]
 
 
 def test_glm_without_the_bias_in_either_dump_routing_is_not_compared(glm, tmp_path):

@@ -368,9 +368,9 @@ def _summarize(pair, results, al, requests, sequences, findings, top, min_covera
     pair["max_logprob_gap"] = abs(ranked[0].logprob_gap) if ranked else None
     pair["token_map"] = _token_map(results)
     if diverged:
-        # the token with the largest log-prob gap among those that part; else the first in order
-        with_gap = [t for t in diverged if t.logprob_gap is not None]
-        lead = max(with_gap, key=lambda t: abs(t.logprob_gap)) if with_gap else diverged[0]
+        # where the error enters: the earliest point in the forward at which a token parts (a token that parts
+        # later may only carry it in, through attention to that one); of those, the largest log-prob gap
+        lead = min(diverged, key=lambda t: (t.gap.order, -abs(t.logprob_gap or 0.0)))
         pair["status"] = Status.DIVERGED.value
         pair["first_divergence"] = _gap_dict(lead)
         pair["diverged_tokens"] = len(diverged)

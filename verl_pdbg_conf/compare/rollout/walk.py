@@ -50,6 +50,7 @@ class Gap:
     experts: list[int] | None = None  # a fused experts' gap: the experts only the parting tokens used
     routing: dict | None = None  # a routing gap: each side's experts and margins
     nonfinite: tuple[str, str] | None = None  # (engine, trainer) nan | inf | "": one side non-finite, the other not
+    order: int = 1 << 30  # the point's place in the forward (engine points in execution order); past them all
 
 
 @dataclass
@@ -154,7 +155,7 @@ class Walk:
         logits_here = sampled is not None and sampled.get("step") == k
         carried, last_module = 0.0, None
         bs = self.shapes.get((src, c))
-        for pt in engine_points:
+        for order, pt in enumerate(engine_points):
             if pt.rows == "sampled" and not logits_here:
                 continue
             mates = [_call(trainer[src].get(m.path), c) for m in pt.trainer]
@@ -188,7 +189,7 @@ class Walk:
             if said.reason in (J.Rule.NAN, J.Rule.INF):  # non-finite on one side only: parts here, no error measured
                 if res.gap is None and not res.rerouted:
                     res.gap = Gap(pt.module, pt.io, math.nan, carried, [], pt.engine.record.name,
-                                  f"{pt.module} {pt.io}", pt.role, nonfinite=kinds)
+                                  f"{pt.module} {pt.io}", pt.role, nonfinite=kinds, order=order)
                 continue
             res.worst = max(res.worst, err)
             over = said.reason == J.Rule.THRESHOLD
@@ -201,14 +202,14 @@ class Walk:
                     res.rerouted.append(route.layer)
                 else:
                     res.gap = Gap(route.layer, "routing", err, carried, [], pt.engine.record.name,
-                                  f"{pt.module} {pt.io}", "routing", routing=route.to_dict())
+                                  f"{pt.module} {pt.io}", "routing", routing=route.to_dict(), order=order)
                 continue
             if pt.role == "experts" and not over:
                 res.agreed_experts.append(pt.module)
             if over:
                 span = _span(engine_order, last_module, pt)
                 res.gap = Gap(_common(span) if span else pt.module, pt.io, err, carried, span, pt.engine.record.name,
-                              f"{pt.module} {pt.io}", pt.role)
+                              f"{pt.module} {pt.io}", pt.role, order=order)
             else:
                 carried, last_module = err, pt.module
         if sampled is not None and logits_here:
