@@ -175,9 +175,12 @@ class Walk:
             tvec = torch.cat([v.flatten() for v in tv])
             # with dtype_aware, a row near zero (a gate's one logit cancelling out) is measured against the
             # point's typical size over all rows: its rounding is that size's, not the row's
-            kinds = (_nonfinite(ev), _nonfinite(tvec))
             err = _rel(ev, tvec, self._scale(ts, tvec.numel()) if self.dtype_aware else 0.0) \
-                if ev.numel() == tvec.numel() and not any(kinds) else math.nan
+                if ev.numel() == tvec.numel() else math.nan
+            # a finite error needs both rows finite: only a non-finite one is looked into
+            kinds = ("", "") if math.isfinite(err) else (_nonfinite(ev), _nonfinite(tvec))
+            if any(kinds):
+                err = math.nan
             limit = self.limit(pt, mates[0]) + (carried if self.dtype_aware else 0.0)
             said = J.point(ev.numel(), tvec.numel(), err, limit, kinds)
             if said.reason == J.Rule.APART or said.both_nonfinite or (said.reason == J.Rule.NAN and not any(kinds)):
