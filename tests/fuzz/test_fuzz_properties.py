@@ -14,7 +14,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from fuzz_harness import corpus_files, describe, run_case, same_json_value
-from mutations import JSON_TOKENS, WRONG_VALUES, YAML_TOKENS, _dump, _load, _set, key_paths
+from mutations import JSON_TOKENS, WRONG_VALUES, YAML_TOKENS, _dump, _load, key_paths, set_at
 from omegaconf._utils import get_yaml_loader
 from verl_pdbg_conf.core.loaders import load_json, load_yaml
 
@@ -172,7 +172,7 @@ def test_any_value_at_any_key_path_of_a_real_config(data, workspace):
     kp = data.draw(st.sampled_from(paths), label="key path")
     value = data.draw(VALUES, label="value")
     suffix = ".json" if path.suffix == ".json" else ".yaml"
-    blob = _json_bytes(_set(tree, kp, value)) if suffix == ".json" else _dump(_set(tree, kp, value), suffix)
+    blob = _json_bytes(set_at(tree, kp, value)) if suffix == ".json" else _dump(set_at(tree, kp, value), suffix)
     out = run_case(path.stem + ".value" + suffix, blob, workspace)
     assert out.ok, describe([out])
 
