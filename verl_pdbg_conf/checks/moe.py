@@ -35,6 +35,7 @@ import re
 from verl_pdbg_conf.context import Options
 from verl_pdbg_conf.core.document import Document, get, is_unknown
 from verl_pdbg_conf.core.findings import Finding, Severity
+from verl_pdbg_conf.core.hf_config import EXPERT_KEYS, num_experts as experts_in
 from verl_pdbg_conf.core.reading import read_text
 
 E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
@@ -42,7 +43,6 @@ ACTOR = ("actor_rollout_ref", "actor")
 ROLLOUT = ("actor_rollout_ref", "rollout")
 MODEL = ("actor_rollout_ref", "model")
 FLAG = ROLLOUT + ("enable_rollout_routing_replay",)
-EXPERT_KEYS = ("num_experts", "n_routed_experts", "num_local_experts")
 
 # Router modules as msprobe names them at L0 (module path, class), with layer numbers as 0: vLLM
 # (GateLinear, ReplicatedLinear), transformers (a TopKRouter, or nn.Linear in older releases and in
@@ -221,10 +221,9 @@ def num_experts(data, options: Options) -> int | None:
     elif not any(isinstance(c, dict) and any(k in c for k in EXPERT_KEYS) for c in candidates):
         return None
     for c in candidates:
-        for key in EXPERT_KEYS if isinstance(c, dict) else ():
-            v = c.get(key)
-            if isinstance(v, int) and not isinstance(v, bool):
-                return v
+        n = experts_in(c) if isinstance(c, dict) else None
+        if n is not None:
+            return n
     return 0 if path and isinstance(hf, dict) else None
 
 

@@ -21,6 +21,8 @@ import re
 from dataclasses import dataclass
 from typing import Iterator
 
+from verl_pdbg_conf.core.hf_config import num_experts
+
 CHUNK = 1 << 20
 _DEC = json.JSONDecoder()
 _WS = re.compile(r"[ \t\n\r]*")
@@ -489,10 +491,8 @@ def read_tokens(path: str) -> tuple[dict | None, list[str]]:
             said.append(f"hf_config is {show(hf)}, not a mapping")
     if "requests" in doc:
         out["requests"] = _listed(doc["requests"], "requests", _request, said)
-        experts = next((out.get("hf_config", {}).get(k) for k in ("num_experts", "n_routed_experts",
-                                                                  "num_local_experts")
-                        if type(out.get("hf_config", {}).get(k)) is int), None)
-        layers = out.get("hf_config", {}).get("num_hidden_layers")
+        hf = out.get("hf_config", {})
+        experts, layers = num_experts(hf), hf.get("num_hidden_layers")
         for i, req in enumerate(out["requests"]):
             if req is not None and "routed_experts" in req:
                 why = _routed(req["routed_experts"], len(req["positions"]), experts,

@@ -14,6 +14,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from verl_pdbg_conf.core.hf_config import num_experts
+
 BASIS_MODEL = "Qwen2-0.5B"
 BASIS_RUN = "the guide's measured PPO run on Ascend: Qwen2-0.5B, profiled steps [1, 2], rank 0"
 # Qwen2-0.5B's config.json, to count its parameters with the same formula as the user's model.
@@ -90,8 +92,8 @@ def params_from_hf_config(cfg: dict) -> float | None:
         attn = h * heads * head_dim * 2 + 2 * h * kv * head_dim
     else:
         attn = 4 * h * h
-    experts = cfg.get("num_experts") or cfg.get("num_local_experts") or cfg.get("n_routed_experts")
-    if isinstance(experts, int) and experts > 1:
+    experts = num_experts(cfg)
+    if experts is not None and experts > 1:
         mlp = 3 * h * int(cfg.get("moe_intermediate_size") or inter) * experts
     else:
         mlp = 3 * h * inter

@@ -278,7 +278,6 @@ def expert_containers() -> tuple:
                  for t in sorted(out))
 
 
-_LOCAL = re.compile(r"(?:^|\.)" + SEQUENTIAL_EXPERTS + r"\.(\d+)(?:\.|$)")
 # the local expert's number as stages.Relayer shifts a number: (separator)(container.)(number)
 LOCAL_EXPERT_NUMBER = re.compile(r"(^|\.)(" + SEQUENTIAL_EXPERTS + r"\.)(\d+)(?=\.|$)")
 
@@ -291,5 +290,5 @@ def local_expert(path: str | None) -> int | None:
     """The local index J of an expert's module path inside an experts module (`...mlp.experts.local_experts.J...`)."""
     if not path or not in_experts(path):
         return None
-    m = _LOCAL.search(path)
-    return int(m.group(1)) if m else None
+    m = LOCAL_EXPERT_NUMBER.search(path)
+    return int(m.group(3)) if m else None

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from verl_pdbg_conf.compare.records import Record
+from verl_pdbg_conf.compare.records import Record, layer_of_path
 from verl_pdbg_conf.compare.rollout import table as T
 from verl_pdbg_conf.compare.rollout.walk import Walk, cell, pick
 from verl_pdbg_conf.compare.rollout.tokens import natural
@@ -290,7 +290,7 @@ def _route(rec: Record, row: int, trainer_recs, c: int, b: int, s: int, bs, judg
     chosen_e, margin_e = choose(e[row].flatten(), k, setting_, bias_e)
     used = False
     if routed is not None:  # the engine's own record of its choice, by decoder layer
-        layer = _layer_number(rec.module)
+        layer = layer_of_path(rec.module)
         if layer is None or layer >= len(routed):
             return "the engine's routed_experts hold no record of this layer (routing records for some layers only)"
         picked = tuple(sorted(set(routed[layer])))
@@ -336,13 +336,6 @@ def _parameter(tensors, rec: Record, name: str):
         if r.name.rpartition(".")[2] == name:
             return tensors.get(rec.file_of(r))
     return None
-
-
-def _layer_number(path: str) -> int | None:
-    """model.layers.K.mlp.gate -> K: the decoder layer vLLM's capture indexes by."""
-    parts = path.split(".")
-    return next((int(parts[i + 1]) for i, p in enumerate(parts[:-1]) if p == "layers" and parts[i + 1].isdigit()),
-                None)
 
 
 def summary(token_routes: dict, setting_: Setting, moe_layers: bool, top: int = 20,
