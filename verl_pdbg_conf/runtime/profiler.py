@@ -72,6 +72,13 @@ def _selected_stages(stages: Any) -> frozenset[str] | None:
     return frozenset(n for n in names if n is not None)
 
 
+def _msprobe_importable() -> bool:
+    try:
+        return importlib.util.find_spec("msprobe") is not None
+    except (ImportError, ValueError):  # a finder that refuses it, or a broken half-imported package
+        return False
+
+
 def _identity(func):
     return func
 
@@ -101,7 +108,7 @@ class PrecisionDebuggerProfiler:
         """Validate the config with the validator's rules; strict raises here, not at step N.
         Returns whether this profiler can collect anything at all."""
         errors = self._validate()
-        if importlib.util.find_spec("msprobe") is None:
+        if not _msprobe_importable():
             msg = "msprobe is not importable (pip install mindstudio-probe); no stage is collected"
             if self.strict:
                 raise ImportError(msg + " and precision_debugger.strict is True")
