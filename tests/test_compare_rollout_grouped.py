@@ -23,9 +23,12 @@ LAYERS = ["model.layers.1.mlp", "model.layers.2.mlp"]
 
 
 def make_glm_dumps(venv, root):
+    """GLM-4.5's runs, then Mixtral's (test_compare_rollout_renames.py): one background job for both."""
     return release_venvs.run_scripts(venv, root, [
         [os.path.join(HERE, "make_rollout_dumps.py"), str(root / "glm4_moe"), "--arch", "glm4_moe",
-         "--runs", "same,expert,router,rare"]], dict(os.environ, PYTHONPATH=os.path.dirname(HERE)))
+         "--runs", "same,expert,router,rare"],
+        [os.path.join(HERE, "make_rollout_dumps.py"), str(root / "mixtral"), "--arch", "mixtral",
+         "--runs", "same,expert,router"]], dict(os.environ, PYTHONPATH=os.path.dirname(HERE)))
 
 
 BACKGROUND_JOBS = {"rollout-glm-dumps": ("vllm", make_glm_dumps)}
