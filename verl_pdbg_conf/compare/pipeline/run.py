@@ -280,6 +280,16 @@ class _Backends:
         self.opaque = frozenset([p for link in routers for p in (link.mcore, link.hf[0])]
                                 + [p for pair in gated.items() for p in pair])
 
+    def families(self, mcore: dict, hf: dict) -> dict:
+        """trees.Alignment's families the table states (Correspondence.experts): each side's modules inside
+        its experts module -> that module, where Megatron holds one module per expert and the Hugging Face
+        run one module for all (module dicts: each side's Tree.modules)."""
+        def inside(modules: dict, roots) -> dict:
+            return {p: r for r in roots for p in modules if p == r or p.startswith(r + ".")}
+
+        hf_side = "golden" if self.mcore_side == "target" else "target"
+        return {self.mcore_side: inside(mcore, self.corr.experts), hf_side: inside(hf, self.corr.experts.values())}
+
     def seed(self) -> dict:
         m2h = self.corr.mcore_to_hf()
         return m2h if self.mcore_side == "target" else {h: m for m, h in m2h.items()}
@@ -307,7 +317,11 @@ def _trees(tside, gside, level: str):
         if corr:
             backends = _Backends(corr, side)
             break
-    a = Alignment(t, g, backends.seed() if backends else None)
+    families = None
+    if backends is not None:
+        mc, hf = (t, g) if backends.mcore_side == "target" else (g, t)
+        families = backends.families(mc.modules, hf.modules)
+    a = Alignment(t, g, backends.seed() if backends else None, families)
     return (None if a.identity else a), backends
 
 

@@ -155,9 +155,11 @@ MAX_GROUP = 2048  # modules of one index signature aligned by LCS; past this, on
 class Alignment:
     """Which golden module each target module corresponds to (path -> (golden path, golden class))."""
 
-    def __init__(self, target: Tree, golden: Tree, seed: dict | None = None):
+    def __init__(self, target: Tree, golden: Tree, seed: dict | None = None, families: dict | None = None):
         """`seed`: target path -> golden path, pairs another package's table states (Megatron's modules
-        against a Hugging Face model's); the rest align as below."""
+        against a Hugging Face model's); `families`: side -> (its module -> its family's one module), families
+        such a table states (Megatron's experts one module per expert against fused ones); the rest align as
+        below."""
         self.target, self.golden = target, golden
         self.to_golden: dict[str, tuple[str, str]] = {}
         for t, g in (seed or {}).items():
@@ -182,6 +184,8 @@ class Alignment:
         for side, other in (("target", "golden"), ("golden", "target")):
             for root in set(self.family[other].values()):  # the one module, on the side that calls it
                 self.family[side].setdefault(root, root)
+        for side, members in (families or {}).items():
+            self.family[side].update(members)
         self.identity = not seed and len(self.to_golden) == len(target.modules) == len(golden.modules) \
             and not any(self.family.values())
         if self.identity:
