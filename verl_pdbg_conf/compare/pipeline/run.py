@@ -525,6 +525,29 @@ def uncompared_near(module: str | None, coverage: dict | None) -> list[str]:
     return [m for m in out if not any(m != o and m.startswith(o + ".") for o in out)][:3]
 
 
+def _family_note(module: str, alignment, looped: bool) -> str:
+    """Where a first divergence at `module` may come from an indexed family compared only at its enclosing
+    module's boundary (inside it, or beside it), and why its index cannot be said ("" where there is none)."""
+    inner = alignment.families_in(module)
+    beside = [] if inner else alignment.families_in(module.rpartition(".")[0])
+    if not inner and not beside:
+        return ""
+    if inner:
+        said = (f"what parts here is inside {', '.join(inner)} (one module per index in one run, one module in the "
+                f"other: compared at {module}'s boundary), or {module}'s own ops; its paired parts before it agree")
+    else:
+        said = (f"{', '.join(beside)} beside it (one module per index in one run, one module in the other) "
+                f"compared only at {module.rpartition('.')[0]}'s boundary: the error may be introduced there and "
+                "first seen here")
+    if looped:
+        return said
+    why = ("the one module's calls name no index at this level (module calls only): collect at mix"
+           if _called_per_index(inner or beside, alignment) else
+           "the one module runs every index's rows in one call, and statistics hold them all at once (transformers "
+           "runs its experts one at a time with experts_implementation=\"eager\")")
+    return f"{said}; which index cannot be said: {why}"
+
+
 def _called_per_index(roots: list[str], alignment) -> bool:
     """One of these families' one module calls a part of its own once per index (trees.Alignment.per_index)."""
     pairs = {**alignment.roots, **{g: t for t, g in alignment.roots.items()}}
@@ -555,17 +578,8 @@ def _finish(p: _Pair, treader, greader, split, task: str, alignment=None, notes=
         index = rec.extra.get("index")
         if index is not None:  # one index's calls of an indexed family: named by the golden's module and the index
             an.first.module, an.first.expert = index
-        inner = alignment.families_in(an.first.module) if alignment is not None and an.first.module else []
-        if inner and not note:
-            an.first.note = (f"what parts here is inside {', '.join(inner)} (one module per index in one run, one "
-                             f"module in the other: compared at {an.first.module}'s boundary), or {an.first.module}'s "
-                             "own ops; its paired parts before it agree"
-                             + ("" if looped else "; which index cannot be said: " + (
-                                 "the one module's calls name no index at this level (module calls only): collect "
-                                 "at mix" if _called_per_index(inner, alignment)
-                                 else "the one module runs every index's rows in one call, and statistics hold them "
-                                 "all at once (transformers runs its experts one at a time with "
-                                 "experts_implementation=\"eager\")")))
+        if alignment is not None and an.first.module and not note and an.first.expert is None:
+            an.first.note = _family_note(an.first.module, alignment, looped)
         if p.in_backward:
             an.first.direction = "backward"
             an.first.note = "a forward-named call made during the backward pass (a hook's operation)"
