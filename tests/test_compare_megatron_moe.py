@@ -75,9 +75,10 @@ def by_stage(doc) -> dict:
     return {p["stage"]: p for p in doc["pairs"]}
 
 
-def same_but_the_optimizer(doc, code):
+def same_but_the_optimizer(doc, code, also=frozenset()):
     """The log-prob stage `same` at full coverage; the update `partial` for its optimizer step alone (outside every
-    module: the parameters are laid out otherwise), as two backends' dense runs are; nothing else left out."""
+    module: the parameters are laid out otherwise), as two backends' dense runs are; nothing else left out but
+    the regions `also`."""
     assert code == 3, [(p["stage"], p["status"], p["first_divergence"]) for p in doc["pairs"]]
     pairs = by_stage(doc)
     assert len(doc["pairs"]) == 2  # an expert-parallel group is one model
@@ -86,7 +87,7 @@ def same_but_the_optimizer(doc, code):
     assert up["status"] == "partial" and up["first_divergence"] is None, up
     for side in ("target", "golden"):
         cov = up["coverage"][side]
-        assert not cov["uncompared_modules"] and set(cov["uncompared_records"]) <= {"(outside any module)"}, cov
+        assert not cov["uncompared_modules"] and set(cov["uncompared_records"]) <= {"(outside any module)", *also}, cov
 
 
 @pytest.mark.parametrize("target,golden", [("ep1", "hf"), ("ep2", "hf"), ("hf", "ep1"), ("hf", "ep2"),
@@ -173,7 +174,7 @@ def test_qwen2_moe_expert_under_the_threshold_forward_says_where_it_may_be(root)
     code, doc = compare(root / "qwen2_moe" / "ep2-expert", root / "qwen2_moe" / "hf")
     assert code == 1
     pairs = by_stage(doc)
-    assert pairs[LOG_PROB]["status"] == "partial", pairs[LOG_PROB]
+    assert pairs[LOG_PROB]["status"] == "same", pairs[LOG_PROB]  # every statistic moves under the threshold
     first = pairs[UPDATE]["first_divergence"]
     assert first["layer"] == LAYER and first["module"].startswith(f"decoder.layers.{LAYER}.mlp."), first
     assert f"decoder.layers.{LAYER}.mlp.experts beside it" in first["note"], first
@@ -230,7 +231,8 @@ def test_qwen2_moe_shared_expert_same_weights(root, target, golden):
     """Megatron's shared experts apply their gate (mbridge's gate_weight) in their own output, transformers in
     a module of its own (shared_expert_gate): compared by their input and parts, never diverged."""
     code, doc = compare(root / "qwen2_moe" / target, root / "qwen2_moe" / golden)
-    same_but_the_optimizer(doc, code)
+    # the gated shared expert's backward calls: its output's gradient is of the gate's product (fusion.py)
+    same_but_the_optimizer(doc, code, {"decoder.layers.*.mlp.shared_experts (its calls)"})
 
 
 @pytest.mark.parametrize("target,golden,module,expert", [
