@@ -26,10 +26,11 @@ rollout's own prompts and responses, left-padded prompts and right-padded respon
            request's prefill chunk beside another's decode in one engine step; unseeded (vLLM's CPU
            sampler cannot seed a request whose prefill is chunked: "CPU Generator does not use offset")
 
-With --arch qwen3_moe or qwen2_moe, OUT/checkpoint is a random mixture-of-experts model of the same size
+With --arch qwen3_moe, qwen2_moe or mixtral, OUT/checkpoint is a random mixture-of-experts model of the same size
 (8 experts of intermediate 32, top 2, renormalised; Qwen2-MoE with a shared expert and its sigmoid gate;
 GLM-4.5's Glm4Moe: 3 layers, layer 0 dense, sigmoid scoring, 2 groups of 4 experts with the top 1 group kept,
-a random nonzero e_score_correction_bias per MoE layer, one shared expert, partial rotary 0.5),
+a random nonzero e_score_correction_bias per MoE layer, one shared expert, partial rotary 0.5; Mixtral, whose
+checkpoint names its MoE block block_sparse_moe, transformers 5 mlp),
 and the runs are:
 
     same     fp32 engine, nothing changed
@@ -75,7 +76,9 @@ EXPERT = 5
 # rare: GLM's expert 5, which 3 of 45 rows use: later tokens part only through attention to them
 ARCH_RUNS = {"glm4_moe": {"expert": {"weight": 1.05, "expert": 6}, "router": {"router": 0.2},
                           "rare": {"weight": 1.05, "expert": 5}},
-             "mixtral": {"expert": {"weight": 1.05, "weight_name": "model.layers.1.block_sparse_moe.experts.5.w2.weight"},
+             # Mixtral's checkpoint names the MoE block block_sparse_moe (transformers 5 renames it mlp at load)
+             "mixtral": {"expert": {"weight": 1.05,
+                                    "weight_name": "model.layers.1.block_sparse_moe.experts.5.w2.weight"},
                          "router": {"router": 0.05, "router_name": "model.layers.1.block_sparse_moe.gate.weight"}}}
 MOE_EXPECT = {"same": None, "bf16": None, "expert": "model.layers.1.mlp.experts", "router": "model.layers.1.mlp.gate",
               "rare": "model.layers.1.mlp.experts"}

@@ -13,7 +13,8 @@ import pytest
 import release_venvs
 from compare_cli import run
 from test_compare_rollout import rollout
-from test_compare_rollout_grouped import BACKGROUND_JOBS, make_glm_dumps  # noqa: F401 - the job this module needs
+from test_compare_rollout_grouped import BACKGROUND_JOBS  # noqa: F401 - conftest starts this module's job from it
+from test_compare_rollout_grouped import make_glm_dumps, same_with_every_route
 
 pytestmark = [pytest.mark.slow, pytest.mark.venvs("vllm")]
 RENAMED = "model.layers.*.block_sparse_moe.gate as model.layers.*.mlp.gate"
@@ -32,27 +33,27 @@ def _said(pair) -> list[str]:
 
 def test_same_weights_are_same_through_the_renames(mixtral):
     root, manifest = mixtral
-    code, doc = rollout(root / "same")
-    (pair,) = doc["pairs"]
-    cov = pair["coverage"]
-    assert pair["status"] == "same" and code == 0, pair
-    assert cov["tokens_compared"] == cov["rollout_tokens"] and cov["uncompared_modules"] == []
-    routing = pair["routing"]
-    assert routing["recomputed"] and routing["top_k"] == 2 and routing["routed_differently"] == 0
-    assert [l["layer"] for l in routing["layers"]] == ["model.layers.0.mlp", "model.layers.1.mlp"]
-    assert all(l["tokens"] == cov["tokens_compared"] for l in routing["layers"])
+    pair = same_with_every_route(root / "same", ["model.layers.0.mlp", "model.layers.1.mlp"])
     (said,) = _said(pair)
     assert RENAMED in said and "transformers 5.19.0" in said
     assert manifest["same"]["max_logprob_gap"] < 1e-5
 
 
-def test_changed_expert_is_named_by_index(mixtral):
-    root, manifest = mixtral
-    code, doc = rollout(root / "expert")
+def _named(run, module: str) -> dict:
+    """A planted run's pair: diverged at `module`'s output, where the error enters (little carried in)."""
+    code, doc = rollout(run)
     (pair,) = doc["pairs"]
     fd = pair["first_divergence"]
     assert pair["status"] == "diverged" and code == 1, pair
-    assert fd["module"] == "model.layers.1.mlp.experts" and fd["kind"] == "output" and fd["carried"] < 1e-4, fd
+    assert fd["module"] == module and fd["kind"] == "output" and fd["carried"] < 1e-4, fd
+    assert [t["module"] for t in pair["top"]] == [module]
+    return pair
+
+
+def test_changed_expert_is_named_by_index(mixtral):
+    root, manifest = mixtral
+    pair = _named(root / "expert", "model.layers.1.mlp.experts")
+    fd = pair["first_divergence"]
     assert fd["expert"] == manifest["expert"]["expert"] == 5 and pair["routing"]["routed_differently"] == 0
     assert fd["name"].startswith("Module.model.layers.1.block_sparse_moe.experts.")  # the engine's own record
     code, text = run(["--rollout", root / "expert"])
@@ -61,13 +62,7 @@ def test_changed_expert_is_named_by_index(mixtral):
 
 def test_nudged_router_is_named_with_its_routes(mixtral):
     root, _ = mixtral
-    code, doc = rollout(root / "router")
-    (pair,) = doc["pairs"]
-    fd = pair["first_divergence"]
-    assert pair["status"] == "diverged" and code == 1, pair
-    assert fd["module"] == "model.layers.1.mlp.gate" and fd["kind"] == "output" and fd["carried"] < 1e-4, fd
-    assert [t["module"] for t in pair["top"]] == [fd["module"]]
-    layers = {l["layer"]: l for l in pair["routing"]["layers"]}
+    layers = {l["layer"]: l for l in _named(root / "router", "model.layers.1.mlp.gate")["routing"]["layers"]}
     assert layers["model.layers.0.mlp"]["routed_differently"] == 0
     assert layers["model.layers.1.mlp"]["routed_differently"] > 0
     for t in layers["model.layers.1.mlp"]["differing"]:

@@ -9,11 +9,11 @@ module (its `sharded_state_dict_keys_map`). Enclosing modules pair where their c
 from __future__ import annotations
 
 import functools
-import glob
-import json
 import os
 import re
 from dataclasses import dataclass
+
+from verl_pdbg_conf.compare.facts import newest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROUTER = "router"  # megatron-core's MoELayer's TopKRouter attribute
@@ -38,12 +38,7 @@ class Link:
 @functools.lru_cache(maxsize=1)
 def tables() -> dict:
     """The newest extracted tables ({} where none is installed)."""
-    files = sorted(glob.glob(os.path.join(HERE, "mbridge-*.json")),
-                   key=lambda p: [int(x) if x.isdigit() else x for x in re.split(r"[.-]", os.path.basename(p))])
-    if not files:
-        return {}
-    with open(files[-1]) as f:
-        return json.load(f)
+    return newest(HERE, "mbridge")
 
 
 def _module(param: str) -> tuple[str, str]:

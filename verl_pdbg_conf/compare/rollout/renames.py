@@ -8,11 +8,10 @@ trainer on transformers 4 keeps the checkpoint's names)."""
 from __future__ import annotations
 
 import functools
-import glob
-import json
 import os
 import re
 
+from verl_pdbg_conf.compare.facts import newest
 from verl_pdbg_conf.core.findings import Finding, Severity
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -21,12 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 @functools.lru_cache(maxsize=1)
 def table() -> dict:
     """The newest extracted table ({} where none is installed)."""
-    files = sorted(glob.glob(os.path.join(HERE, "transformers-*.json")),
-                   key=lambda p: [int(x) if x.isdigit() else x for x in re.split(r"[.-]", os.path.basename(p))])
-    if not files:
-        return {}
-    with open(files[-1], encoding="utf-8") as fh:
-        return json.load(fh)
+    return newest(HERE, "transformers")
 
 
 @functools.lru_cache(maxsize=None)
