@@ -71,17 +71,17 @@ def to_trainer_names(engine_dumps, trainer_paths: set, model_type: str) -> dict[
     rules = rules_for(model_type) if isinstance(model_type, str) else []
     if not rules:
         return {}
-    renamed: dict[str, str] = {}
+    seen: dict[str, str] = {}  # engine path -> the path it is paired under (itself where not renamed)
     for d in engine_dumps:
         for r in d.every:
-            new = renamed.get(r.module)
+            new = seen.get(r.module)
             if new is None:
                 new = module_name(r.module, rules)
-                if new == r.module or r.module in trainer_paths or new not in trainer_paths:
-                    continue
-                renamed[r.module] = new
+                if r.module in trainer_paths or new not in trainer_paths:
+                    new = r.module
+                seen[r.module] = new
             r.module = new
-    return renamed
+    return {a: b for a, b in seen.items() if a != b}
 
 
 def apply(engine_dumps, trainer_dumps, model_type, where: str) -> list[Finding]:
