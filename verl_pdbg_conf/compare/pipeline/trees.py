@@ -12,7 +12,8 @@ One run may call a module P once where the other calls P.J for indices J instead
 transformers 5.x fuses into one module and 4.x builds one module per expert): P.J and everything under it is
 P's family, run inside P's enclosing module as P is (coverage counts it there), and a submodule P.J.rest of
 the same class as the other run's P.rest is one of its parts: their records are put together by rows
-(fusion.Group rows) and paired with P.rest's."""
+(fusion.Group rows) and paired with P.rest's; unless one call of P calls P.rest once per index (transformers'
+experts run one at a time), where each index's calls pair with that index's (indices.py)."""
 
 from __future__ import annotations
 
