@@ -293,13 +293,15 @@ def test_one_module_running_its_indices_one_at_a_time_is_split_by_its_loop_index
             _scoped("Functional.silu.0.forward", "Module.model.layers.1.mlp.experts.act_fn.SiLU.forward.0"),
             _scoped("Tensor.__mul__.3.forward", p_call), _scoped("Tensor.index_add_.0.forward", p_call),
             _scoped("Tensor.__eq__.1.forward", p_call, inputs=(((), "torch.int64", (10, 10, None, 10)),)),
-            _scoped("Tensor.__eq__.2.forward", p_call, inputs=(((), "torch.bool", (True, True, None, None)),))]
+            _scoped("Tensor.__eq__.2.forward", p_call, inputs=(((), "torch.bool", (True, True, None, None)),)),
+            _scoped("Tensor.__eq__.3.forward", p_call, inputs=(((), "torch.int64", ("x", "x", None, None)),))]
     out = list(golden(recs))
     assert "index" not in out[0].extra and out[0].scope == p_call  # before the loop: the one module's own
     assert [r.extra["index"] for r in out[1:6]] == [("model.layers.1.mlp.experts", 2)] * 5
     assert {r.scope for r in out[1:6]} == {"Module.model.layers.1.mlp.experts.2.Index.forward.0"}
     assert out[3].extra["own_scope"].endswith("act_fn.SiLU.forward.0") and out[3].layer == 1
-    assert out[6].extra["index"] == ("model.layers.1.mlp.experts", 10) == out[7].extra["index"]  # a bool: no index
+    # a bool, or statistics that are no integer (an edited file), name no index: the iteration goes on
+    assert out[6].extra["index"] == ("model.layers.1.mlp.experts", 10) == out[7].extra["index"] == out[8].extra["index"]
     assert indices.index_end(out[1:6]) is out[4]  # index_add_ writes the one module's result in place
     # the per-expert run's calls of expert 2, inside its module's submodules, take the same scope
     target = indices.Scopes("target", a.family["target"], fams, tree(per_expert).modules)

@@ -37,7 +37,7 @@ def _apply(rule: dict, key: str) -> tuple[str, bool]:
     group = next(name for name, value in m.groupdict().items() if value is not None)
     replacement = rule["target"]
     if r"\1" in replacement:
-        replacement = replacement.replace(r"\1", m.group(rx.groupindex[group] + 1))
+        replacement = replacement.replace(r"\1", m.group(rx.groupindex[group] + 1) or "")
     return key.replace(m.group(0), replacement, 1), True
 
 
