@@ -35,7 +35,8 @@ process singleton, so one level per invocation. A run is BACKEND[-PLANT]:
 GPTModel (local spec, SequentialMLP experts, the allgather dispatcher; weights loaded by mbridge's
 Qwen3MoEBridge, each SequentialMLP expert under mbridge's grouped name). Its runs:
 
-  hf, fsdp2  as above
+  hf, fsdp2  as above (transformers 5's fused experts: grouped_mm, every expert's rows in one call)
+  hfloop     transformers with experts_implementation="eager": its fused experts run one expert at a time
   ep1        megatron-core, expert parallel 1
   ep2        expert parallel 2 (two ranks: rank r holds global experts 4r..4r+3 as local_experts.0..3 and takes
              batch row r, its loss the sum of its log-probs over the whole batch's token count: run_shards)
@@ -71,7 +72,8 @@ BACKENDS = {"hf": ("hf", 1, 1), "fsdp2": ("fsdp2", 1, 1), "tp1": ("megatron", 1,
             "pp2": ("megatron", 1, 2), "tp2pp2": ("megatron", 2, 2)}  # name: backend, tp, pp
 # the MoE arch's runs: name: backend, tp, pp, expert-parallel size (a rank per expert shard, each a
 # data-parallel rank of the layers outside the experts, with its share of the batch: run_shards)
-MOE_BACKENDS = {"hf": ("hf", 1, 1, 1), "fsdp2": ("fsdp2", 1, 1, 1), "ep1": ("megatron", 1, 1, 1),
+MOE_BACKENDS = {"hf": ("hf", 1, 1, 1), "fsdp2": ("fsdp2", 1, 1, 1), "hfloop": ("hfloop", 1, 1, 1),
+                "ep1": ("megatron", 1, 1, 1),
                 "ep2": ("megatron", 1, 1, 2)}
 PLANTS = {"fc2": "mlp.linear_fc2", "qkv": "self_attention.linear_qkv", "eps": "pre_mlp_layernorm"}
 MOE_PLANTS = {"expert": "mlp.experts", "router": "mlp.router", "shared": "mlp.shared_experts.linear_fc2"}
@@ -121,12 +123,12 @@ def write_checkpoint(path: str, arch: str = "qwen2") -> None:
 
 # ---------------------------------------------------------------- transformers
 
-def hf_model(ckpt: str, fsdp2: bool):
+def hf_model(ckpt: str, fsdp2: bool, loop: bool = False):
     import torch
     import transformers
 
-    model = transformers.AutoModelForCausalLM.from_pretrained(ckpt, attn_implementation="eager",
-                                                              dtype=torch.float32)
+    model = transformers.AutoModelForCausalLM.from_pretrained(ckpt, attn_implementation="eager", dtype=torch.float32,
+                                                              **({"experts_implementation": "eager"} if loop else {}))
     if fsdp2:
         from torch.distributed.fsdp import fully_shard
 
@@ -390,7 +392,7 @@ def run_shards(prof, model, steps: list[int], log_probs, rank: int, world: int) 
 def build(job: dict):
     if job["backend"] == "megatron":
         return megatron_model(job["ckpt"], job["plant"], job["layer"]), megatron_log_probs
-    return hf_model(job["ckpt"], job["backend"] == "fsdp2"), X.log_probs
+    return hf_model(job["ckpt"], job["backend"] == "fsdp2", job["backend"] == "hfloop"), X.log_probs
 
 
 def worker(rank: int, world: int, port: int, jobs: list[dict], results) -> None:

@@ -26,10 +26,11 @@ rollout's own prompts and responses, left-padded prompts and right-padded respon
            request's prefill chunk beside another's decode in one engine step; unseeded (vLLM's CPU
            sampler cannot seed a request whose prefill is chunked: "CPU Generator does not use offset")
 
-With --arch qwen3_moe or qwen2_moe, OUT/checkpoint is a random mixture-of-experts model of the same size
+With --arch qwen3_moe, qwen2_moe or mixtral, OUT/checkpoint is a random mixture-of-experts model of the same size
 (8 experts of intermediate 32, top 2, renormalised; Qwen2-MoE with a shared expert and its sigmoid gate;
 GLM-4.5's Glm4Moe: 3 layers, layer 0 dense, sigmoid scoring, 2 groups of 4 experts with the top 1 group kept,
-a random nonzero e_score_correction_bias per MoE layer, one shared expert, partial rotary 0.5),
+a random nonzero e_score_correction_bias per MoE layer, one shared expert, partial rotary 0.5; Mixtral, whose
+checkpoint names its MoE block block_sparse_moe, transformers 5 mlp),
 and the runs are:
 
     same     fp32 engine, nothing changed
@@ -74,7 +75,11 @@ EXPERT = 5
 # move less than logits do: 5% flips no token of these 31)
 # rare: GLM's expert 5, which 3 of 45 rows use: later tokens part only through attention to them
 ARCH_RUNS = {"glm4_moe": {"expert": {"weight": 1.05, "expert": 6}, "router": {"router": 0.2},
-                          "rare": {"weight": 1.05, "expert": 5}}}
+                          "rare": {"weight": 1.05, "expert": 5}},
+             # Mixtral's checkpoint names the MoE block block_sparse_moe (transformers 5 renames it mlp at load)
+             "mixtral": {"expert": {"weight": 1.05,
+                                    "weight_name": "model.layers.1.block_sparse_moe.experts.5.w2.weight"},
+                         "router": {"router": 0.05, "router_name": "model.layers.1.block_sparse_moe.gate.weight"}}}
 MOE_EXPECT = {"same": None, "bf16": None, "expert": "model.layers.1.mlp.experts", "router": "model.layers.1.mlp.gate",
               "rare": "model.layers.1.mlp.experts"}
 CONFIG = {"task": "tensor", "level": "L0", "rank": [], "step": [],
@@ -102,6 +107,9 @@ def make_checkpoint(path: str, arch: str = "qwen2", sizes: dict = SIZES) -> None
         with torch.no_grad():  # a bias of the size of the scores' spread: it changes some choices
             for layer in model.model.layers[1:]:
                 layer.mlp.gate.e_score_correction_bias.copy_(0.03 * torch.randn(8))
+    elif arch == "mixtral":  # its checkpoint names the MoE block block_sparse_moe, transformers 5 mlp at load
+        model = transformers.MixtralForCausalLM(transformers.MixtralConfig(
+            **dict(common, intermediate_size=32), head_dim=32, num_local_experts=8, num_experts_per_tok=2))
     elif arch == "qwen2_moe":
         model = transformers.Qwen2MoeForCausalLM(transformers.Qwen2MoeConfig(**common, **moe,
                                                                               shared_expert_intermediate_size=64))
@@ -158,7 +166,7 @@ def rollout(llm_cache: dict, out: str, run: str, spec: dict, ckpt: str, config_p
         _scale_weight(ckpt, model_dir, name, spec["weight"])
     if spec.get("router"):
         model_dir = os.path.join(out, f"checkpoint-{run}")
-        _scale_weight(ckpt, model_dir, ROUTER_WEIGHT, 1.0 + spec["router"], spec["router"])
+        _scale_weight(ckpt, model_dir, spec.get("router_name") or ROUTER_WEIGHT, 1.0 + spec["router"], spec["router"])
     key = (model_dir, spec.get("dtype", "float32"), spec.get("logprobs_mode", "raw_logprobs"), bool(spec.get("chunked")))
     llm = llm_cache.get(key)
     if llm is None:
@@ -238,7 +246,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out")
     ap.add_argument("--runs")
-    ap.add_argument("--arch", choices=("qwen2", "qwen3_moe", "qwen2_moe", "glm4_moe"), default="qwen2")
+    ap.add_argument("--arch", choices=("qwen2", "qwen3_moe", "qwen2_moe", "glm4_moe", "mixtral"), default="qwen2")
     args = ap.parse_args(argv)
     moe = args.arch != "qwen2"
     known, expect = (MOE_RUNS, MOE_EXPECT) if moe else (RUNS, EXPECT)

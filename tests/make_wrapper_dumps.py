@@ -25,7 +25,8 @@ top 2, fused); seq is an nn.Sequential of an embedding, eight Linear+Tanh blocks
 
 --save-checkpoint DIR writes the qwen3_moe model (before any plant) with save_pretrained; --checkpoint DIR
 loads it instead of building one, as the installed transformers builds it: 5.x fuses the experts, 4.x keeps
-one module per expert (mlp.experts.J), so one checkpoint runs on both releases (tests/test_moe_releases.py)."""
+one module per expert (mlp.experts.J), so one checkpoint runs on both releases (tests/test_moe_releases.py);
+--experts-loop has 5.x's fused experts run one expert at a time (experts_implementation="eager")."""
 
 from __future__ import annotations
 
@@ -78,14 +79,16 @@ def save_checkpoint(model, path: str) -> None:
         json.dump(cfg, f, indent=1)
 
 
-def load(path: str, plant: bool, layer: int):
+def load(path: str, plant: bool, layer: int, loop: bool = False):
     """A saved Qwen3-MoE as this transformers builds it; the plant scales expert X.MOE_EXPERT's down
-    projection x1.05 in layer `layer`, a slice of the fused 3-D weight or that expert's own Linear."""
+    projection x1.05 in layer `layer`, a slice of the fused 3-D weight or that expert's own Linear. `loop`:
+    transformers 5's fused experts run one expert at a time (experts_implementation="eager")."""
     import torch
     import transformers
 
     model = transformers.AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32,
-                                                              attn_implementation="eager")
+                                                              attn_implementation="eager",
+                                                              **({"experts_implementation": "eager"} if loop else {}))
     if plant:
         experts = model.model.layers[layer].mlp.experts
         with torch.no_grad():
@@ -183,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", default="1")
     ap.add_argument("--checkpoint", help="load the model from this directory (save_pretrained) instead")
     ap.add_argument("--save-checkpoint", help="write the unplanted model here first")
+    ap.add_argument("--experts-loop", action="store_true",
+                    help="with --checkpoint: transformers 5's fused experts run one expert at a time")
     a = ap.parse_args(argv)
     layers = SEQ_BLOCKS if a.arch == "seq" else X.LAYERS
     layer = (X.default_layer() % layers) if a.layer is None else a.layer
@@ -210,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         save_checkpoint(X.build(a.arch, "golden", None, layer, 0), a.save_checkpoint)
     for run, (wname, plant) in zip(runs, parsed):
         model = build_seq(plant, layer) if a.arch == "seq" else \
-            load(a.checkpoint, plant, layer) if a.checkpoint else \
+            load(a.checkpoint, plant, layer, a.experts_loop) if a.checkpoint else \
             X.build(a.arch, "golden", "weight" if plant else None, layer, 0)
         model = wrap(a.arch, wname, model, hook_layer)
         prof = PrecisionDebuggerProfiler({"config_path": cfg, "stages": list(STAGES)}, rank=0,

@@ -6,8 +6,11 @@ Qwen3-MoE (fused experts) on the same checkpoint, all dumped by this package's r
 batch and holds experts 4r..4r+3 as its local_experts.0..3.
 
 The right answer: Megatron's router pairs with transformers' gate and the same weights are never
-"diverged"; transformers' fused experts hold no expert of their own, so Megatron's per-expert modules are
-said not compared ("partial"); EP 2 against EP 1 is "same" (the expert-parallel group put together as one
+"diverged"; Megatron's per-expert modules are a family of transformers' fused experts (mbridge's per-expert
+rows), compared at the MoE block where the fused experts run every expert's rows in one call (grouped_mm,
+transformers' default: which expert parts cannot be said, and the verdict says why), and expert by expert
+where they run one expert at a time (`hfloop`, experts_implementation="eager"): the log-prob stage is "same"
+at full coverage either way. EP 2 against EP 1 is "same" (the expert-parallel group put together as one
 model); one expert changed is named by its global index, the router changed at the router (or the gate)."""
 
 from __future__ import annotations
@@ -25,14 +28,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.venvs("megatron")]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LAYER = 1  # the planted layer
-RUNS = "hf,fsdp2,ep1,ep2,ep2-expert,ep2-router"  # fsdp2: transformers under FSDP2, as verl's other backend
+# fsdp2: transformers under FSDP2, as verl's other backend; hfloop: its fused experts one expert at a time
+RUNS = "hf,fsdp2,hfloop,ep1,ep2,ep2-expert,ep2-router"
 Q2_RUNS = "hf,ep2,ep2-expert,ep2-shared"  # Qwen2-MoE: a shared expert and its gate
 # directory -> (arch, level, runs)
-DUMPS = {"mix": ("qwen3_moe", "mix", RUNS), "L0": ("qwen3_moe", "L0", "hf,ep2,ep2-expert"),
+DUMPS = {"mix": ("qwen3_moe", "mix", RUNS), "L0": ("qwen3_moe", "L0", "hf,hfloop,ep2,ep2-expert"),
          "qwen2_moe": ("qwen2_moe", "mix", Q2_RUNS)}
 LOG_PROB, UPDATE = "actor_compute_log_prob", "actor_update"
-LOCAL_EXPERTS = {"decoder.layers.*.mlp.experts.local_experts.*", "decoder.layers.*.mlp.experts.local_experts.*.linear_fc1",
-                 "decoder.layers.*.mlp.experts.local_experts.*.linear_fc2"}
 
 
 def make_dumps(venv, root):
@@ -73,21 +75,32 @@ def by_stage(doc) -> dict:
     return {p["stage"]: p for p in doc["pairs"]}
 
 
+def same_but_the_optimizer(doc, code, also=frozenset()):
+    """The log-prob stage `same` at full coverage; the update `partial` for its optimizer step alone (outside every
+    module: the parameters are laid out otherwise), as two backends' dense runs are; nothing else left out but
+    the regions `also`."""
+    assert code == 3, [(p["stage"], p["status"], p["first_divergence"]) for p in doc["pairs"]]
+    pairs = by_stage(doc)
+    assert len(doc["pairs"]) == 2  # an expert-parallel group is one model
+    assert pairs[LOG_PROB]["status"] == "same" and pairs[LOG_PROB]["coverage"]["full"], pairs[LOG_PROB]
+    up = pairs[UPDATE]
+    assert up["status"] == "partial" and up["first_divergence"] is None, up
+    for side in ("target", "golden"):
+        cov = up["coverage"][side]
+        assert not cov["uncompared_modules"] and set(cov["uncompared_records"]) <= {"(outside any module)", *also}, cov
+
+
 @pytest.mark.parametrize("target,golden", [("ep1", "hf"), ("ep2", "hf"), ("hf", "ep1"), ("hf", "ep2"),
-                                           ("ep2", "fsdp2"), ("fsdp2", "ep2")])
+                                           ("ep2", "fsdp2"), ("fsdp2", "ep2"), ("ep2", "hfloop"), ("hfloop", "ep2")])
 def test_same_weights_against_transformers(dumps, target, golden):
     code, doc = compare(dumps / target, dumps / golden)
-    assert code == 3, [(p["stage"], p["status"], p["first_divergence"]) for p in doc["pairs"]]
-    assert len(doc["pairs"]) == 2  # an expert-parallel group is one model
+    same_but_the_optimizer(doc, code)
     for pair in doc["pairs"]:
-        assert pair["status"] == "partial" and pair["first_divergence"] is None, pair
         notes = " ".join(f["message"] for f in pair["findings"] if f["rule"] == "compare-backends")
         assert "mbridge's qwen2_moe table" in notes or "mbridge's qwen3_moe table" in notes, notes
-        mcore = pair["coverage"]["target" if target.startswith("ep") else "golden"]
-        # what was not compared is Megatron's per-expert modules (transformers fuses its experts into one),
-        # never the router, which pairs with the gate
-        assert set(mcore["uncompared_modules"]) == LOCAL_EXPERTS, mcore
-        assert not any("router" in k for k in mcore["uncompared_records"]), mcore
+        said = " ".join(f["message"] for f in pair["findings"] if f["rule"] == "compare-modules")
+        assert "decoder.layers.*.mlp.experts: one module per index" in said or \
+            "model.layers.*.mlp.experts: one module per index" in said, said
 
 
 def test_ep2_against_ep1_is_same(dumps):
@@ -124,15 +137,33 @@ def test_one_expert_named_by_its_global_index(dumps, run, golden):
 
 @pytest.mark.parametrize("golden", ["hf", "fsdp2"])
 def test_one_expert_against_fused_experts(dumps, golden):
-    """transformers' fused experts dump no expert of their own: the change is named in its layer's MoE block,
-    plain or under FSDP2."""
+    """transformers' fused experts (grouped_mm) run every expert's rows in one call: the change is named in its
+    layer's MoE block, plain or under FSDP2, and the verdict says why not which expert, in one line."""
     code, doc = compare(dumps / "ep2-expert", dumps / golden)
     assert code == 1
     for pair in doc["pairs"]:
         first = pair["first_divergence"]
         assert first["layer"] == LAYER and first["module"] == f"decoder.layers.{LAYER}.mlp", first
         assert "expert" not in first
-        assert "decoder.layers.*.mlp.experts.local_experts.* beside or inside it were not compared" in first["note"]
+        assert f"inside decoder.layers.{LAYER}.mlp.experts" in first["note"] and "\n" not in first["note"]
+        assert "which index cannot be said: the one module runs every index's rows in one call" in first["note"]
+
+
+@pytest.mark.parametrize("target,golden,module", [
+    ("ep2-expert", "hfloop", f"model.layers.{LAYER}.mlp.experts"),
+    ("hfloop", "ep2-expert", f"decoder.layers.{LAYER}.mlp.experts.local_experts.5")])
+def test_one_expert_against_experts_run_one_at_a_time(dumps, target, golden, module):
+    """transformers' fused experts run one expert at a time: each expert's calls pair with Megatron's expert of
+    that global index (rank 1's local expert 1 at EP 2), and the changed one is named by it, in both stages, as
+    the rollout compare names it: the golden's module of it and the index."""
+    code, doc = compare(dumps / target, dumps / golden)
+    assert code == 1
+    for pair in doc["pairs"]:
+        first = pair["first_divergence"]
+        assert pair["status"] == "diverged" and first["layer"] == LAYER and first["kind"] == "output", first
+        assert first["module"] == module and first["expert"] == 5, first
+    code, text = compare_text([dumps / target, dumps / golden])
+    assert code == 1 and "expert 5" in text
 
 
 def test_qwen2_moe_expert_under_the_threshold_forward_says_where_it_may_be(root):
@@ -143,10 +174,11 @@ def test_qwen2_moe_expert_under_the_threshold_forward_says_where_it_may_be(root)
     code, doc = compare(root / "qwen2_moe" / "ep2-expert", root / "qwen2_moe" / "hf")
     assert code == 1
     pairs = by_stage(doc)
-    assert pairs[LOG_PROB]["status"] == "partial", pairs[LOG_PROB]
+    assert pairs[LOG_PROB]["status"] == "same", pairs[LOG_PROB]  # every statistic moves under the threshold
     first = pairs[UPDATE]["first_divergence"]
     assert first["layer"] == LAYER and first["module"].startswith(f"decoder.layers.{LAYER}.mlp."), first
-    assert "local_experts" in first["note"] and "may be introduced there" in first["note"], first
+    assert f"decoder.layers.{LAYER}.mlp.experts beside it" in first["note"], first
+    assert "may be introduced there" in first["note"] and "which index cannot be said" in first["note"], first
 
 
 @pytest.mark.parametrize("target,golden,module", [("ep2-router", "hf", f"decoder.layers.{LAYER}.mlp.router"),
@@ -180,6 +212,13 @@ def test_l0_same_weights_against_transformers_is_same(root):
 def test_l0_one_expert(root):
     code, doc = compare(root / "L0" / "ep2-expert", root / "L0" / "hf")
     assert code == 1 and {p["first_divergence"]["module"] for p in doc["pairs"]} == {f"decoder.layers.{LAYER}.mlp"}
+    # experts run one at a time: at L0 no call names its expert (module calls only), and the verdict says so
+    code, doc = compare(root / "L0" / "ep2-expert", root / "L0" / "hfloop")
+    assert code == 1
+    for pair in doc["pairs"]:
+        first = pair["first_divergence"]
+        assert first["module"] == f"decoder.layers.{LAYER}.mlp" and "expert" not in first, first
+        assert "which index cannot be said: the one module's calls name no index at this level" in first["note"]
     code, doc = compare(root / "L0" / "ep2-expert", root / "L0" / "ep2")
     assert code == 1
     for pair in doc["pairs"]:
@@ -192,11 +231,8 @@ def test_qwen2_moe_shared_expert_same_weights(root, target, golden):
     """Megatron's shared experts apply their gate (mbridge's gate_weight) in their own output, transformers in
     a module of its own (shared_expert_gate): compared by their input and parts, never diverged."""
     code, doc = compare(root / "qwen2_moe" / target, root / "qwen2_moe" / golden)
-    assert code == 3
-    for pair in doc["pairs"]:
-        assert pair["status"] == "partial" and pair["first_divergence"] is None, pair
-        mcore = pair["coverage"]["target" if target.startswith("ep") else "golden"]
-        assert set(mcore["uncompared_modules"]) == LOCAL_EXPERTS, mcore
+    # the gated shared expert's backward calls: its output's gradient is of the gate's product (fusion.py)
+    same_but_the_optimizer(doc, code, {"decoder.layers.*.mlp.shared_experts (its calls)"})
 
 
 @pytest.mark.parametrize("target,golden,module,expert", [

@@ -23,9 +23,12 @@ LAYERS = ["model.layers.1.mlp", "model.layers.2.mlp"]
 
 
 def make_glm_dumps(venv, root):
+    """GLM-4.5's runs, then Mixtral's (test_compare_rollout_renames.py): one background job for both."""
     return release_venvs.run_scripts(venv, root, [
         [os.path.join(HERE, "make_rollout_dumps.py"), str(root / "glm4_moe"), "--arch", "glm4_moe",
-         "--runs", "same,expert,router,rare"]], dict(os.environ, PYTHONPATH=os.path.dirname(HERE)))
+         "--runs", "same,expert,router,rare"],
+        [os.path.join(HERE, "make_rollout_dumps.py"), str(root / "mixtral"), "--arch", "mixtral",
+         "--runs", "same,expert,router"]], dict(os.environ, PYTHONPATH=os.path.dirname(HERE)))
 
 
 BACKGROUND_JOBS = {"rollout-glm-dumps": ("vllm", make_glm_dumps)}
@@ -38,12 +41,10 @@ def glm():
         return root, json.load(fh)
 
 
-def test_glm_same_weights_route_every_token(glm):
-    """Same weights: `same`, and every token's routing compared in both MoE layers (the engine's recomputed
-    with its router's dumped bias, the actor's read off its router's top-k indices, its margin recomputed
-    with the same bias: a recomputation other than the actor's own choice would give a negative margin)."""
-    root, manifest = glm
-    code, doc = rollout(root / "same")
+def same_with_every_route(run, layers: list[str]) -> dict:
+    """A same-weights rollout's pair, checked: `same`, every token compared, and its routing in each of `layers`
+    (top-2), none routed differently, none left out, no replay."""
+    code, doc = rollout(run)
     (pair,) = doc["pairs"]
     cov = pair["coverage"]
     assert pair["status"] == "same" and code == 0, pair
@@ -51,8 +52,17 @@ def test_glm_same_weights_route_every_token(glm):
     routing = pair["routing"]
     assert routing["recomputed"] and routing["top_k"] == 2 and routing["routed_differently"] == 0, routing
     assert routing["not_compared"] == [] and routing["replay"] is None
-    assert [l["layer"] for l in routing["layers"]] == LAYERS
+    assert [l["layer"] for l in routing["layers"]] == layers
     assert all(l["tokens"] == cov["tokens_compared"] for l in routing["layers"])
+    return pair
+
+
+def test_glm_same_weights_route_every_token(glm):
+    """Same weights: `same`, and every token's routing compared in both MoE layers (the engine's recomputed
+    with its router's dumped bias, the actor's read off its router's top-k indices, its margin recomputed
+    with the same bias: a recomputation other than the actor's own choice would give a negative margin)."""
+    root, manifest = glm
+    routing = same_with_every_route(root / "same", LAYERS)["routing"]
     assert "e_score_correction_bias within the top 1 of 2 expert groups" in routing["engine_choice"]
     assert routing["bias"].startswith("the engine's, for both sides")
     assert manifest["same"]["max_logprob_gap"] < 1e-5

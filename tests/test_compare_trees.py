@@ -250,3 +250,61 @@ def test_indexed_family_against_one_fused_module():
     assert set(family.values()) == {"model.layers.1.mlp.experts"}
     assert indexed_parts(fused, per_expert) == ({}, {})
     assert indexed_parts(per_expert, per_expert) == ({}, {})  # the same tree: no family
+
+
+def _row(record: str, state: str, i: int, shape, dtype="torch.float32", stats=(1.0, 0.0, 0.5, 1.0)):
+    from verl_pdbg_conf.compare.dumpread import Row
+
+    name = f"{record}.{state}.{i}"
+    return Row(name, name, record, state, "forward", dtype, shape, stats, "-1")
+
+
+def _scoped(name: str, scope: str, inputs=(), outputs=((4, 8),)):
+    """An API record: `inputs` are shapes, or (shape, dtype, stats) for a 0-d tensor."""
+    rows = [_row(name, "input", i, *((list(x),) if isinstance(x[0], int) else (list(x[0]), *x[1:])))
+            for i, x in enumerate(inputs)]
+    rows += [_row(name, "output", i, list(s)) for i, s in enumerate(outputs)]
+    return Record(name, name, name.rsplit(".", 2)[0], "forward", rows, scope=scope)
+
+
+def test_one_module_running_its_indices_one_at_a_time_is_split_by_its_loop_index():
+    """transformers 5's fused experts with experts_implementation="eager" against 4.x's per-expert modules: the
+    act_fn called once per expert is no part put together by rows; each iteration's calls, from the one taking
+    the loop's index (a 0-d integer tensor) on, are that expert's, in the same scope as the other run's calls
+    of that expert (pipeline/indices.py); the iteration's end is its last call that is not an in-place write."""
+    from verl_pdbg_conf.compare.pipeline import indices
+
+    per_expert = [("model", "M"), ("model.layers.1", "L"), ("model.layers.1.mlp", "Block"),
+                  ("model.layers.1.mlp.experts.2", "MLP"), ("model.layers.1.mlp.experts.2.act_fn", "SiLU"),
+                  ("model.layers.1.mlp.experts.10", "MLP"), ("model.layers.1.mlp.experts.10.act_fn", "SiLU")]
+    fused = tree([("model", "M"), ("model.layers.1", "L"), ("model.layers.1.mlp", "Block"),
+                  ("model.layers.1.mlp.experts", "Experts")])
+    p_call = "Module.model.layers.1.mlp.experts.Experts.forward.0"
+    for k in range(2):  # the act_fn called once per expert inside one call of the experts
+        fused.add(f"Module.model.layers.1.mlp.experts.act_fn.SiLU.forward.{k}", p_call)
+    a = Alignment(tree(per_expert), fused)
+    assert a.groups == {"target": [], "golden": []} and "model.layers.1.mlp.experts.act_fn" in a.per_index
+    assert a.roots == {"model.layers.1.mlp.experts": "model.layers.1.mlp.experts"}
+    fams = indices.families(a.family, a.roots)
+    golden = indices.Scopes("golden", a.family["golden"], fams, fused.modules)
+    recs = [_scoped("Functional.one_hot.0.forward", p_call),
+            _scoped("Tensor.__eq__.0.forward", p_call, inputs=(((), "torch.int64", (2, 2, None, 2)),)),
+            _scoped("Functional.linear.5.forward", p_call, inputs=((4, 8), (8, 8))),
+            _scoped("Functional.silu.0.forward", "Module.model.layers.1.mlp.experts.act_fn.SiLU.forward.0"),
+            _scoped("Tensor.__mul__.3.forward", p_call), _scoped("Tensor.index_add_.0.forward", p_call),
+            _scoped("Tensor.__eq__.1.forward", p_call, inputs=(((), "torch.int64", (10, 10, None, 10)),)),
+            _scoped("Tensor.__eq__.2.forward", p_call, inputs=(((), "torch.bool", (True, True, None, None)),)),
+            _scoped("Tensor.__eq__.3.forward", p_call, inputs=(((), "torch.int64", ("x", "x", None, None)),))]
+    out = list(golden(recs))
+    assert "index" not in out[0].extra and out[0].scope == p_call  # before the loop: the one module's own
+    assert [r.extra["index"] for r in out[1:6]] == [("model.layers.1.mlp.experts", 2)] * 5
+    assert {r.scope for r in out[1:6]} == {"Module.model.layers.1.mlp.experts.2.Index.forward.0"}
+    assert out[3].extra["own_scope"].endswith("act_fn.SiLU.forward.0") and out[3].layer == 1
+    # a bool, or statistics that are no integer (an edited file), name no index: the iteration goes on
+    assert out[6].extra["index"] == ("model.layers.1.mlp.experts", 10) == out[7].extra["index"] == out[8].extra["index"]
+    assert indices.index_end(out[1:6]) is out[4]  # index_add_ writes the one module's result in place
+    # the per-expert run's calls of expert 2, inside its module's submodules, take the same scope
+    target = indices.Scopes("target", a.family["target"], fams, tree(per_expert).modules)
+    mine = _scoped("Functional.silu.4.forward", "Module.model.layers.1.mlp.experts.2.act_fn.SiLU.forward.0")
+    (r,) = target([mine])
+    assert r.scope == "Module.model.layers.1.mlp.experts.2.Index.forward.0" and r.extra["index"][1] == 2

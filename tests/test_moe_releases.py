@@ -8,8 +8,12 @@ one-rank gloo group, this package's runtime, msprobe 26.2): 5.x in the dev venv,
 The compare pairs them by its module trees (pipeline/trees.py, indexed families): the per-expert act_fns' rows
 put together against the fused act_fn, everything else of the experts compared at their block's boundary.
 Same weights are `same`; expert 3's down projection x1.05 in layer 1 on the per-expert side parts at layer 1's
-MoE block, which says the experts are compared only there. Which expert cannot be said: the fused side's
-statistics hold all experts' rows at once."""
+MoE block, which says the experts are compared only there. Which expert cannot be said, and the verdict says
+why: 5.x's fused experts (grouped_mm) run every expert's rows in one call.
+
+With experts_implementation="eager" (`v5loop`), 5.x's fused experts run one expert at a time, each iteration's
+first call taking the expert's index: each expert's calls pair with 4.57's module of that expert
+(pipeline/indices.py), same weights are `same`, and the changed expert is named by its index."""
 
 from __future__ import annotations
 
@@ -32,7 +36,9 @@ def dumps(tmp_path_factory):
     common = ["--arch", "qwen3_moe", "--layer", str(LAYER), "--checkpoint", ckpt]
     make_wrapper_dumps.make_all(root, {"v5-mix": [*common, "--level", "mix", "--runs", "plain",
                                                   "--save-checkpoint", ckpt]})
-    make_wrapper_dumps.make_all(root, {"v5-L0": [*common, "--level", "L0", "--runs", "plain"]})
+    make_wrapper_dumps.make_all(root, {"v5-L0": [*common, "--level", "L0", "--runs", "plain"],
+                                       "v5loop-mix": [*common, "--level", "mix", "--runs", "plain,plain-weight",
+                                                      "--experts-loop"]})
     make_wrapper_dumps.make_all(root, {f"v4-{level}": [*common, "--level", level, "--runs", "plain,plain-weight"]
                                        for level in ("mix", "L0")}, python=old)
     return root
@@ -71,5 +77,36 @@ def test_changed_expert_parts_at_its_layers_experts(dumps, level, per_expert_is_
     assert code == 1 and pair["status"] == "diverged"
     assert first["module"] == f"model.layers.{LAYER}.mlp" and first["kind"] == "output", first
     assert f"inside model.layers.{LAYER}.mlp.experts" in first["note"], first
+    assert "which index cannot be said: the one module runs every index's rows in one call" in first["note"], first
+    assert "expert" not in first
     # the router's logits and the experts' act_fn rows before it agree: nothing in an earlier layer parts
     assert first["layer"] == LAYER
+
+
+@pytest.mark.parametrize("per_expert_is_target", [True, False])
+def test_experts_run_one_at_a_time_pair_expert_by_expert(dumps, per_expert_is_target):
+    """Same weights: `same` at full coverage, each expert's calls paired with its own (the family said)."""
+    v4, v5 = dumps / "v4-mix" / "plain" / STAGE, dumps / "v5loop-mix" / "plain" / STAGE
+    code, doc = compare_cli.run_json(*((v4, v5) if per_expert_is_target else (v5, v4)))
+    (pair,) = doc["pairs"]
+    assert code == 0 and pair["status"] == "same", (pair["status"], pair["first_divergence"], pair["coverage"])
+    assert pair["coverage"]["full"] and _family_said(pair)
+
+
+@pytest.mark.parametrize("planted", ["v4", "v5loop"])
+@pytest.mark.parametrize("per_expert_is_target", [True, False])
+def test_changed_expert_named_by_its_index(dumps, planted, per_expert_is_target):
+    """Expert 3's down projection x1.05 in layer 1, on either side: named by its index, where its weight enters
+    (the down projection's weight, a module's Linear in 4.57, the slice the fused experts pass in 5.x)."""
+    v4 = dumps / "v4-mix" / ("plain-weight" if planted == "v4" else "plain") / STAGE
+    v5 = dumps / "v5loop-mix" / ("plain-weight" if planted == "v5loop" else "plain") / STAGE
+    code, doc = compare_cli.run_json(*((v4, v5) if per_expert_is_target else (v5, v4)))
+    (pair,) = doc["pairs"]
+    first = pair["first_divergence"]
+    assert code == 1 and pair["status"] == "diverged", pair
+    assert first["expert"] == 3 and first["layer"] == LAYER and first["kind"] == "input", first
+    # the golden's module of that expert: 4.57's own, or 5.x's fused experts
+    assert first["module"] == f"model.layers.{LAYER}.mlp.experts" + (".3" if per_expert_is_target is False else ""), \
+        first
+    code, text = compare_cli.run([v4, v5] if per_expert_is_target else [v5, v4])
+    assert code == 1 and "expert 3" in text

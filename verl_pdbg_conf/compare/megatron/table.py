@@ -9,11 +9,11 @@ module (its `sharded_state_dict_keys_map`). Enclosing modules pair where their c
 from __future__ import annotations
 
 import functools
-import glob
-import json
 import os
 import re
 from dataclasses import dataclass
+
+from verl_pdbg_conf.compare.facts import newest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROUTER = "router"  # megatron-core's MoELayer's TopKRouter attribute
@@ -38,12 +38,7 @@ class Link:
 @functools.lru_cache(maxsize=1)
 def tables() -> dict:
     """The newest extracted tables ({} where none is installed)."""
-    files = sorted(glob.glob(os.path.join(HERE, "mbridge-*.json")),
-                   key=lambda p: [int(x) if x.isdigit() else x for x in re.split(r"[.-]", os.path.basename(p))])
-    if not files:
-        return {}
-    with open(files[-1]) as f:
-        return json.load(f)
+    return newest(HERE, "mbridge")
 
 
 def _module(param: str) -> tuple[str, str]:
@@ -155,6 +150,8 @@ class Correspondence:
         self.links: dict[str, Link] = {}
         self.parents: dict[str, str] = {}
         self.folded: dict[str, str] = {}  # Megatron module -> the Hugging Face module whose weight it holds
+        # Megatron's experts module (one module per expert inside) -> the Hugging Face module holding them as one
+        self.experts: dict[str, str] = {}
         mc, hf = list(mcore_paths), list(hf_paths)
         every = _all_rules()
         if not every or _megatron_words().isdisjoint({c for p in mc for c in p.split(".")}):
@@ -172,6 +169,7 @@ class Correspondence:
         self.model, self.links, _score = best
         self.parents = _parents(self.links, set(mc), set(hf))
         self.folded = _folded(every[self.model], mcn, hfn)
+        self.experts = _fused_experts(every[self.model], mcn, hfn)
 
     def __bool__(self) -> bool:
         return bool(self.links)
@@ -217,6 +215,25 @@ def _folded(rs: list[_Rule], mc: "_Names", hf: "_Names") -> dict[str, str]:
             other = hf.find(_filled(rule.hf[0], m)) if m else None
             if other is not None:
                 out[path] = other
+    return out
+
+
+def _fused_experts(rs: list[_Rule], mc: "_Names", hf: "_Names") -> dict[str, str]:
+    """Where the table names one module per expert on both sides (`...experts.local_experts.{expert}.linear_fc1`
+    <- `...experts.{expert}.gate_proj`) and the Hugging Face run holds none of them but their container as
+    one module (transformers 5's fused experts, an expert an index): Megatron's module holding its experts
+    (SequentialMLP) -> that one module."""
+    out: dict[str, str] = {}
+    marks = "." + SEQUENTIAL_EXPERTS + "." + EXPERT
+    for rule, pat in [(r, _pattern(r.mcore)) for r in rs if marks in r.mcore and "." + EXPERT + "." in r.hf[0]]:
+        for path, n in mc.normal.items():
+            m = pat.search(n)
+            if m is None or hf.find(_filled(rule.hf[0], m)) is not None:
+                continue
+            fused = hf.find(_filled(rule.hf[0].partition("." + EXPERT + ".")[0], m))
+            mine = mc.find(_filled(rule.mcore.partition(marks)[0], m))
+            if fused is not None and mine is not None:
+                out[mine] = fused
     return out
 
 

@@ -20,6 +20,7 @@ from collections import deque
 from verl_pdbg_conf.compare import metrics as M
 from verl_pdbg_conf.compare.nodes import module_kind, module_path
 from verl_pdbg_conf.compare.pipeline.equivalents import equivalent
+from verl_pdbg_conf.compare.pipeline.indices import index_end
 from verl_pdbg_conf.compare.pipeline.plan import AlignmentPlan, Kinship
 
 WINDOW = 1 << 13  # golden records held while looking ahead for a target record's counterpart
@@ -95,7 +96,10 @@ def family_signature(r) -> tuple:
     and it pairs with nothing, as cross_signature()'s."""
     if not r.is_module and not r.scope and r.after_backward and r.direction == "forward":
         return ("unpaired", object())
-    return signature(r)
+    if r.is_module:
+        return signature(r)
+    # an argument given as None is no tensor: F.linear(x, w) inside a fused module is nn.Linear's F.linear(x, w, None)
+    return (*head(r), tuple(x for x in shapes(r) if x[1] != "None"))
 
 
 def anchorless_signature(r) -> tuple:
@@ -346,6 +350,28 @@ class Gap:
     def equivalent(self) -> bool:
         t_ops, g_ops = _ops(self.target), _ops(self.golden)
         return bool(t_ops and g_ops) and equivalent(t_ops, g_ops) is not None
+
+    def index_ends(self, closing=None) -> list[tuple]:
+        """(target call, golden call) per index of an indexed family (indices.py) whose calls end in this gap on
+        both sides: what each side's calls of that index end with (indices.index_end), where their outputs
+        hold as many elements; not the index of `closing`, the pair after the gap (its calls go on there)."""
+        after = closing.extra.get("index") if closing is not None else None
+        mine: dict = {}
+        theirs: dict = {}
+        for into, records in ((mine, self.target), (theirs, self.golden)):
+            for r in records:
+                k = r.extra.get("index")
+                if k is not None and k != after:
+                    into.setdefault(k, []).append(r)
+        out = []
+        for k, recs in mine.items():
+            if k not in theirs:
+                continue
+            tb, gb = index_end(recs), index_end(theirs[k])
+            if tb is not None and gb is not None and \
+                    [M.numel(o.shape) for o in tb.outputs] == [M.numel(o.shape) for o in gb.outputs]:
+                out.append((tb, gb))
+        return out
 
     def boundary(self):
         """(target record, golden record) to compare when the gap is a fused op against its decomposition,

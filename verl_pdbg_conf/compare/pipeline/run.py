@@ -10,7 +10,7 @@ import os
 from verl_pdbg_conf.compare.dumpread import STATS, check_items, said_of
 from verl_pdbg_conf.core.findings import Severity
 from verl_pdbg_conf.compare.ignores import Ignorer
-from verl_pdbg_conf.compare.pipeline import splits
+from verl_pdbg_conf.compare.pipeline import indices, splits
 from verl_pdbg_conf.compare.pipeline.attribution import Attributor
 from verl_pdbg_conf.compare.pipeline.collecting import Collector, label_of, node
 from verl_pdbg_conf.compare.pipeline.coverage import Coverage
@@ -176,7 +176,8 @@ class _Pair:
         if t.direction == "backward" or t.minibatch != w.minibatch:
             self.watch = None
 
-    def close_gap(self, bracketed: bool = True) -> None:
+    def close_gap(self, bracketed: bool = True, closing=None) -> None:
+        """`closing`: the target record of the pair after the gap (None at the end)."""
         bracketed = bracketed and self.bracket
         gap, self.gap = self.gap, Gap()
         if not gap:
@@ -187,10 +188,14 @@ class _Pair:
         # end with no pair after it, was not compared at all
         if gap.equivalent() or (bracketed and max(len(gap.target), len(gap.golden)) <= GAP_COMPARED):
             self.coverage.boundary(gap)
+        for ends in gap.index_ends(closing):  # one expert's calls, ended otherwise: compared where they end
+            self._probe(*ends)
         ends = gap.boundary()
-        if ends is None:
-            return
-        tb, gb = ends
+        if ends is not None:
+            self._probe(*ends)
+
+    def _probe(self, tb, gb) -> None:
+        """Two calls' outputs judged as one record pair, at the place of the target's."""
         outs = [r for r in tb.rows if r.state == "output"]
         gouts = [r for r in gb.rows if r.state == "output"]
         if not outs or len(outs) != len(gouts):
@@ -280,6 +285,16 @@ class _Backends:
         self.opaque = frozenset([p for link in routers for p in (link.mcore, link.hf[0])]
                                 + [p for pair in gated.items() for p in pair])
 
+    def families(self, mcore: dict, hf: dict) -> dict:
+        """trees.Alignment's families the table states (Correspondence.experts): each side's modules inside
+        its experts module -> that module, where Megatron holds one module per expert and the Hugging Face
+        run one module for all (module dicts: each side's Tree.modules)."""
+        def inside(modules: dict, roots) -> dict:
+            return {p: r for r in roots for p in modules if p == r or p.startswith(r + ".")}
+
+        hf_side = "golden" if self.mcore_side == "target" else "target"
+        return {self.mcore_side: inside(mcore, self.corr.experts), hf_side: inside(hf, self.corr.experts.values())}
+
     def seed(self) -> dict:
         m2h = self.corr.mcore_to_hf()
         return m2h if self.mcore_side == "target" else {h: m for m, h in m2h.items()}
@@ -291,6 +306,16 @@ class _Backends:
                 f"{self.corr.model} table ({len(self.corr.links)} modules, {len(self.corr.parents)} enclosing ones)"
                 + (f"; fused modules against their parts' concatenation: {fused}" if fused else "")
                 + "; [s, b, h] against [b, s, h] is a layout, not a difference")
+
+
+def _index_scopes(alignment) -> tuple:
+    """Each side's indices.Scopes, or None where it has no indexed family."""
+    fams = indices.families(alignment.family, alignment.roots)
+    out = []
+    for side, tree in (("target", alignment.target), ("golden", alignment.golden)):
+        sc = indices.Scopes(side, alignment.family[side], fams, tree.modules)
+        out.append(sc if sc else None)
+    return tuple(out)
 
 
 def _trees(tside, gside, level: str):
@@ -307,7 +332,13 @@ def _trees(tside, gside, level: str):
         if corr:
             backends = _Backends(corr, side)
             break
-    a = Alignment(t, g, backends.seed() if backends else None)
+    families, roots = None, None
+    if backends is not None:
+        mc, hf = (t, g) if backends.mcore_side == "target" else (g, t)
+        families = backends.families(mc.modules, hf.modules)
+        roots = backends.corr.experts if backends.mcore_side == "target" else \
+            {h: m for m, h in backends.corr.experts.items()}
+    a = Alignment(t, g, backends.seed() if backends else None, families, roots)
     return (None if a.identity else a), backends
 
 
@@ -355,9 +386,15 @@ def run_pipeline(job, task: str, level: str, streams: tuple = (None, None)):
             giter = backends.fuser(giter)
         else:
             titer = backends.fuser(titer)
+    scopes = (None, None)
     if alignment is not None:
         titer, giter = alignment.fuse(titer, giter)
         titer = _aligned(titer, alignment)
+        scopes = _index_scopes(alignment)
+        if scopes[0] is not None:
+            titer = scopes[0](titer)
+        if scopes[1] is not None:
+            giter = scopes[1](giter)
     t0, g0 = next(titer, None), next(giter, None)
     tstream = itertools.chain([t0], titer) if t0 is not None else iter(())
     gstream = itertools.chain([g0], giter) if g0 is not None else iter(())
@@ -390,7 +427,7 @@ def run_pipeline(job, task: str, level: str, streams: tuple = (None, None)):
             t.extra["order"] = p.order
             p.gap.target.append(t)
         else:
-            p.close_gap()
+            p.close_gap(closing=t)
         apart = p.record(t, g)
         # after judging: a row found unreadable there (_one_sided) is not compared
         p.coverage.pair(t, g, compared=not apart)
@@ -407,7 +444,7 @@ def run_pipeline(job, task: str, level: str, streams: tuple = (None, None)):
                       "the calls outside the model's layers are compared (the log-probs): a difference there "
                       "says the runs part, not where",
                       "collect both at level mix: modules then pair by mbridge's table"))
-    return _finish(p, treader, greader, split, task, alignment, notes)
+    return _finish(p, treader, greader, split, task, alignment, notes, any(s.looped for s in scopes if s))
 
 
 USES = {"construct.json": ("mix", "L0"), "stack.json": ("L1", "mix")}  # the levels whose pairing reads each
@@ -488,7 +525,38 @@ def uncompared_near(module: str | None, coverage: dict | None) -> list[str]:
     return [m for m in out if not any(m != o and m.startswith(o + ".") for o in out)][:3]
 
 
-def _finish(p: _Pair, treader, greader, split, task: str, alignment=None, notes=None):
+def _family_note(module: str, alignment, looped: bool) -> str:
+    """Where a first divergence at `module` may come from an indexed family compared only at its enclosing
+    module's boundary (inside it, or beside it), and why its index cannot be said ("" where there is none)."""
+    inner = alignment.families_in(module)
+    beside = [] if inner else alignment.families_in(module.rpartition(".")[0])
+    if not inner and not beside:
+        return ""
+    if inner:
+        said = (f"what parts here is inside {', '.join(inner)} (one module per index in one run, one module in the "
+                f"other: compared at {module}'s boundary), or {module}'s own ops; its paired parts before it agree")
+    else:
+        said = (f"{', '.join(beside)} beside it (one module per index in one run, one module in the other) "
+                f"compared only at {module.rpartition('.')[0]}'s boundary: the error may be introduced there and "
+                "first seen here")
+    if looped:
+        return said
+    why = ("the one module's calls name no index at this level (module calls only): collect at mix"
+           if _called_per_index(inner or beside, alignment) else
+           "the one module runs every index's rows in one call, and statistics hold them all at once (transformers "
+           "runs its experts one at a time with experts_implementation=\"eager\")")
+    return f"{said}; which index cannot be said: {why}"
+
+
+def _called_per_index(roots: list[str], alignment) -> bool:
+    """One of these families' one module calls a part of its own once per index (trees.Alignment.per_index)."""
+    pairs = {**alignment.roots, **{g: t for t, g in alignment.roots.items()}}
+    every = set(roots) | {pairs[r] for r in roots if r in pairs}
+    return any(c.startswith(f + ".") for f in every for c in alignment.per_index)
+
+
+def _finish(p: _Pair, treader, greader, split, task: str, alignment=None, notes=None, looped: bool = False):
+    """`looped`: an indexed family's one module was seen running its indices one at a time (indices.py)."""
     an = p.coll.finish()
     an.coverage = p.coverage.finish(p.job.options.min_coverage)
     an.minibatches = treader.minibatch + 1
@@ -507,11 +575,11 @@ def _finish(p: _Pair, treader, greader, split, task: str, alignment=None, notes=
         an.first.golden_nonfinite = v.golden_nonfinite
         an.first.note = note
         an.first.received = received
-        inner = alignment.families_in(an.first.module) if alignment is not None and an.first.module else []
-        if inner and not note:
-            an.first.note = (f"what parts here is inside {', '.join(inner)} (one module per index in one run, one "
-                             f"module in the other: compared at {an.first.module}'s boundary), or {an.first.module}'s "
-                             "own ops; its paired parts before it agree")
+        index = rec.extra.get("index")
+        if index is not None:  # one index's calls of an indexed family: named by the golden's module and the index
+            an.first.module, an.first.expert = index
+        if alignment is not None and an.first.module and not note and an.first.expert is None:
+            an.first.note = _family_note(an.first.module, alignment, looped)
         if p.in_backward:
             an.first.direction = "backward"
             an.first.note = "a forward-named call made during the backward pass (a hook's operation)"

@@ -12,7 +12,8 @@ One run may call a module P once where the other calls P.J for indices J instead
 transformers 5.x fuses into one module and 4.x builds one module per expert): P.J and everything under it is
 P's family, run inside P's enclosing module as P is (coverage counts it there), and a submodule P.J.rest of
 the same class as the other run's P.rest is one of its parts: their records are put together by rows
-(fusion.Group rows) and paired with P.rest's."""
+(fusion.Group rows) and paired with P.rest's; unless one call of P calls P.rest once per index (transformers'
+experts run one at a time), where each index's calls pair with that index's (indices.py)."""
 
 from __future__ import annotations
 
@@ -149,15 +150,33 @@ def indexed_parts(mine: dict[str, str], other: dict[str, str]) -> tuple[dict[str
     return {k: [p for _, p in sorted(v)] for k, v in parts.items()}, family
 
 
+def _per_index_calls(tree: Tree) -> set[str]:
+    """Modules a call of their enclosing module calls more than once (a fused module's part called per index)."""
+    seen: dict[tuple, int] = {}
+    out = set()
+    for call, parent in tree.parent.items():
+        parsed = parse_call(call)
+        if parsed is None or parent is None or not parsed[2].startswith("forward"):
+            continue
+        key = (parsed[0], parent)
+        seen[key] = seen.get(key, 0) + 1
+        if seen[key] > 1:
+            out.add(parsed[0])
+    return out
+
+
 MAX_GROUP = 2048  # modules of one index signature aligned by LCS; past this, only equal paths pair
 
 
 class Alignment:
     """Which golden module each target module corresponds to (path -> (golden path, golden class))."""
 
-    def __init__(self, target: Tree, golden: Tree, seed: dict | None = None):
+    def __init__(self, target: Tree, golden: Tree, seed: dict | None = None, families: dict | None = None,
+                 roots: dict | None = None):
         """`seed`: target path -> golden path, pairs another package's table states (Megatron's modules
-        against a Hugging Face model's); the rest align as below."""
+        against a Hugging Face model's); `families`: side -> (its module -> its family's root), families such a
+        table states (Megatron's experts one module per expert against fused ones), `roots` their target root ->
+        golden root; the rest align as below."""
         self.target, self.golden = target, golden
         self.to_golden: dict[str, tuple[str, str]] = {}
         for t, g in (seed or {}).items():
@@ -170,9 +189,13 @@ class Alignment:
         # indexed parts: each side's modules one per index where the other calls one module (see the docstring)
         self.family: dict[str, dict[str, str]] = {}
         self.groups: dict[str, list[Group]] = {}
+        self.per_index: set[str] = _per_index_calls(target) | _per_index_calls(golden)
         for side, mine, other in (("target", target.modules, golden.modules), ("golden", golden.modules,
                                                                               target.modules)):
             parts, self.family[side] = indexed_parts(mine, other)
+            # where the other run calls the one module's part once per index, its calls pair index by index
+            # (indices.py), not as one call on every index's rows
+            parts = {whole: ps for whole, ps in parts.items() if whole not in self.per_index}
             self.groups[side] = [Group(tuple(ps), rows=True) for ps in parts.values()]
             for whole, ps in parts.items():
                 if side == "target":
@@ -182,6 +205,10 @@ class Alignment:
         for side, other in (("target", "golden"), ("golden", "target")):
             for root in set(self.family[other].values()):  # the one module, on the side that calls it
                 self.family[side].setdefault(root, root)
+        for side, members in (families or {}).items():
+            self.family[side].update(members)
+        self.roots = {r: r for r in self.family["target"].values() if r in set(self.family["golden"].values())}
+        self.roots.update(roots or {})
         self.identity = not seed and len(self.to_golden) == len(target.modules) == len(golden.modules) \
             and not any(self.family.values())
         if self.identity:

@@ -85,12 +85,30 @@ def moe_blocks() -> dict:
             tree = ast.parse(inspect.getsource(importlib.import_module(f"vllm.model_executor.models.{module}")))
         except Exception:  # a model module that needs what the CPU build lacks
             continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and _name(node.func) in ("FusedMoE", "FusedMoEFactory", "SharedFusedMoE"):
-                out[arch] = {"call": _name(node.func), **{k.arg: _value(k.value) for k in node.keywords
+        for cls in [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)] + [tree]:
+            call = next((n for n in ast.walk(cls) if isinstance(n, ast.Call)
+                         and _name(n.func) in ("FusedMoE", "FusedMoEFactory", "SharedFusedMoE")), None)
+            if call is not None:
+                out[arch] = {"call": _name(call.func), **{k.arg: _passed(k.value, cls, tree) for k in call.keywords
                                                           if k.arg in _MOE_KEYS}}
                 break
     return out
+
+
+def _passed(node, cls, tree):
+    """_value(node); where node names an argument of its class's __init__ (Mixtral's `top_k=top_k`), what the
+    module's call of that class passes for it (`MixtralMoE(top_k=config.num_experts_per_tok)`)."""
+    if not (isinstance(node, ast.Name) and isinstance(cls, ast.ClassDef)):
+        return _value(node)
+    init = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+    if init is None or node.id not in [a.arg for a in init.args.args + init.args.kwonlyargs]:
+        return _value(node)
+    for call in ast.walk(tree):
+        if isinstance(call, ast.Call) and _name(call.func) == cls.name:
+            given = next((k.value for k in call.keywords if k.arg == node.id), None)
+            if given is not None:
+                return _value(given)
+    return _value(node)
 
 
 def _self_chain(node) -> str:

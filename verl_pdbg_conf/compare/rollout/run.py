@@ -12,6 +12,7 @@ import re
 
 from verl_pdbg_conf.compare.nodes import json_number
 from verl_pdbg_conf.compare.rollout import dumps as D
+from verl_pdbg_conf.compare.rollout import renames as RN
 from verl_pdbg_conf.compare.rollout import routing as R
 from verl_pdbg_conf.compare.rollout import table as T
 from verl_pdbg_conf.compare.rollout import tokens as K
@@ -129,6 +130,8 @@ def compare_step(key: str, rollout_dir: str, actor_dir: str, threshold: float, d
         pair["status"], pair["reason"] = refused.status.value, refused.reason.value
         pair["findings"] = [f.to_dict() for f in findings]
         return pair
+    findings += RN.apply([d for _, d in engine], trainer, ((engine[0][1].tokens or {}).get("hf_config") or {})
+                         .get("model_type"), rollout_dir)
     requests, sequences, al = _align(engine, trainer, rollout_dir, actor_dir, findings)
     info = engine[0][1].tokens or {}
     judge = Walk(threshold, dtype_aware, engine_dtype=str(info.get("dtype") or ""),
