@@ -13,7 +13,8 @@ Three patches:
   start_profile only on the first step of a window, and 0.9.1's batches carry no global step,
   so a worker cannot know the later steps' numbers. For precision_debugger only, the patched
   trainer sends start_profile(profile_step=N) on every step of the window; the worker-side
-  effect of that call is only the new step tag.
+  effect of that call is only the new step tag. Its `_start_rollout_profiling` (verl starts the
+  engines' profile with no step) passes `profile_prefix=step_N` where the vLLM plugin is on.
 - `verl.workers.rollout.vllm_rollout.vllm_async_server.vLLMHttpServer.start_profile/stop_profile`:
   verl drops the engine profiler for any tool but torch and npu; with this package's vLLM plugin
   switched on, a profiled step's start/stop reach the engine (vllm_plugin.py)."""
@@ -50,8 +51,25 @@ def _unpatch_profiler(module) -> None:
         delattr(module, _MARK)
 
 
+def _tags_rollout(trainer) -> bool:
+    """The rollout is collected by this package's vLLM plugin (VERL_PDBG_CONF_ROLLOUT in the trainer's
+    environment, as the _rollout config group sets it for every Ray worker)."""
+    import os
+
+    from verl_pdbg_conf.runtime.vllm_plugin import ENV
+
+    return trainer.config.global_profiler.get("tool") == "precision_debugger" and bool(os.environ.get(ENV))
+
+
+def _start_rollout(trainer) -> None:
+    """Start the engines' profile with the trainer's step in its prefix (verl passes none): the plugin files
+    the rollout under step_{N} whatever steps are profiled, in a continuous window too."""
+    for manager in trainer._rollout_server_managers():
+        manager.start_profile(profile_prefix=f"step_{trainer.global_steps}")
+
+
 def _retag_continuous_window(trainer) -> None:
-    """Inside a continuous window, tell each distinct worker group the new step."""
+    """Inside a continuous window, tell each distinct worker group, and the rollout engines, the new step."""
     gp = trainer.config.global_profiler
     if gp.get("tool") != "precision_debugger" or not gp.get("profile_continuous_steps"):
         return
@@ -68,6 +86,8 @@ def _retag_continuous_window(trainer) -> None:
             continue
         seen.add(id(wg))
         wg.start_profile(profile_step=trainer.global_steps, **extra)
+    if _tags_rollout(trainer) and hasattr(trainer, "_rollout_server_managers"):
+        _start_rollout(trainer)  # the plugin ends the earlier step's session at this start
 
 
 def _patch_trainer(module) -> None:
@@ -85,12 +105,23 @@ def _patch_trainer(module) -> None:
     _start_profiling.__doc__ = original.__doc__
     cls._start_profiling = _start_profiling
 
+    rollout = getattr(cls, "_start_rollout_profiling", None)
+    if rollout is not None and hasattr(cls, "_rollout_server_managers") and not hasattr(rollout, _MARK):
+        def _start_rollout_profiling(self, *args, **kwargs):
+            if _tags_rollout(self):
+                return _start_rollout(self)
+            return rollout(self, *args, **kwargs)
+
+        setattr(_start_rollout_profiling, _MARK, rollout)
+        cls._start_rollout_profiling = _start_rollout_profiling
+
 
 def _unpatch_trainer(module) -> None:
     cls = getattr(module, "PPOTrainer", None)
-    patched = getattr(cls, "_start_profiling", None)
-    if hasattr(patched, _MARK):
-        cls._start_profiling = getattr(patched, _MARK)
+    for name in ("_start_profiling", "_start_rollout_profiling"):
+        patched = getattr(cls, name, None)
+        if hasattr(patched, _MARK):
+            setattr(cls, name, getattr(patched, _MARK))
 
 
 ROLLOUT_SERVER_MODULE = "verl.workers.rollout.vllm_rollout.vllm_async_server"
