@@ -107,8 +107,11 @@ def _env(doc, data, tc, options, stage_at) -> list[Finding]:
         return [doc.finding("rollout-env", W, f"{shown} must hold a JSON object with config_path, save_path and "
                             "steps", at, hint=f"'{example}'")]
     diffs = []
+    # verl's v1 trainer (trainer.use_v1, 0.9's default) starts the engines' profile through this package's
+    # runtime, which names the trainer's step (runtime/patch.py): the settings' steps then go unused.
+    v1 = get(data, ("trainer", "use_v1")) is True
     for key, mine in want.items():
-        if not _known(mine):
+        if not _known(mine) or (key == "steps" and v1):
             continue
         theirs = got.get(key)
         if key == "config_path" and isinstance(theirs, str) and isinstance(mine, str):
