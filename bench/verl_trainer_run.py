@@ -21,10 +21,12 @@ hands the group a config.json msprobe refuses; --no-msprobe hides msprobe from e
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -74,6 +76,10 @@ def main(argv=None) -> int:
     ap.add_argument("--rollout-dtype", choices=("float32", "bfloat16"), default="float32")
     ap.add_argument("--plant-rollout-layer", type=int, metavar="K")
     ap.add_argument("--plant-from-step", type=int, default=1, metavar="S")
+    ap.add_argument("--plant-actor-layer", type=int, metavar="K",
+                    help="scale the actor's layer K mlp.down_proj.weight by 1.01 after step 1's rollout")
+    ap.add_argument("--greedy", action="store_true",
+                    help="rollout.top_k=1: the same responses in two runs, so that their trainer stages compare")
     ap.add_argument("--remove-padding", action="store_true", help="model.use_remove_padding=True")
     strict = ap.add_mutually_exclusive_group()
     strict.add_argument("--strict", dest="strict", action="store_true", default=None)
@@ -89,13 +95,18 @@ def main(argv=None) -> int:
     spec = trainer_run.Spec(
         group=None if args.group == "none" else args.group, model=args.model, steps=args.steps, nproc=args.nproc,
         rollout_dtype=args.rollout_dtype, plant_rollout_layer=args.plant_rollout_layer,
-        plant_from_step=args.plant_from_step, remove_padding=args.remove_padding, strict=args.strict,
+        plant_from_step=args.plant_from_step,
+        plant_actor_layer=args.plant_actor_layer, greedy=args.greedy, remove_padding=args.remove_padding, strict=args.strict,
         broken_config=args.broken_config, no_msprobe=args.no_msprobe, unresolved_stage=args.unresolved_stage, algo=args.algo,
         profile_steps=[int(s) for s in args.profile_steps.split(",")] if args.profile_steps else None, extra=extra)
     t0 = time.monotonic()
     venv = release_venvs.get("trainer")
     built = time.monotonic() - t0
-    result = trainer_run.execute(spec, venv, args.out.resolve(), timeout=args.timeout)
+    # One run at a time on a machine: each takes about 8 GB and both cores, and Ray kills workers near the
+    # memory limit.
+    with open(os.path.join(tempfile.gettempdir(), "verl_trainer_run.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        result = trainer_run.execute(spec, venv, args.out.resolve(), timeout=args.timeout)
     result["seconds"]["venv"] = round(built, 1)
     if spec.group:
         data = json.loads((args.out.resolve() / "data" / "paths.json").read_text())

@@ -37,7 +37,9 @@ class Spec:
     rollout_dtype: str = "float32"
     plant_rollout_layer: int | None = None
     plant_from_step: int = 1
+    plant_actor_layer: int | None = None  # fault injection: the actor's weight, after step 1's rollout
     remove_padding: bool = False
+    greedy: bool = False  # rollout.top_k=1: two runs sample the same responses
     strict: bool | None = None  # None: the group's own setting
     broken_config: bool = False
     no_msprobe: bool = False
@@ -93,6 +95,8 @@ def overrides(spec: Spec, data: dict, out: Path) -> list[str]:
                f"critic.model.use_remove_padding={spec.remove_padding}",
                "critic.model.enable_gradient_checkpointing=False",
                "critic.fsdp.use_torch_compile=False", "+critic.fsdp.mixed_precision.param_dtype=fp32"]
+    if spec.greedy:
+        ov.append(f"{a}.rollout.top_k=1")
     if spec.group:
         ov.append(f"+profiler={spec.group}")
     pd = "global_profiler.global_tool_config.precision_debugger"
@@ -116,6 +120,8 @@ def environment(spec: Spec, overlay: Path) -> dict:
         PYTHONUNBUFFERED="1")
     if spec.plant_rollout_layer is not None:
         env["VERL_CPU_PLANT_ROLLOUT"] = f"{spec.plant_rollout_layer}:{spec.plant_from_step}"
+    if spec.plant_actor_layer is not None:
+        env["VERL_CPU_PLANT_ACTOR"] = str(spec.plant_actor_layer)
     if spec.no_msprobe:
         env["VERL_CPU_HIDE_MSPROBE"] = "1"
     if spec.unresolved_stage:
@@ -199,7 +205,8 @@ def read_log(text: str) -> dict:
                                         (kv.partition(":") for kv in m.group(2).split(" - "))}
             continue
         body = _PREFIX.sub("", ln)
-        if _WARN.search(body) and re.search(r"WARN|ERROR|not resolved|not collected|Unknown", body):
+        if _WARN.search(body) and re.search(r"\b(WARNING|ERROR)\b|not resolved|not collected|Unknown", body) \
+                and not body.startswith("ray init kwargs"):
             who = (_PREFIX.match(ln).group(1) if _PREFIX.match(ln) else "driver")
             said = re.sub(r"^.*?(WARNING|ERROR)[^a-zA-Z]*", r"\1 ", body).strip()
             key = f"{who}: {said}"

@@ -267,6 +267,31 @@ def _plant_rollout(spec: str) -> None:
     _after_import("verl.workers.rollout.vllm_rollout.utils", patch)
 
 
+def _plant_actor(layer: str) -> None:
+    """VERL_CPU_PLANT_ACTOR=K: before the actor's first log-prob forward (after the weight sync that feeds
+    step 1's rollout), its layer K mlp.down_proj.weight is scaled by 1.01 in place on every rank's shard:
+    the trainer's side changes, the step 1 batch does not."""
+    name = f"model.layers.{int(layer)}.mlp.down_proj.weight"
+
+    def patch(module):
+        cls = module.ActorRolloutRefWorker
+        original = cls.compute_log_prob
+        done = set()
+
+        @functools.wraps(original)
+        def compute_log_prob(self, *args, **kwargs):
+            if id(self) not in done and getattr(self, "actor", None) is not None:
+                done.add(id(self))
+                params = dict(self.actor.engine.module.named_parameters())
+                with torch.no_grad():
+                    params[name].mul_(PLANT_SCALE)
+            return original(self, *args, **kwargs)
+
+        cls.compute_log_prob = compute_log_prob
+
+    _after_import("verl.workers.engine_workers", patch)
+
+
 def _hide_msprobe() -> None:
     """VERL_CPU_HIDE_MSPROBE=1: msprobe cannot be imported in this process, as where it is not installed."""
 
@@ -303,6 +328,8 @@ def install() -> None:
         fn()
     if os.environ.get("VERL_CPU_PLANT_ROLLOUT"):
         _plant_rollout(os.environ["VERL_CPU_PLANT_ROLLOUT"])
+    if os.environ.get("VERL_CPU_PLANT_ACTOR"):
+        _plant_actor(os.environ["VERL_CPU_PLANT_ACTOR"])
     if os.environ.get("VERL_CPU_HIDE_MSPROBE"):
         _hide_msprobe()
     if os.environ.get("VERL_CPU_UNRESOLVED_STAGE"):
