@@ -152,9 +152,13 @@ class PrecisionDebuggerProfiler:
         return errors
 
     def _fail(self, key: Any, message: str, exc: BaseException | None = None) -> None:
-        """Strict: raise (msprobe's own exception where it raised one). Otherwise one warning per cause."""
+        """Strict: raise (msprobe's own exception where it raised one). Otherwise one warning per cause.
+        Messages read "cause; what happens without strict": strict says instead that it stopped the run."""
         if self.strict:
-            raise exc if exc is not None else ValueError(message)
+            if exc is not None:
+                raise exc
+            cause = message.split("; ")[0] if "; " in message else message
+            raise ValueError(f"{cause} (precision_debugger.strict is True, so the run stops here)")
         warn_once(key, message)
 
     # ---- verl's backend interface ------------------------------------------------------------
@@ -240,7 +244,7 @@ class PrecisionDebuggerProfiler:
         if runner is None:
             self._fail(("model", _rollout.STAGE),
                        f"rollout_generate needs a vLLM engine in this process (an LLM built with "
-                       f"VLLM_ENABLE_V1_MULTIPROCESSING=0, or its model runner); got {type(model).__name__}: "
+                       f"VLLM_ENABLE_V1_MULTIPROCESSING=0, or its model runner); got {type(model).__name__}; "
                        f"not collected")
             return None
         base = os.path.join(self.save_path, f"step_{self._tag(step, None, (), {})}", _rollout.STAGE)
