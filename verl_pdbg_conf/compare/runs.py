@@ -15,7 +15,7 @@ import concurrent.futures as cf
 import importlib.util
 import os
 
-from verl_pdbg_conf.compare import layout
+from verl_pdbg_conf.compare.parallel import layout
 from verl_pdbg_conf.compare.engine import compare_pair
 from verl_pdbg_conf.compare.execute import default_jobs, execute, remove_output, worker_pool  # noqa: F401
 from verl_pdbg_conf.compare.ignores import DEFAULT_IGNORES
