@@ -20,6 +20,10 @@ process singleton, so one level per invocation. A run is BACKEND[-PLANT]:
            embedding and layers 0-2, stage 1, rank1, layers 3-5, the final norm and the output layer;
            msprobe names a stage's layers by their local index: rank1's decoder.layers.0 is layer 3)
   tp2pp2   tensor parallel 2 and pipeline parallel 2 (four ranks: rank0, rank1 stage 0; rank2, rank3 stage 1)
+  vtp1     megatron-core at tensor parallel 1 run as verl 0.9.1's Megatron engine runs its actor (run_verl):
+           log-probs through megatron-core's vocab-parallel cross entropy, the loss each rank's sum over the
+           whole batch's token count times the data-parallel size, gradients averaged over the group
+  vdp2     the same at data parallel 2 (two ranks, each its half of the batch)
 
   The pipeline-parallel runs go through megatron-core's own schedule (get_forward_backward_func(), one
   micro-batch, forward_only in the log-prob stage), over gloo's point-to-point sends; the last stage
@@ -39,6 +43,7 @@ Qwen3MoEBridge, each SequentialMLP expert under mbridge's grouped name). Its run
   ep1        megatron-core, expert parallel 1
   ep2        expert parallel 2 (two ranks: rank r holds global experts 4r..4r+3 as local_experts.0..3 and takes
              batch row r, its loss the sum of its log-probs over the whole batch's token count: run_shards)
+  vep1, vep2 EP 1 and EP 2 run as verl's Megatron engine runs its actor (vtp1 above: run_verl)
   plants, in layer K: -expert  global expert MOE_EXPERT's linear_fc2.weight x1.05 (on the rank holding it);
   -router  mlp.router.weight x1.05; -shared  mlp.shared_experts.linear_fc2.weight x1.05 (qwen2_moe)
 

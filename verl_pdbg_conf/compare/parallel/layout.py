@@ -203,10 +203,10 @@ def apply(t_sides: list, g_sides: list, confs: dict | None = None) -> tuple[list
     counts = {name: _per_key(sides) for name, sides in (("target", t_sides), ("golden", g_sides))}
     differ = any(len(counts["target"].get(k, [])) != len(counts["golden"].get(k, []))
                  for k in set(counts["target"]) & set(counts["golden"]))
-    whys = {}
+    whys, lays = {}, {}
     for name, sides in (("target", t_sides), ("golden", g_sides)):
         lay, why, said = _decide(name, counts[name], confs.get(name), differ)
-        whys[name] = why
+        whys[name], lays[name] = why, lay
         findings += said
         path = sides[0].path if sides else ""
         if lay.ep > 1 and lay.tp * lay.pp > 1:
@@ -222,6 +222,8 @@ def apply(t_sides: list, g_sides: list, confs: dict | None = None) -> tuple[list
             continue
         out[name] = sides
     for name, other in (("target", "golden"), ("golden", "target")):
+        if lays[name].cp > 1:
+            continue  # its replicas hold parts of each sequence, not shares of the batch: not combined (said)
         out[name], done, why_not = _data_parallel(name, out[name], _per_key(out[other]), confs.get(name))
         if done:
             findings.append(_finding("info", f"{name}: {done}: its replicas, each with its share of the batch, "
