@@ -39,9 +39,9 @@ def _calls(n: int, batch: int) -> str:
 class _Pair:
     """The state of one pair's run: what the loop hands from record to record."""
 
-    def __init__(self, job, task: str, plan: AlignmentPlan, scale=None):
+    def __init__(self, job, task: str, plan: AlignmentPlan, scale: GradScale):
         self.job = job
-        self.scale = scale if scale is not None else GradScale(1)
+        self.scale = scale if scale.k != 1 else None  # the runs split the batch alike: gradients as they are
         o = job.options
         self.judge = Judge(o.metric, o.threshold, task, job.target, job.golden, o.ignore_dtype, o.dtype_aware,
                            plan.layout_free)
@@ -95,7 +95,8 @@ class _Pair:
                 continue
             if not self.auto_dtype and grow is not None:
                 self._precision(row, grow)
-            judged.append((row, grow, self.scale.row(self.judge, row, grow, t)))
+            judged.append((row, grow, self.judge.row(row, grow) if self.scale is None else
+                           self.scale.row(self.judge, row, grow, t)))
         if self.first is None and judged:
             self._attribute(t, judged, orders)
         label = label_of(t)
@@ -549,7 +550,7 @@ def _finish(p: _Pair, treader, greader, split, task: str, alignment=None, notes=
         notes.append(Note("compare-judged", p.attr.note(p.judge.limit), ""))
     if p.apart.note():
         notes.append(p.apart.note())
-    if p.scale.note():
+    if p.scale is not None and p.scale.note():
         notes.append(Note("compare-judged", p.scale.note(), ""))
     for msg in p.structure.messages():
         notes.append(Note("compare-structure", msg, "no counterpart in the other run: not a divergence by itself"))
