@@ -198,3 +198,18 @@ def test_every_kind_is_one_class():
     assert list(KINDS) == ["tensor", "context", "expert", "data", "pipeline"]
     assert {k.name for k in KINDS.values() if k.batch} == {"expert", "data"}
     assert DATA.from_dumps(["/nonexistent/dump.json"]) == (1, "one rank")
+
+
+def test_a_config_says_data_parallel_unless_context_parallel(tmp_path):
+    """verl's engines always split the batch between data-parallel replicas; context-parallel ranks hold parts
+    of each sequence instead, and are not put together (a warning says so)."""
+    target = _sides(tmp_path / "t", [[3, 5], [7, 2]], [1.0, 1.0])
+    golden = _sides(tmp_path / "g", [[3, 5]], [1.0])
+    conf = tmp_path / "config.yaml"
+    conf.write_text("actor_rollout_ref:\n  actor:\n    megatron:\n      tensor_model_parallel_size: 1\n")
+    (one,), _, findings = layout.apply(target, golden, {"target": str(conf)})
+    assert one.replica.levels == (Level("data", 2),)
+    assert any(f"data-parallel size 2 from conf {conf}" in f.message for f in findings)
+    conf.write_text("actor_rollout_ref:\n  actor:\n    megatron:\n      context_parallel_size: 2\n")
+    t, _, findings = layout.apply(target, golden, {"target": str(conf)})
+    assert t == target and any("context shards are not combined" in f.message for f in findings)

@@ -203,10 +203,12 @@ def apply(t_sides: list, g_sides: list, confs: dict | None = None) -> tuple[list
     counts = {name: _per_key(sides) for name, sides in (("target", t_sides), ("golden", g_sides))}
     differ = any(len(counts["target"].get(k, [])) != len(counts["golden"].get(k, []))
                  for k in set(counts["target"]) & set(counts["golden"]))
-    whys, lays = {}, {}
+    whys, alone = {}, set()  # alone: runs whose ranks stay rank against rank (said why)
     for name, sides in (("target", t_sides), ("golden", g_sides)):
         lay, why, said = _decide(name, counts[name], confs.get(name), differ)
-        whys[name], lays[name] = why, lay
+        whys[name] = why
+        if lay.cp > 1:
+            alone.add(name)
         findings += said
         path = sides[0].path if sides else ""
         if lay.ep > 1 and lay.tp * lay.pp > 1:
@@ -214,6 +216,7 @@ def apply(t_sides: list, g_sides: list, confs: dict | None = None) -> tuple[list
                                      f"x pipeline {lay.pp} ({lay.source}): the experts' shards are not combined",
                                      path))
             out[name] = sides
+            alone.add(name)
             continue
         if lay.ep > 1 or lay.tp * lay.pp > 1:
             out[name], said = _replicas(name, sides, counts[name], lay)
@@ -222,8 +225,8 @@ def apply(t_sides: list, g_sides: list, confs: dict | None = None) -> tuple[list
             continue
         out[name] = sides
     for name, other in (("target", "golden"), ("golden", "target")):
-        if lays[name].cp > 1:
-            continue  # its replicas hold parts of each sequence, not shares of the batch: not combined (said)
+        if name in alone:
+            continue  # its ranks hold parts of each sequence, or shards not combined (said): no replicas to join
         out[name], done, why_not = _data_parallel(name, out[name], _per_key(out[other]), confs.get(name))
         if done:
             findings.append(_finding("info", f"{name}: {done}: its replicas, each with its share of the batch, "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 from verl_pdbg_conf.compare.dumpread import check_items
-from verl_pdbg_conf.compare.parallel.kinds import KINDS, Unit
+from verl_pdbg_conf.compare.parallel.kinds import KINDS, PIPELINE, Unit
 from verl_pdbg_conf.compare.parallel.replica import Replica
 from verl_pdbg_conf.compare.records import Reader
 from verl_pdbg_conf.compare.pipeline.stacks import Stacks
@@ -53,7 +53,7 @@ class PairSide:
         if i == 0:
             reader = self.reader
         else:  # each pipeline stage's first rank reads its own call stacks
-            per_stage = len(self.group) // self.replica.size("pipeline")
+            per_stage = len(self.group) // self.replica.size(PIPELINE.name)
             stacks = stacks_of(path, self.level) if i % per_stage == 0 else None
             reader = Reader(path, self.level, stacks, self.construct, self.unread)
         return Unit(iter(reader), lambda: Tree.read(path) if self.construct else None, path)
