@@ -12,6 +12,7 @@ import pytest
 
 from compare_cli import run_json
 from verl_pdbg_conf.compare.dumpread import Row
+from verl_pdbg_conf.compare.parallel.kinds import CONTEXT, PIPELINE
 from verl_pdbg_conf.compare.parallel.layout import LayoutError, from_conf
 from verl_pdbg_conf.compare.megatron.table import Correspondence, tables
 from verl_pdbg_conf.compare.pipeline.concat import concat_rows
@@ -189,7 +190,7 @@ def test_layout_from_verl_config(tmp_path):
     p.write_text("actor_rollout_ref:\n  actor:\n    megatron:\n      tensor_model_parallel_size: 2\n"
                  "      pipeline_model_parallel_size: 1\n")
     lay = from_conf(str(p))
-    assert (lay.tp, lay.pp, lay.cp) == (2, 1, 1) and lay.source.startswith("conf")
+    assert (lay.tp, lay.size(PIPELINE), lay.size(CONTEXT)) == (2, 1, 1) and lay.source.startswith("conf")
     p.write_text("actor_rollout_ref:\n  actor:\n    megatron:\n      tensor_model_parallel_size: two\n")
     with pytest.raises(LayoutError, match="not a positive integer"):
         from_conf(str(p))

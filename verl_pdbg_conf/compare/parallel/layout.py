@@ -33,14 +33,6 @@ class Layout:
         return self.size(TENSOR)
 
     @property
-    def pp(self) -> int:
-        return self.size(PIPELINE)
-
-    @property
-    def cp(self) -> int:
-        return self.size(CONTEXT)
-
-    @property
     def ep(self) -> int:
         return self.size(EXPERT)
 
@@ -110,7 +102,8 @@ def _decide(name: str, by_key: dict, conf: str | None, differ: bool) -> tuple[La
     where the runs hold different numbers of ranks); (layout, why, findings)."""
     if conf:
         lay = from_conf(conf)
-        said = [] if lay.cp == 1 else [_finding("warning", f"{name}: context-parallel size {lay.cp} ({lay.source}): "
+        cp = lay.size(CONTEXT)
+        said = [] if cp == 1 else [_finding("warning", f"{name}: context-parallel size {cp} ({lay.source}): "
                                                 "context shards are not combined", conf)]
         return lay, "", said
     multi = next((v for v in by_key.values() if len(v) > 1), None)
@@ -131,13 +124,14 @@ def _decide(name: str, by_key: dict, conf: str | None, differ: bool) -> tuple[La
 def _replicas(name: str, sides: list, by_key: dict, lay: Layout) -> tuple[list, list]:
     """A run's rank sides grouped into replicas by its layout (its other sides as they are), and findings."""
     out, said = [], []
-    size, expert = lay.tp * lay.pp, lay.ep > 1
+    pp = lay.size(PIPELINE)
+    size, expert = lay.tp * pp, lay.ep > 1
     for key, members in by_key.items():
         ranked = _ranked(members)
         step = lay.ep if expert else size
         if len(ranked) % step:
             what = (f"expert-parallel {lay.ep}" if expert else
-                    f"tensor-parallel {lay.tp} x pipeline {lay.pp}")
+                    f"tensor-parallel {lay.tp} x pipeline {pp}")
             said.append(_finding("warning", f"{name} {'/'.join(key)}: {len(ranked)} ranks, not a multiple of "
                                  f"{step} ({what}): compared rank against rank", ranked[0].path))
             # a rank of an expert-parallel group left alone: its local expert numbers are not the model's
@@ -146,7 +140,7 @@ def _replicas(name: str, sides: list, by_key: dict, lay: Layout) -> tuple[list, 
             out += [one_model(ranked[d * lay.ep:(d + 1) * lay.ep], (Level(EXPERT.name, lay.ep),), f"rank{d}")
                     for d in range(len(ranked) // lay.ep)]
         else:
-            out += group_sides(ranked, lay.tp, lay.pp)
+            out += group_sides(ranked, lay.tp, pp)
     return out + [s for s in sides if not s.rank_dir.startswith("rank")], said
 
 
@@ -207,18 +201,19 @@ def apply(t_sides: list, g_sides: list, confs: dict | None = None) -> tuple[list
     for name, sides in (("target", t_sides), ("golden", g_sides)):
         lay, why, said = _decide(name, counts[name], confs.get(name), differ)
         whys[name] = why
-        if lay.cp > 1:
+        if lay.size(CONTEXT) > 1:
             alone.add(name)
         findings += said
         path = sides[0].path if sides else ""
-        if lay.ep > 1 and lay.tp * lay.pp > 1:
+        pp = lay.size(PIPELINE)
+        if lay.ep > 1 and lay.tp * pp > 1:
             findings.append(_finding("warning", f"{name}: expert-parallel size {lay.ep} with tensor-parallel {lay.tp} "
-                                     f"x pipeline {lay.pp} ({lay.source}): the experts' shards are not combined",
+                                     f"x pipeline {pp} ({lay.source}): the experts' shards are not combined",
                                      path))
             out[name] = sides
             alone.add(name)
             continue
-        if lay.ep > 1 or lay.tp * lay.pp > 1:
+        if lay.ep > 1 or lay.tp * pp > 1:
             out[name], said = _replicas(name, sides, counts[name], lay)
             findings += said
             findings.append(_finding("info", _layout_said(name, lay, why), path))
@@ -245,9 +240,10 @@ def _layout_said(name: str, lay: Layout, why: str) -> str:
         return (f"{name}: expert-parallel size {lay.ep} from {lay.source}" + (f" ({why})" if why else "")
                 + ": each group's ranks compared as one model, rank r's local expert j as global expert "
                 "r x (experts per rank) + j")
-    parts = [f"tensor-parallel size {lay.tp}"] + ([f"pipeline size {lay.pp}"] if lay.pp > 1 else [])
+    pp = lay.size(PIPELINE)
+    parts = [f"tensor-parallel size {lay.tp}"] + ([f"pipeline size {pp}"] if pp > 1 else [])
     return (f"{name}: {', '.join(parts)} from {lay.source}" + (f" ({why})" if why else "")
-            + f": each replica's {lay.tp * lay.pp} ranks compared as one model")
+            + f": each replica's {lay.tp * pp} ranks compared as one model")
 
 
 def _per_key(sides: list) -> dict:
