@@ -20,6 +20,10 @@ process singleton, so one level per invocation. A run is BACKEND[-PLANT]:
            embedding and layers 0-2, stage 1, rank1, layers 3-5, the final norm and the output layer;
            msprobe names a stage's layers by their local index: rank1's decoder.layers.0 is layer 3)
   tp2pp2   tensor parallel 2 and pipeline parallel 2 (four ranks: rank0, rank1 stage 0; rank2, rank3 stage 1)
+  vtp1     megatron-core at tensor parallel 1 run as verl 0.9.1's Megatron engine runs its actor (run_verl):
+           log-probs through megatron-core's vocab-parallel cross entropy, the loss each rank's sum over the
+           whole batch's token count times the data-parallel size, gradients averaged over the group
+  vdp2     the same at data parallel 2 (two ranks, each its half of the batch)
 
   The pipeline-parallel runs go through megatron-core's own schedule (get_forward_backward_func(), one
   micro-batch, forward_only in the log-prob stage), over gloo's point-to-point sends; the last stage
@@ -40,6 +44,7 @@ Qwen3MoEBridge, each SequentialMLP expert under mbridge's grouped name). Its run
   ep1        megatron-core, expert parallel 1
   ep2        expert parallel 2 (two ranks: rank r holds global experts 4r..4r+3 as local_experts.0..3 and takes
              batch row r, its loss the sum of its log-probs over the whole batch's token count: run_shards)
+  vep1, vep2 EP 1 and EP 2 run as verl's Megatron engine runs its actor (vtp1 above: run_verl)
   plants, in layer K: -expert  global expert MOE_EXPERT's linear_fc2.weight x1.05 (on the rank holding it);
   -router  mlp.router.weight x1.05; -shared  mlp.shared_experts.linear_fc2.weight x1.05 (qwen2_moe)
 
@@ -68,13 +73,18 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "run
 import make_cross_impl_dumps as X  # noqa: E402
 from scenarios import gloo  # noqa: E402
 
-BACKENDS = {"hf": ("hf", 1, 1), "fsdp2": ("fsdp2", 1, 1), "tp1": ("megatron", 1, 1), "tp2": ("megatron", 2, 1),
-            "pp2": ("megatron", 1, 2), "tp2pp2": ("megatron", 2, 2)}  # name: backend, tp, pp
-# the MoE arch's runs: name: backend, tp, pp, expert-parallel size (a rank per expert shard, each a
-# data-parallel rank of the layers outside the experts, with its share of the batch: run_shards)
-MOE_BACKENDS = {"hf": ("hf", 1, 1, 1), "fsdp2": ("fsdp2", 1, 1, 1), "hfloop": ("hfloop", 1, 1, 1),
-                "ep1": ("megatron", 1, 1, 1),
-                "ep2": ("megatron", 1, 1, 2)}
+# name: backend, tp, pp, ep, dp (data-parallel size: the ranks beside tp x pp, each its share of the batch)
+BACKENDS = {"hf": ("hf", 1, 1, 1, 1), "fsdp2": ("fsdp2", 1, 1, 1, 1), "tp1": ("megatron", 1, 1, 1, 1),
+            "tp2": ("megatron", 2, 1, 1, 1), "pp2": ("megatron", 1, 2, 1, 1), "tp2pp2": ("megatron", 2, 2, 1, 1),
+            "vtp1": ("megatron", 1, 1, 1, 1), "vdp2": ("megatron", 1, 1, 1, 2)}
+# the MoE arch's runs: expert parallelism takes a rank per expert shard, each a data-parallel rank of the
+# layers outside the experts, with its share of the batch (run_shards, run_verl)
+MOE_BACKENDS = {"hf": ("hf", 1, 1, 1, 1), "fsdp2": ("fsdp2", 1, 1, 1, 1), "hfloop": ("hfloop", 1, 1, 1, 1),
+                "ep1": ("megatron", 1, 1, 1, 1), "ep2": ("megatron", 1, 1, 2, 2),
+                "vep1": ("megatron", 1, 1, 1, 1), "vep2": ("megatron", 1, 1, 2, 2)}
+# runs as verl 0.9.1's Megatron engine runs its actor (run_verl): log-probs through megatron-core's
+# vocab-parallel cross entropy, the loss over the global batch, gradients averaged over the data-parallel group
+VERL_RUNS = ("vtp1", "vdp2", "vep1", "vep2")
 PLANTS = {"fc2": "mlp.linear_fc2", "qkv": "self_attention.linear_qkv", "eps": "pre_mlp_layernorm"}
 MOE_PLANTS = {"expert": "mlp.experts", "router": "mlp.router", "shared": "mlp.shared_experts.linear_fc2"}
 ARCHS = ("qwen2", "qwen3_moe", "qwen2_moe")
@@ -85,15 +95,15 @@ STAGES = X.STAGES
 AGREE = 1e-5  # max |log-prob difference| of two unplanted runs
 
 
-def parse_run(run: str, arch: str = "qwen2") -> tuple[str, int, int, int, str | None]:
-    """backend, tp, pp, ep, plant"""
+def parse_run(run: str, arch: str = "qwen2") -> tuple[str, int, int, int, int, str | None]:
+    """backend, tp, pp, ep, dp, plant"""
     backends, plants = (MOE_BACKENDS, MOE_PLANTS) if arch in MOE_ARCHS else (BACKENDS, PLANTS)
     name, _, plant = run.partition("-")
     if name not in backends or (plant and (plant not in plants or backends[name][0] != "megatron")):
         raise SystemExit(f"unknown run {run!r}: BACKEND[-PLANT], BACKEND in {tuple(backends)}, "
                          f"PLANT in {tuple(plants)} (megatron runs only)")
-    backend, tp, pp, *ep = backends[name]
-    return backend, tp, pp, (ep or [1])[0], plant or None
+    backend, tp, pp, ep, dp = backends[name]
+    return backend, tp, pp, ep, dp, plant or None
 
 
 def moe_layers(arch: str) -> int:
@@ -389,9 +399,67 @@ def run_shards(prof, model, steps: list[int], log_probs, rank: int, world: int) 
 
 # ---------------------------------------------------------------- one rank of one process group
 
+def verl_log_probs(model, ids, _mask):
+    """verl 0.9.1's Megatron engine's log-probs (verl/utils/megatron/tensor_parallel.py
+    vocab_parallel_log_probs_from_logits): megatron-core's vocab-parallel cross entropy of the logits as each
+    tensor-parallel rank holds them, not gathered; here of every position but the last, against the next ids."""
+    import torch
+    from megatron.core import tensor_parallel
+
+    seq = ids.shape[1]
+    positions = torch.arange(seq).expand_as(ids)
+    causal = torch.ones(seq, seq, dtype=torch.bool).triu(1)[None, None]  # True: masked
+    logits = model(ids, positions, causal)
+    return -tensor_parallel.vocab_parallel_cross_entropy(logits[:, :-1].contiguous(), ids[:, 1:].contiguous())
+
+
+def average_gradients(model, dp: int) -> None:
+    """Megatron's DistributedDataParallel after the backward (finalize_model_grads, average_in_collective off):
+    each gradient scaled by 1/dp, then summed over its data-parallel group: the expert-data-parallel group for
+    an expert's parameters (megatron-core marks them allreduce=False), the data-parallel group for the rest."""
+    import torch
+    from megatron.core import parallel_state
+
+    groups = {True: parallel_state.get_data_parallel_group(),
+              False: parallel_state.get_expert_data_parallel_group()}
+    for param in model.parameters():
+        if param.grad is not None:
+            torch.distributed.all_reduce(param.grad.div_(dp), group=groups[getattr(param, "allreduce", True)])
+
+
+def run_verl(prof, model, steps: list[int], log_probs) -> None:
+    """X.run_one's steps and stages as verl 0.9.1's Megatron engine runs them (verl/workers/engine/megatron/
+    transformer_impl.py forward_backward_batch, verl/workers/utils/losses.py): each data-parallel rank takes
+    its rows of the batch (its share, in rank order); the loss is its log-probs' sum over the token count of
+    the whole batch (all-reduced over the data-parallel group), times the data-parallel size; the gradients
+    are then averaged over the group (average_gradients), so the step is the one-rank run's."""
+    import torch
+    from megatron.core import parallel_state
+
+    dp, rank = parallel_state.get_data_parallel_world_size(), parallel_state.get_data_parallel_rank()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, foreach=False)
+    share = X.BATCH // dp
+    for step in steps:
+        torch.manual_seed(1000 * step)  # the same data as every run's; this rank's rows of it
+        ids = torch.randint(0, X.VOCAB, (X.BATCH, X.SEQ))[rank * share:(rank + 1) * share]
+        mask = torch.ones(ids.shape[0], ids.shape[1] - 1)  # the loss mask of the log-probs
+        prof.start(profile_step=step)
+        with prof.stage("actor_compute_log_prob", model=model), torch.no_grad():
+            log_probs(model, ids, mask)
+        with prof.stage("actor_update", model=model):
+            model.zero_grad(set_to_none=True)
+            tokens = mask.sum()
+            torch.distributed.all_reduce(tokens, group=parallel_state.get_data_parallel_group())
+            (-(log_probs(model, ids, mask) * mask).sum() / tokens * dp).backward()
+            average_gradients(model, dp)
+            opt.step()
+        prof.stop()
+
+
 def build(job: dict):
     if job["backend"] == "megatron":
-        return megatron_model(job["ckpt"], job["plant"], job["layer"]), megatron_log_probs
+        return (megatron_model(job["ckpt"], job["plant"], job["layer"]),
+                verl_log_probs if job["name"].partition("-")[0] in VERL_RUNS else megatron_log_probs)
     return hf_model(job["ckpt"], job["backend"] == "fsdp2", job["backend"] == "hfloop"), X.log_probs
 
 
@@ -404,7 +472,7 @@ def worker(rank: int, world: int, port: int, jobs: list[dict], results) -> None:
     from verl_pdbg_conf.runtime import PrecisionDebuggerProfiler
 
     megatron = jobs[0]["backend"] == "megatron"
-    pp, ep = jobs[0]["pp"], jobs[0]["ep"]
+    pp, ep, dp = jobs[0]["pp"], jobs[0]["ep"], jobs[0]["dp"]
     reporter = rank == 0  # the rank whose log-probs are the run's: the last stage's first
     if megatron:
         from megatron.core import parallel_state
@@ -429,13 +497,15 @@ def worker(rank: int, world: int, port: int, jobs: list[dict], results) -> None:
 
         prof = PrecisionDebuggerProfiler({"config_path": job["config"], "stages": list(STAGES)}, rank=rank,
                                          save_path=job["save_path"])
-        if pp > 1:
+        if job["name"].partition("-")[0] in VERL_RUNS:
+            run_verl(prof, model, job["steps"], recorded)
+        elif pp > 1:
             run_pipeline(prof, model, job["steps"], seen)
         elif ep > 1:
             run_shards(prof, model, job["steps"], recorded, rank, world)
         else:
             X.run_one(prof, model, "golden", job["steps"], recorded)
-        if ep > 1:  # each rank its share of the batch: the run's log-probs are all of them, in rank order
+        if dp > 1:  # each rank its share of the batch: the run's log-probs are all of them, in rank order
             shares = [None] * world
             torch.distributed.all_gather_object(shares, torch.stack(seen).tolist())
             if rank == 0:
@@ -494,29 +564,29 @@ def main(argv: list[str] | None = None) -> int:
                      "checkpoint": "checkpoint"})
     if a.arch in MOE_ARCHS:
         manifest["expert"] = MOE_EXPERT
-    groups = {}  # (transformers or megatron, tp, pp, ep): its runs' jobs, in the order given
-    for name, (backend, tp, pp, ep, plant) in zip(runs, parsed):
+    groups = {}  # (transformers or megatron, tp, pp, ep, dp): its runs' jobs, in the order given
+    for name, (backend, tp, pp, ep, dp, plant) in zip(runs, parsed):
         save_path = os.path.join(out, name)
         shutil.rmtree(save_path, ignore_errors=True)  # the runtime would write beside an old dump
-        groups.setdefault((backend == "megatron", tp, pp, ep), []).append(
+        groups.setdefault((backend == "megatron", tp, pp, ep, dp), []).append(
             {"name": name, "backend": backend, "plant": plant, "layer": a.layer, "ckpt": ckpt, "config": cfg,
-             "steps": steps, "save_path": save_path, "tp": tp, "pp": pp, "ep": ep})
+             "steps": steps, "save_path": save_path, "tp": tp, "pp": pp, "ep": ep, "dp": dp})
     log_probs = {}
-    for (_, tp, pp, ep), jobs in groups.items():
+    for (_, tp, pp, ep, dp), jobs in groups.items():
         started = time.monotonic()
-        log_probs.update((name, torch.tensor(lp)) for name, lp in run(jobs, tp * pp * ep).items())
+        log_probs.update((name, torch.tensor(lp)) for name, lp in run(jobs, tp * pp * dp).items())
         print(f"{', '.join(j['name'] for j in jobs)}: written in {time.monotonic() - started:.1f} s", flush=True)
-    for name, (backend, tp, pp, ep, plant) in zip(runs, parsed):
-        for step, stage, rank in itertools.product(steps, STAGES, range(tp * pp * ep)):
+    for name, (backend, tp, pp, ep, dp, plant) in zip(runs, parsed):
+        for step, stage, rank in itertools.product(steps, STAGES, range(tp * pp * dp)):
             if not glob.glob(os.path.join(out, name, f"step_{step}", stage, "*", f"rank{rank}", "dump.json")):
                 raise SystemExit(f"{name}: msprobe wrote no dump.json for step {step} {stage} rank{rank}")
-        manifest["runs"][name] = {"backend": backend, "tp": tp, "pp": pp, "ep": ep, "plant": plant,
+        manifest["runs"][name] = {"backend": backend, "tp": tp, "pp": pp, "ep": ep, "dp": dp, "plant": plant,
                                   "layer": a.layer if plant else None,
                                   "expect_module": f"decoder.layers.{a.layer}.{plants[plant]}" if plant else None}
         if plant == "expert":
             manifest["runs"][name]["expert"] = MOE_EXPERT
 
-    reference = next((r for r, p in zip(runs, parsed) if p[4] is None), None)
+    reference = next((r for r, p in zip(runs, parsed) if p[-1] is None), None)
     bad = []
     for name, (*_, plant) in zip(runs, parsed):
         if reference is None:

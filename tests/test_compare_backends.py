@@ -12,12 +12,13 @@ import pytest
 
 from compare_cli import run_json
 from verl_pdbg_conf.compare.dumpread import Row
-from verl_pdbg_conf.compare.layout import LayoutError, from_conf
+from verl_pdbg_conf.compare.parallel.kinds import CONTEXT, PIPELINE
+from verl_pdbg_conf.compare.parallel.layout import LayoutError, from_conf
 from verl_pdbg_conf.compare.megatron.table import Correspondence, tables
 from verl_pdbg_conf.compare.pipeline.concat import concat_rows
 from verl_pdbg_conf.compare.pipeline.fusion import Fuser, Group
 from verl_pdbg_conf.compare.records import Record
-from verl_pdbg_conf.compare.pipeline.shards import ShardMerge
+from verl_pdbg_conf.compare.parallel.merge import ShardMerge
 
 
 def _stats(values):
@@ -189,7 +190,7 @@ def test_layout_from_verl_config(tmp_path):
     p.write_text("actor_rollout_ref:\n  actor:\n    megatron:\n      tensor_model_parallel_size: 2\n"
                  "      pipeline_model_parallel_size: 1\n")
     lay = from_conf(str(p))
-    assert (lay.tp, lay.pp, lay.cp) == (2, 1, 1) and lay.source.startswith("conf")
+    assert (lay.tp, lay.size(PIPELINE), lay.size(CONTEXT)) == (2, 1, 1) and lay.source.startswith("conf")
     p.write_text("actor_rollout_ref:\n  actor:\n    megatron:\n      tensor_model_parallel_size: two\n")
     with pytest.raises(LayoutError, match="not a positive integer"):
         from_conf(str(p))
@@ -329,12 +330,14 @@ def test_layer_of_path_skips_a_model_chunk_index():
 def test_replicas_grouped_in_megatron_rank_order():
     """Tensor-parallel ranks next to each other, pipeline stages outermost: with 2 data-parallel replicas
     of 2 stages, replica 0 is ranks 0 and 2, replica 1 ranks 1 and 3."""
-    from verl_pdbg_conf.compare.layout import group_sides
+    from verl_pdbg_conf.compare.parallel.layout import group_sides
+    from verl_pdbg_conf.compare.parallel.replica import Level
     from verl_pdbg_conf.compare.pairs import RankDump
 
     sides = [RankDump(("step_1", "s", "step0"), f"rank{r}", f"/d/rank{r}/dump.json") for r in (3, 1, 0, 2)]
     one, two = group_sides(sides, tp=1, pp=2)
-    assert (one.rank_dir, one.members, one.tp) == ("rank0", ("rank0", "rank2"), 1)
-    assert two.members == ("rank1", "rank3")
+    assert (one.rank_dir, one.members, one.replica.levels) == ("rank0", ("rank0", "rank2"), (Level("pipeline", 2),))
+    assert two.members == ("rank1", "rank3") and two.replica.group == ("/d/rank1/dump.json", "/d/rank3/dump.json")
     (only,) = group_sides(sides, tp=2, pp=2)
-    assert only.members == ("rank0", "rank1", "rank2", "rank3") and only.tp == 2
+    assert only.members == ("rank0", "rank1", "rank2", "rank3")
+    assert only.replica.levels == (Level("tensor", 2), Level("pipeline", 2))

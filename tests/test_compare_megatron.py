@@ -4,7 +4,9 @@ transformers' Qwen2 and its FSDP2 wrap on the same checkpoint, all dumped by thi
 (tests/make_megatron_dumps.py, in the megatron venv: requirements/venvs/megatron.lock). The right answer:
 the same weights are "same" wherever everything was compared, never "same" where something was not (an
 optimizer's step over parameters laid out otherwise); a change made on the Megatron side only is named in
-its layer and module, on either pipeline stage; TP 2 against TP 1 is "same"."""
+its layer and module, on either pipeline stage; TP 2 against TP 1 is "same". Data-parallel ranks, each with
+its share of the batch and its loss over the whole batch as verl's Megatron engine computes it, are one
+model against one process: the same weights never "diverged", a change named."""
 
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.venvs("megatron")]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # directory -> (level, runs, planted layer): "mix-l4" plants on the pipeline's second stage (layers 3-5)
-DUMPS = {"mix": ("mix", "hf,fsdp2,tp1,tp2,tp1-fc2,tp1-qkv,tp1-eps,tp2-fc2,pp2,pp2-fc2", 2),
+# vtp1, vdp2: as verl's Megatron engine runs its actor (one process; data-parallel 2, each rank its share)
+DUMPS = {"mix": ("mix", "hf,fsdp2,tp1,tp2,tp1-fc2,tp1-qkv,tp1-eps,tp2-fc2,pp2,pp2-fc2,vtp1,vdp2,vdp2-fc2", 2),
          "mix-l4": ("mix", "pp2-fc2", 4), "L1": ("L1", "hf,tp1", 2)}
 LOG_PROB, UPDATE = "actor_compute_log_prob", "actor_update"
 
@@ -156,3 +159,44 @@ def test_l1_says_collect_at_mix(dumps):
         assert pair["status"] == "partial", pair
         notes = rules(pair)["compare-backends"]
         assert "at L1 no module record" in notes[0]
+
+
+@pytest.mark.parametrize("target,golden", [("vdp2", "vtp1"), ("vtp1", "vdp2"), ("vdp2", "hf"), ("vdp2", "fsdp2")])
+def test_data_parallel_ranks_as_one_model(dumps, target, golden):
+    """Two data-parallel ranks, each with its share of the batch, against one process: one model on the whole
+    batch. Each rank's loss and its parameter gradients (before the all-reduce) are its own, never judged
+    against the whole; the index megatron-core's cross entropy builds for each rank's rows is recognised."""
+    code, doc = compare(dumps / "mix" / target, dumps / "mix" / golden)
+    pairs = by_stage(doc)
+    assert len(doc["pairs"]) == 2 and code in (0, 3), [(p["stage"], p["status"], p["first_divergence"])
+                                                       for p in doc["pairs"]]
+    dp = "target" if target == "vdp2" else "golden"
+    layout = [f["message"] for f in doc["diagnostics"] if f["rule"] == "compare-layout"]
+    assert any(f"{dp}: data-parallel size 2 from the dumps" in m for m in layout), layout
+    for pair in doc["pairs"]:
+        assert pair["status"] in ("same", "partial") and pair["first_divergence"] is None, pair
+    up = pairs[UPDATE]["coverage"][dp]
+    assert set(up["rank_own_records"]) == {"partial sum", "rank-local index"}, up
+    said = " ".join(f["message"] for f in pairs[UPDATE]["findings"])
+    assert "each data-parallel group of 2 ranks combined" in said
+    if "vtp1" in (target, golden):  # the same code: every record paired, the log-probs all compared
+        assert pairs[LOG_PROB]["status"] == "same" and pairs[LOG_PROB]["coverage"]["full"]
+        assert "gradients are 2 times the" in said  # its loss scaled for an averaging all-reduce, as verl's
+
+
+@pytest.mark.parametrize("golden", ["vtp1", "hf", "fsdp2"])
+def test_data_parallel_change_is_named(dumps, golden):
+    want = _manifest(dumps)["vdp2-fc2"]
+    code, doc = compare(dumps / "mix" / "vdp2-fc2", dumps / "mix" / golden)
+    assert code == 1
+    for pair in doc["pairs"]:
+        first = pair["first_divergence"]
+        assert pair["status"] == "diverged" and first["module"] == want["expect_module"], first
+
+
+def test_data_parallel_from_a_verl_config(dumps, tmp_path):
+    conf = tmp_path / "config.yaml"
+    conf.write_text("actor_rollout_ref:\n  actor:\n    megatron:\n      tensor_model_parallel_size: 1\n")
+    code, doc = compare(dumps / "mix" / "vdp2", dumps / "mix" / "vtp1", "--target-conf", conf)
+    assert code == 3 and by_stage(doc)[LOG_PROB]["status"] == "same"
+    assert any(f"data-parallel size 2 from conf {conf}" in f["message"] for f in doc["diagnostics"])

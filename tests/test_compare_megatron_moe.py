@@ -10,8 +10,11 @@ The right answer: Megatron's router pairs with transformers' gate and the same w
 rows), compared at the MoE block where the fused experts run every expert's rows in one call (grouped_mm,
 transformers' default: which expert parts cannot be said, and the verdict says why), and expert by expert
 where they run one expert at a time (`hfloop`, experts_implementation="eager"): the log-prob stage is "same"
-at full coverage either way. EP 2 against EP 1 is "same" (the expert-parallel group put together as one
-model); one expert changed is named by its global index, the router changed at the router (or the gate)."""
+at full coverage either way. EP 2 against EP 1 is "same" in the log-prob stage (the expert-parallel group put
+together as one model); in the update stage an EP rank's gradients of the parameters outside the experts are
+its partial sum, said not compared. The same holds for EP 2 run as verl runs its actor (vep2: the loss over the
+global batch, gradients averaged over the data-parallel group). One expert changed is named by its global
+index, the router changed at the router (or the gate)."""
 
 from __future__ import annotations
 
@@ -30,9 +33,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 LAYER = 1  # the planted layer
 # fsdp2: transformers under FSDP2, as verl's other backend; hfloop: its fused experts one expert at a time
 RUNS = "hf,fsdp2,hfloop,ep1,ep2,ep2-expert,ep2-router"
+VERL_RUNS = "vep1,vep2,vep2-expert"  # as verl's Megatron engine runs its actor (make_megatron_dumps.run_verl)
 Q2_RUNS = "hf,ep2,ep2-expert,ep2-shared"  # Qwen2-MoE: a shared expert and its gate
 # directory -> (arch, level, runs)
-DUMPS = {"mix": ("qwen3_moe", "mix", RUNS), "L0": ("qwen3_moe", "L0", "hf,hfloop,ep2,ep2-expert"),
+DUMPS = {"mix": ("qwen3_moe", "mix", f"{RUNS},{VERL_RUNS}"), "L0": ("qwen3_moe", "L0", "hf,hfloop,ep2,ep2-expert"),
          "qwen2_moe": ("qwen2_moe", "mix", Q2_RUNS)}
 LOG_PROB, UPDATE = "actor_compute_log_prob", "actor_update"
 
@@ -62,7 +66,7 @@ def manifest(dumps) -> dict:
     return json.loads((dumps / "manifest.json").read_text())
 
 
-@pytest.mark.parametrize("where,runs", [("mix", RUNS), ("qwen2_moe", Q2_RUNS)])
+@pytest.mark.parametrize("where,runs", [("mix", f"{RUNS},{VERL_RUNS}"), ("qwen2_moe", Q2_RUNS)])
 def test_log_probs_agree_where_unplanted(root, where, runs):
     """The weights loaded right: every unplanted run's log-probs are transformers' to 1e-5, planted ones not."""
     got = manifest(root / where)["runs"]
@@ -75,10 +79,11 @@ def by_stage(doc) -> dict:
     return {p["stage"]: p for p in doc["pairs"]}
 
 
-def same_but_the_optimizer(doc, code, also=frozenset()):
-    """The log-prob stage `same` at full coverage; the update `partial` for its optimizer step alone (outside every
-    module: the parameters are laid out otherwise), as two backends' dense runs are; nothing else left out but
-    the regions `also`."""
+def same_but_the_update(doc, code, split: bool):
+    """The log-prob stage `same` at full coverage; the update `partial`, no divergence, for its optimizer step
+    (outside every module: the parameters are laid out otherwise), as two backends' dense runs are, and where
+    `split` (an EP 2 side) for the gradients of the parameters outside the experts too: each rank's partial sum
+    (these runs do no data-parallel all-reduce: run_shards), counted as the ranks' own. Never an expert."""
     assert code == 3, [(p["stage"], p["status"], p["first_divergence"]) for p in doc["pairs"]]
     pairs = by_stage(doc)
     assert len(doc["pairs"]) == 2  # an expert-parallel group is one model
@@ -87,14 +92,18 @@ def same_but_the_optimizer(doc, code, also=frozenset()):
     assert up["status"] == "partial" and up["first_divergence"] is None, up
     for side in ("target", "golden"):
         cov = up["coverage"][side]
-        assert not cov["uncompared_modules"] and set(cov["uncompared_records"]) <= {"(outside any module)", *also}, cov
+        more = set(cov["uncompared_records"]) - {"(outside any module)"}
+        assert not cov["uncompared_modules"] and not any(".experts" in k for k in more), cov
+        assert all(k.endswith("(its calls)") for k in more) if split else not more, cov
+    if split:
+        assert any(up["coverage"][s]["rank_own_records"].get("partial sum") for s in ("target", "golden")), up
 
 
 @pytest.mark.parametrize("target,golden", [("ep1", "hf"), ("ep2", "hf"), ("hf", "ep1"), ("hf", "ep2"),
                                            ("ep2", "fsdp2"), ("fsdp2", "ep2"), ("ep2", "hfloop"), ("hfloop", "ep2")])
 def test_same_weights_against_transformers(dumps, target, golden):
     code, doc = compare(dumps / target, dumps / golden)
-    same_but_the_optimizer(doc, code)
+    same_but_the_update(doc, code, "ep2" in (target, golden))
     for pair in doc["pairs"]:
         notes = " ".join(f["message"] for f in pair["findings"] if f["rule"] == "compare-backends")
         assert "mbridge's qwen2_moe table" in notes or "mbridge's qwen3_moe table" in notes, notes
@@ -109,9 +118,13 @@ def test_ep2_against_ep1_is_same(dumps):
     lp = pairs[LOG_PROB]
     assert lp["status"] == "same" and lp["coverage"]["full"], lp
     assert lp["rank_dir"] == {"target": "rank0", "golden": "rank0"} and len(doc["pairs"]) == 2
-    up = pairs[UPDATE]  # the optimizer's step outside every module: not compared (as the dense runs')
+    # the optimizer's step outside every module, and each rank's gradients of the parameters outside the
+    # experts (its part of their sum, before the data-parallel all-reduce): not compared
+    up = pairs[UPDATE]
     assert up["status"] == "partial" and up["first_divergence"] is None, up
-    assert set(up["coverage"]["target"]["uncompared_records"]) == {"(outside any module)"}, up["coverage"]
+    cov = up["coverage"]["target"]
+    assert all(k == "(outside any module)" or k.endswith("(its calls)") for k in cov["uncompared_records"]), cov
+    assert set(cov["rank_own_records"]) == {"partial sum"}, cov
     assert code == 3
     layout = [f["message"] for f in doc["diagnostics"] if f["rule"] == "compare-layout"]
     assert any("target: expert-parallel size 2 from the dumps" in m for m in layout), layout
@@ -166,19 +179,20 @@ def test_one_expert_against_experts_run_one_at_a_time(dumps, target, golden, mod
     assert code == 1 and "expert 5" in text
 
 
-def test_qwen2_moe_expert_under_the_threshold_forward_says_where_it_may_be(root):
-    """Qwen2-MoE, one expert x1.05 against fused experts: the forward's statistics move less than the
-    threshold (unnormalised top-k weights and a shared expert), and the backward first parts at the router's
-    gradient beside the experts. The experts have no counterpart there, so the verdict says the error may be
-    introduced in them, unseen, rather than leave the router blamed alone."""
+def test_qwen2_moe_expert_change_says_where_it_may_be(root):
+    """Qwen2-MoE, one expert x1.05 against fused experts: the MoE layer's output moves less than the threshold
+    (unnormalised top-k weights and a shared expert), but the calls inside the layer, each EP rank's share of
+    the batch put together, part in layer 1 (the routed experts' sum), in both stages. The fused experts (one
+    call for every expert's rows) are compared only at the layer's boundary, so the verdict says the part may be
+    inside them, and why their index cannot be said."""
     code, doc = compare(root / "qwen2_moe" / "ep2-expert", root / "qwen2_moe" / "hf")
-    assert code == 1
-    pairs = by_stage(doc)
-    assert pairs[LOG_PROB]["status"] == "same", pairs[LOG_PROB]  # every statistic moves under the threshold
-    first = pairs[UPDATE]["first_divergence"]
-    assert first["layer"] == LAYER and first["module"].startswith(f"decoder.layers.{LAYER}.mlp."), first
-    assert f"decoder.layers.{LAYER}.mlp.experts beside it" in first["note"], first
-    assert "may be introduced there" in first["note"] and "which index cannot be said" in first["note"], first
+    assert code == 1 and len(doc["pairs"]) == 2
+    for pair in doc["pairs"]:
+        first = pair["first_divergence"]
+        assert pair["status"] == "diverged" and first["layer"] == LAYER, pair
+        assert first["module"].endswith(f"layers.{LAYER}.mlp") and first.get("expert") is None, first
+        assert f"inside model.layers.{LAYER}.mlp.experts" in first["note"], first
+        assert "which index cannot be said: the one module runs every index's rows in one call" in first["note"]
 
 
 @pytest.mark.parametrize("target,golden,module", [("ep2-router", "hf", f"decoder.layers.{LAYER}.mlp.router"),
@@ -201,12 +215,20 @@ def test_expert_parallel_size_from_a_verl_config(dumps, tmp_path):
                if f["rule"] == "compare-layout")
 
 
-def test_l0_same_weights_against_transformers_is_same(root):
+def test_l0_same_weights_against_transformers(root):
     """At L0 only module records: Megatron's experts run inside its MoE layer, paired with transformers' MoE
-    block and compared at its input and output, so nothing is left uncompared."""
+    block and compared at its input and output. The log-prob stage is "same"; in the update stage each EP rank's
+    gradients of the parameters outside the experts are its part of their sum (before the data-parallel
+    all-reduce), so they and only they are not compared."""
     code, doc = compare(root / "L0" / "ep2", root / "L0" / "hf")
-    assert code == 0, [(p["stage"], p["status"], p["first_divergence"], p["coverage"]) for p in doc["pairs"]]
-    assert all(p["status"] == "same" and p["coverage"]["full"] for p in doc["pairs"])
+    pairs = by_stage(doc)
+    assert code == 3, [(p["stage"], p["status"], p["first_divergence"], p["coverage"]) for p in doc["pairs"]]
+    assert pairs[LOG_PROB]["status"] == "same" and pairs[LOG_PROB]["coverage"]["full"]
+    up = pairs[UPDATE]
+    assert up["status"] == "partial" and up["first_divergence"] is None
+    cov = up["coverage"]["target"]
+    assert not cov["uncompared_modules"] and all(k.endswith("(its calls)") for k in cov["uncompared_records"]), cov
+    assert set(cov["rank_own_records"]) == {"partial sum"}, cov
 
 
 def test_l0_one_expert(root):
@@ -231,8 +253,9 @@ def test_qwen2_moe_shared_expert_same_weights(root, target, golden):
     """Megatron's shared experts apply their gate (mbridge's gate_weight) in their own output, transformers in
     a module of its own (shared_expert_gate): compared by their input and parts, never diverged."""
     code, doc = compare(root / "qwen2_moe" / target, root / "qwen2_moe" / golden)
-    # the gated shared expert's backward calls: its output's gradient is of the gate's product (fusion.py)
-    same_but_the_optimizer(doc, code, {"decoder.layers.*.mlp.shared_experts (its calls)"})
+    # among the update's calls not compared, the gated shared expert's backward calls: its output's gradient
+    # is of the gate's product (fusion.py)
+    same_but_the_update(doc, code, split=True)
 
 
 @pytest.mark.parametrize("target,golden,module,expert", [
@@ -245,3 +268,37 @@ def test_qwen2_moe_change_is_named(root, target, golden, module, expert):
     for pair in doc["pairs"]:
         first = pair["first_divergence"]
         assert first["module"] == module and first.get("expert") == expert, first
+
+
+@pytest.mark.parametrize("target,golden", [("vep2", "vep1"), ("vep1", "vep2"), ("vep2", "hf"), ("vep2", "fsdp2"),
+                                           ("vep2", "hfloop")])
+def test_verl_expert_parallel_same_weights(dumps, target, golden):
+    """EP 2 (which is data-parallel 2) as verl's Megatron engine runs it: each rank its share of the batch, its
+    loss over the whole batch times the data-parallel size, log-probs through megatron-core's vocab-parallel
+    cross entropy. Against one process, transformers or FSDP2: never "diverged". The index the cross entropy
+    builds for each rank's rows (cross_entropy.py's arange) is recognised, not compared as data."""
+    code, doc = compare(dumps / target, dumps / golden)
+    assert code in (0, 3) and len(doc["pairs"]) == 2, [(p["stage"], p["status"], p["first_divergence"])
+                                                       for p in doc["pairs"]]
+    for pair in doc["pairs"]:
+        assert pair["status"] in ("same", "partial") and pair["first_divergence"] is None, pair
+        # the experts compared (at the MoE block, or expert by expert): no module left out
+        assert not any(c["uncompared_modules"] for c in (pair["coverage"]["target"], pair["coverage"]["golden"]))
+    ep = "target" if target == "vep2" else "golden"
+    assert "rank-local index" in by_stage(doc)[UPDATE]["coverage"][ep]["rank_own_records"]
+    if "vep1" in (target, golden):
+        assert by_stage(doc)[LOG_PROB]["status"] == "same"
+        judged = " ".join(f["message"] for f in by_stage(doc)[UPDATE]["findings"] if f["rule"] == "compare-judged")
+        assert "gradients are 2 times the" in judged
+
+
+@pytest.mark.parametrize("golden,module,expert", [
+    ("vep1", f"decoder.layers.{LAYER}.mlp.experts.local_experts.5.linear_fc2", 5),
+    ("hf", f"decoder.layers.{LAYER}.mlp", None), ("fsdp2", f"decoder.layers.{LAYER}.mlp", None),
+    ("hfloop", f"model.layers.{LAYER}.mlp.experts", 5)])
+def test_verl_expert_parallel_change_is_named(dumps, golden, module, expert):
+    code, doc = compare(dumps / "vep2-expert", dumps / golden)
+    assert code == 1
+    for pair in doc["pairs"]:
+        first = pair["first_divergence"]
+        assert pair["status"] == "diverged" and first["module"] == module and first.get("expert") == expert, first

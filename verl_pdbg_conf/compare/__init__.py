@@ -6,9 +6,10 @@ and the rollout compare (the rollout engine against the actor, token by token):
 2. pair: pairs.py pairs the two runs' rank dumps by (step, stage, rank) (rollout/run.py: steps and
    tokens, rollout/tokens.py);
 3. align: engine.py runs a pair through pipeline/ (which record is which, by pipeline/plan.py's
-   AlignmentPlan; an indexed family's calls index by index, pipeline/indices.py); the rollout's comparison
-   points per token are rollout/table.py's, the engine's modules named as transformers names them at load
-   by rollout/renames.py;
+   AlignmentPlan; an indexed family's calls index by index, pipeline/indices.py), each side first put
+   together from its ranks by parallel/ (one class per kind of parallelism: tensor, context, expert, data,
+   pipeline); the rollout's comparison points per token are rollout/table.py's, the engine's modules named
+   as transformers names them at load by rollout/renames.py;
 4. judge: judge.py, the rules a pair of values is held to, for both (the rollout's token walk,
    rollout/walk.py, decides each point through it); attribution names where an error is introduced;
 5. verdict: verdict.py, each pair's status and reason and the command's exit code;

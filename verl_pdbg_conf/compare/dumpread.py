@@ -56,6 +56,9 @@ class Row:
     alike: int = 1  # ranks of a tensor-parallel group that held it alike (taken once: replicated or a shard)
     parts: int = 1  # rows whose statistics were put together into this one (concat.py)
     bad: str = ""  # why the row cannot be read ("" where it can): it is never judged, and counts as not compared
+    # why the row is its ranks' own, not the model's tensor (a partial sum, a rank-local index; parallel/
+    # merge.py): judged only against a row of the same kind, never against a whole tensor
+    local: str = ""
 
 
 class DumpReader:

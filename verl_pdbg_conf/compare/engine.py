@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from verl_pdbg_conf.compare.dumpread import DumpError, DumpReader
 from verl_pdbg_conf.compare.nodes import DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS, Analysis
+from verl_pdbg_conf.compare.parallel.replica import Replica
 from verl_pdbg_conf.compare.pipeline.coverage import DEFAULT_MIN_COVERAGE
 from verl_pdbg_conf.compare.pipeline.run import run_pipeline
 from verl_pdbg_conf.compare.verdict import FAULT_HINT, Reason, failure
@@ -30,14 +31,6 @@ class Options:
     min_coverage: float = DEFAULT_MIN_COVERAGE  # "same" needs this share of each side compared
     top: int = 5
     keep_nodes: int = 0  # keep up to this many nodes (for a per-node plot); 0 keeps none
-
-
-@dataclass(frozen=True)
-class Replica:
-    """A Megatron replica's dump.json files, stage by stage (pipeline/sides.py); empty: the side's dump alone."""
-    group: tuple = ()
-    tp: int = 0  # of them per stage (0: all of them, one stage)
-    experts: int = 0  # an expert-parallel group: the experts each of its ranks holds (pipeline/sides.py)
 
 
 @dataclass(frozen=True)

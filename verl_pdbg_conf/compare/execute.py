@@ -13,8 +13,7 @@ import shutil
 import tempfile
 
 from verl_pdbg_conf.core.findings import Finding
-from verl_pdbg_conf.compare.engine import Options, PairJob, PairOutcome, Replica, failed_outcome, header_of
-from verl_pdbg_conf.compare.megatron.table import local_expert
+from verl_pdbg_conf.compare.engine import Options, PairJob, PairOutcome, failed_outcome, header_of
 from verl_pdbg_conf.compare.msprobe_run import diagnose, msprobe_compare, precheck, csv_written, msprobe_remote
 from verl_pdbg_conf.compare.nodes import METRICS
 from verl_pdbg_conf.compare.report.document import write_summaries
@@ -101,8 +100,7 @@ def _run_engine(cmp: Comparison, todo: list[Pair], jobs: int | None, progress, s
                       cmp.min_coverage, cmp.top, cmp.keep_nodes)
 
     def job(p: Pair) -> PairJob:
-        return PairJob(p.target.path, p.golden.path, options, Replica(p.target.group, p.target.tp, p.target.experts),
-                       Replica(p.golden.group, p.golden.tp, p.golden.experts))
+        return PairJob(p.target.path, p.golden.path, options, p.target.replica, p.golden.replica)
 
     def here(p: Pair) -> PairOutcome:  # in this process: an exception stays in its pair
         try:
@@ -240,10 +238,6 @@ def _verdict(p: Pair, out: PairOutcome) -> None:
         p.findings.append(finding(p.reason.value, sev, what, out.path or p.target.path, out.hint))
         return
     p.analysis = out.analysis
-    first = p.analysis.first
-    local = local_expert(first.module) if first is not None and p.target.experts >= 0 else None
-    if local is not None:  # an expert's module (the target's path; an expert-parallel group's renamed global)
-        first.expert = local
     cov = p.analysis.coverage
     p.status = Status.DIVERGED if p.analysis.first else Status.SAME if cov is None or cov["full"] else Status.PARTIAL
     if p.status == Status.PARTIAL:

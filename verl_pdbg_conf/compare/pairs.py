@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from verl_pdbg_conf.core.findings import Finding, Severity
 from verl_pdbg_conf.compare.nodes import Analysis
+from verl_pdbg_conf.compare.parallel.replica import Replica
 from verl_pdbg_conf.compare.pipeline.coverage import DEFAULT_MIN_COVERAGE
 from verl_pdbg_conf.compare.verdict import ExitCode, Reason, Status, Verdict, exit_code
 from verl_pdbg_conf.run.inspect_run import INNER_DIR, RANK_DIR, STAGE_DIR, STEP_DIR, scan
@@ -21,12 +22,8 @@ class RankDump:
     key: tuple  # path parts between the given root and the rank directory, e.g. (step_1, actor_update, step0)
     rank_dir: str  # rank0 or proc<pid> ("" for a dump.json given directly)
     path: str  # its dump.json (may not exist)
-    group: tuple = ()  # a Megatron replica's dumps, stage by stage (layout.py); path is the first
-    members: tuple = ()  # their rank directories
-    tp: int = 0  # dumps per pipeline stage (0: one stage)
-    # an expert-parallel group put together (group): the experts each of its ranks holds; -1: one rank of an
-    # expert-parallel group left alone (its local expert numbers are not the model's)
-    experts: int = 0
+    members: tuple = ()  # the rank directories of a replica put together (parallel/layout.py); path is the first's
+    replica: Replica = Replica()  # how: its dumps and the parallelism levels that join them
 
     @property
     def label(self) -> str:

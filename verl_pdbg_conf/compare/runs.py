@@ -15,7 +15,7 @@ import concurrent.futures as cf
 import importlib.util
 import os
 
-from verl_pdbg_conf.compare import layout
+from verl_pdbg_conf.compare.parallel import layout
 from verl_pdbg_conf.compare.engine import compare_pair
 from verl_pdbg_conf.compare.execute import default_jobs, execute, remove_output, worker_pool  # noqa: F401
 from verl_pdbg_conf.compare.ignores import DEFAULT_IGNORES
@@ -46,7 +46,7 @@ def compare_runs(target: str, golden: str, out_dir: str | None = None, metric: s
     PairOutcome is the per-pair job (default: the engine's compare_pair). With an output directory, a summary.json per pair and one for the
     whole are written there. A pair with no divergence is "same" only where it compared at least
     `min_coverage` of each side's records and every module (pipeline/coverage.py), else "partial".
-    `confs` (side -> a verl config) gives a Megatron run's parallel layout (layout.py); else the dumps do."""
+    `confs` (side -> a verl config) gives a Megatron run's parallel layout (parallel/layout.py); else the dumps do."""
     patterns = _check_args(metric, ignores, default_ignores, out_dir, (target, golden), msprobe_csv, min_coverage)
     t_sides, g_sides = _sides(target), _sides(golden)
     try:

@@ -44,6 +44,7 @@ class Tally:
         self.loose: dict[str, int] = {}  # scope path -> unpaired records there (not in a compared gap)
         self.bracketed: dict[str, int] = {}  # module path -> its calls in gaps compared at their boundary
         self.unreadable = 0  # records with a value that could not be read (records.Record.unread)
+        self.local: dict[str, int] = {}  # why -> records holding their ranks' own tensors (Row.local)
         # a module of a family one per index, and the one module the other run calls instead -> that module
         self.family: dict[str, str] = {}
 
@@ -53,6 +54,8 @@ class Tally:
         if r.unread:
             self.unreadable += max(1, len(parts))
             paired = False
+        for why in r.extra.get("local") or ():
+            self.local[why] = self.local.get(why, 0) + 1
         if r.module is not None:
             for path in parts[1:] or ():
                 m = self.modules.setdefault(path, [False, 0, 0])
@@ -117,6 +120,7 @@ class Tally:
         return {
             "records": self.records, "compared_records": min(compared, self.records),
             "unreadable_records": self.unreadable,
+            "rank_own_records": dict(sorted(self.local.items())),
             "paired_records": self.paired,
             "share": (min(compared, self.records) / self.records) if self.records else 1.0,
             "modules": len(self.modules), "paired_modules": len(paired),
@@ -135,10 +139,11 @@ class Coverage:
     def pair(self, t, g, compared: bool = True) -> None:
         """t and its counterpart g (or None); `compared` False where judging held them apart (tensors of other
         element counts): both count as records without a counterpart."""
-        # a call whose tensors are shards or partial results (shards.py) kept its replicated tensors only: it is
-        # compared at its module's boundary, as a record with no counterpart is
+        # a call whose tensors are shards or partial results (parallel/merge.py) kept its replicated tensors only:
+        # it is compared at its module's boundary, as a record with no counterpart is; one holding its ranks'
+        # own (a partial sum, a rank-local index) against the whole is not compared, and counted as such
         whole = compared and g is not None and not t.extra.get("sharded") and not g.extra.get("sharded") \
-            and not t.unread and not g.unread
+            and not t.unread and not g.unread and _alike_local(t, g)
         self.target.record(t, whole)
         if g is not None:
             self.golden.record(g, whole)
@@ -154,6 +159,8 @@ class Coverage:
             self.golden.records -= max(1, len(parts))
             if g.unread:
                 self.golden.unreadable -= max(1, len(parts))
+            for why in g.extra.get("local") or ():
+                self.golden.local[why] -= 1
             for path in (g.extra.get("own_module", g.module), *parts[1:]):
                 m = self.golden.modules[path]
                 m[1] -= 1
@@ -196,6 +203,9 @@ def coverage_text(cov: dict) -> str:
         if s.get("unreadable_records"):
             n = s["unreadable_records"]
             said.append(f"{n} record{'s' * (n != 1)} of the {name} could not be read (dump-value): not compared")
+        for why, n in (s.get("rank_own_records") or {}).items():
+            said.append(f"{n} record{'s' * (n != 1)} of the {name} hold{'s' * (n == 1)} a {why} of each rank's own "
+                        "(compared only with the same of a run split alike)")
         regions = [f"{k} ({n} module{'s' * (n != 1)})" for k, n in s["uncompared_modules"].items()]
         if not regions:
             regions = [f"{k} ({n} record{'s' * (n != 1)})" for k, n in list(s["uncompared_records"].items())[:6]]
@@ -210,3 +220,8 @@ def short(cov: dict | None) -> str:
     if not cov:
         return "-"
     return "/".join(f"{100 * cov[k]['share']:.3g}%" for k in ("target", "golden"))
+
+
+def _alike_local(t, g) -> bool:
+    """Neither record holds its ranks' own tensors, or both hold the same kinds (runs split alike)."""
+    return set(t.extra.get("local") or ()) == set(g.extra.get("local") or ())

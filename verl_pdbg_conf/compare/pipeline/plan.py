@@ -12,7 +12,9 @@ class Kinship(Enum):
     """What the two runs of a pair have in common."""
 
     SAME_CODE = "same code"  # one code base and layout: API calls are numbered alike and pair by name
-    SHARDS = "tensor-parallel groups merged"  # a vocabulary shard masks its ids with calls of its own
+    # ranks put together (parallel/): a vocabulary shard masks its ids with calls of its own, shares of the batch
+    # are concatenated along an axis of their own
+    SHARDS = "parallel ranks merged"
     FAMILIES = "modules one per index against one"  # experts as modules against fused (trees.indexed_parts)
     BACKENDS = "two backends"  # Megatron against a Hugging Face model, modules paired by mbridge's table
     BACKENDS_L1 = "two backends at L1"  # the same without module records: nothing anchors an API call
@@ -50,7 +52,7 @@ class AlignmentPlan:
 def plan_for(backends: bool, l1_backends: bool, merged: bool, opaque: frozenset = frozenset(),
              families: bool = False) -> AlignmentPlan:
     """backends: two backends' module trees paired by a table; l1_backends: one side runs Megatron at L1;
-    merged: a tensor-parallel group was put together on either side; opaque: AlignmentPlan.opaque;
+    merged: ranks were put together on either side (parallel/kinds.py); opaque: AlignmentPlan.opaque;
     families: one run's modules one per index against one module of the other (their parameters laid out
     otherwise)."""
     if l1_backends:

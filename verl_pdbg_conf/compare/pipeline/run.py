@@ -20,9 +20,10 @@ from verl_pdbg_conf.compare.pipeline.locating import describe, spread
 from verl_pdbg_conf.compare.pipeline.plan import AlignmentPlan, plan_for
 from verl_pdbg_conf.compare.pipeline.pairing import Aligner, Gap, Structure, row_pairs
 from verl_pdbg_conf.compare.pipeline.stacks import skip_foreign
-from verl_pdbg_conf.compare.megatron.table import Correspondence
+from verl_pdbg_conf.compare.megatron.table import Correspondence, local_expert
 from verl_pdbg_conf.compare.nodes import module_kind
 from verl_pdbg_conf.compare.pipeline.fusion import Fuser, Group
+from verl_pdbg_conf.compare.pipeline.gradscale import GradScale
 from verl_pdbg_conf.compare.pipeline.sides import PairSide, stacks_of
 from verl_pdbg_conf.compare.pipeline.trees import Alignment
 
@@ -38,8 +39,9 @@ def _calls(n: int, batch: int) -> str:
 class _Pair:
     """The state of one pair's run: what the loop hands from record to record."""
 
-    def __init__(self, job, task: str, plan: AlignmentPlan):
+    def __init__(self, job, task: str, plan: AlignmentPlan, scale: GradScale):
         self.job = job
+        self.scale = scale if scale.k != 1 else None  # the runs split the batch alike: gradients as they are
         o = job.options
         self.judge = Judge(o.metric, o.threshold, task, job.target, job.golden, o.ignore_dtype, o.dtype_aware,
                            plan.layout_free)
@@ -74,6 +76,8 @@ class _Pair:
                 continue  # counted per pattern in ignorer.counts
             if row.bad or (grow is not None and grow.bad):
                 continue  # a value that could not be read is never judged: its record counts as not compared
+            if grow is not None and row.local != grow.local:
+                continue  # one rank's own (a partial sum) against a whole tensor: not comparable (coverage)
             if grow is not None and not synthetic and self._one_sided(t, g, row, grow):
                 continue
             if self.alone and grow is not None and row.shape != grow.shape:
@@ -91,7 +95,8 @@ class _Pair:
                 continue
             if not self.auto_dtype and grow is not None:
                 self._precision(row, grow)
-            judged.append((row, grow, self.judge.row(row, grow)))
+            judged.append((row, grow, self.judge.row(row, grow) if self.scale is None else
+                           self.scale.row(self.judge, row, grow, t)))
         if self.first is None and judged:
             self._attribute(t, judged, orders)
         label = label_of(t)
@@ -374,9 +379,8 @@ def run_pipeline(job, task: str, level: str, streams: tuple = (None, None)):
         skip_foreign(tstacks, gstacks)
     construct = not any(name == "construct.json" for name, _f, _w in broken)
     # streams: each side's DumpReader its header was read from (engine.compare_pair), or None
-    tr, gr = job.target_replica, job.golden_replica
-    tside = PairSide(job.target, tr.group, tr.tp, level, tstacks, construct, streams[0], tr.experts)
-    gside = PairSide(job.golden, gr.group, gr.tp, level, gstacks, construct, streams[1], gr.experts)
+    tside = PairSide(job.target, job.target_replica, level, tstacks, construct, streams[0])
+    gside = PairSide(job.golden, job.golden_replica, level, gstacks, construct, streams[1])
     treader, greader = tside.reader, gside.reader
     titer, giter = tside.records(), gside.records()
     alignment, backends = _trees(tside, gside, level)
@@ -398,9 +402,10 @@ def run_pipeline(job, task: str, level: str, streams: tuple = (None, None)):
     t0, g0 = next(titer, None), next(giter, None)
     tstream = itertools.chain([t0], titer) if t0 is not None else iter(())
     gstream = itertools.chain([g0], giter) if g0 is not None else iter(())
-    # an expert-parallel group's first call holds the batch's shares put together, not one micro-batch's
-    split = splits.detect(t0, g0) if t0 is not None and g0 is not None and not (
-        tside.expert_relayers or gside.expert_relayers) else None
+    # shares of the batch put together (data, expert parallelism): the first call holds them all, not one
+    # micro-batch's
+    split = splits.detect(t0, g0) if t0 is not None and g0 is not None and tside.batch == gside.batch == 1 \
+        else None
     if split is not None:
         if split.side == "target":
             tstream = splits.combine(tstream, split)
@@ -409,7 +414,7 @@ def run_pipeline(job, task: str, level: str, streams: tuple = (None, None)):
     plan = plan_for(backends is not None, bool(l1_mcore), tside.merged or gside.merged,
                     backends.opaque if backends is not None else frozenset(),
                     alignment is not None and any(alignment.family.values()))
-    p = _Pair(job, task, plan)
+    p = _Pair(job, task, plan, GradScale(tside.batch / gside.batch))
     if alignment is not None:
         p.coverage.target.family, p.coverage.golden.family = alignment.family["target"], alignment.family["golden"]
     if split is not None:
@@ -580,6 +585,10 @@ def _finish(p: _Pair, treader, greader, split, task: str, alignment=None, notes=
             an.first.module, an.first.expert = index
         if alignment is not None and an.first.module and not note and an.first.expert is None:
             an.first.note = _family_note(an.first.module, alignment, looped)
+        # an expert's module (the target's path; an expert-parallel group's renamed global), named by its
+        # index where that is the model's (not a rank left out of its expert-parallel group)
+        if an.first.expert is None and an.first.module and p.job.target_replica.lone != "expert":
+            an.first.expert = local_expert(an.first.module)
         if p.in_backward:
             an.first.direction = "backward"
             an.first.note = "a forward-named call made during the backward pass (a hook's operation)"
@@ -609,6 +618,8 @@ def _finish(p: _Pair, treader, greader, split, task: str, alignment=None, notes=
         notes.append(Note("compare-judged", p.attr.note(p.judge.limit), ""))
     if p.apart.note():
         notes.append(p.apart.note())
+    if p.scale is not None and p.scale.note():
+        notes.append(Note("compare-judged", p.scale.note(), ""))
     for msg in p.structure.messages():
         notes.append(Note("compare-structure", msg, "no counterpart in the other run: not a divergence by itself"))
     if alignment is not None and alignment.renamed:
