@@ -78,7 +78,7 @@ def test_every_option_composes_with_its_own_config_json():
         rollout = opt.endswith("_rollout")
         assert sel(data, "critic.profiler.enable") is critic
         hook = data["ray_kwargs"]["ray_init"]["runtime_env"].get("worker_process_setup_hook")
-        assert hook == ("verl_pdbg_conf.runtime.install" if critic or rollout else None)
+        assert hook == "verl_pdbg_conf.runtime.install"  # every option: its runtime in the workers
         env = data["ray_kwargs"]["ray_init"]["runtime_env"].get("env_vars") or {}
         assert ("VERL_PDBG_CONF_ROLLOUT" in env) is rollout
         if rollout:

@@ -99,12 +99,8 @@ json.dump(results, open(out_file, "w"))
 
 def test_config_path_resolves_inside_a_ray_actor(pkg_root, tmp_path):
     pytest.importorskip("ray")
-    options = {"precision_debugger_l1": False}  # option -> installs this package's runtime in the workers
-    try:
-        import verl_pdbg_conf.runtime  # noqa: F401
-        options["precision_debugger_l1_critic"] = True
-    except ImportError:
-        pass
+    # option -> installs this package's runtime in the workers: every option does
+    options = {"precision_debugger_l1": True, "precision_debugger_l1_critic": True}
     script = tmp_path / "run.py"
     script.write_text(_RUN)
     out_file = tmp_path / "out.json"
@@ -122,6 +118,6 @@ def test_config_path_resolves_inside_a_ray_actor(pkg_root, tmp_path):
         assert os.path.isabs(res["driver_path"]) and "${" not in res["driver_path"], option
         assert all(res["exists"].values()), (option, res)
         assert set(res["paths"].values()) == {res["driver_path"]}, option
-        # the critic options install this package's runtime in every Ray worker; the others do not
+        # every option installs this package's runtime in every Ray worker
         assert res["hook"] == ("verl_pdbg_conf.runtime.install" if runtime else None), option
         assert res["runtime_loaded"] is runtime, (option, res)

@@ -1,5 +1,5 @@
 """One verl 0.9.1 training run on CPU, as a user launches it: `python -m verl.trainer.main_ppo OVERRIDES
-+profiler=GROUP` in the trainer venv (requirements/venvs/trainer.in), then what it wrote, read back.
++profiler=GROUP` in the trainer venv (requirements/venvs/vllm.in), then what it wrote, read back.
 
 What is ours in the run: the CPU platform plugin (verl_cpu_platform.py, through VERL_USE_EXTERNAL_MODULES), the
 tiny model and data (tiny.py), and this package itself, installed from the source tree as a wheel into a
@@ -211,9 +211,10 @@ def read_log(text: str) -> dict:
             said = re.sub(r"^.*?(WARNING|ERROR)[^a-zA-Z]*", r"\1 ", body).strip()
             key = f"{who}: {said}"
             warnings[key] = warnings.get(key, 0) + 1
-    for ln in reversed(lines):
-        if re.match(r"^\w*(Error|Exception)\b.*:", _PREFIX.sub("", ln)):
-            error = _PREFIX.sub("", ln).strip()
+    for ln in reversed(lines):  # the innermost cause: what the exception said, not Ray's or Hydra's wrapping
+        body = _PREFIX.sub("", ln).strip()
+        if re.match(r"^[\w.]*(Error|Exception)\b[^:]*: ", body) and not body.startswith(("ray.", "Error executing")):
+            error = body
             break
     return {"metrics": metrics, "warnings": warnings, "error": error}
 
