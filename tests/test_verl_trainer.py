@@ -2,7 +2,7 @@
 its real Ray, agent loop, vLLM server and FSDP2 workers, with a config group as a user types it, then the dump
 tree read directly, the validator's plan for the same command line, and the rollout compare of the run.
 
-One run is made in the background while the suite runs (the trainer venv, requirements/venvs/trainer.lock):
+One run is made in the background while the suite runs (the trainer venv, requirements/venvs/vllm.lock):
 the rollout group on steps 1 and 2 as one continuous window, fp32 on both sides, the engine's layer 1
 mlp.down_proj scaled by 1.01 in what it receives at the weight sync before step 2. The right answers: both steps
 hold both stages, in the guide's layout, as the plan said; step 1 is `same`; step 2 diverges at that layer.
@@ -24,7 +24,7 @@ from compare_cli import run
 
 HERE = Path(__file__).resolve().parent
 BENCH = HERE.parent / "bench" / "verl_trainer_run.py"
-pytestmark = [pytest.mark.slow, pytest.mark.venvs("trainer")]
+pytestmark = [pytest.mark.slow, pytest.mark.venvs("vllm")]
 CI_RUN = ["--group", "precision_debugger_rollout", "--steps", "2", "--profile-steps", "1,2",
           "--plant-rollout-layer", "1", "--plant-from-step", "2", "--", "global_profiler.profile_continuous_steps=True"]
 
@@ -42,12 +42,12 @@ def make_ci_run(venv, root):
     return trainer_run(root / "rollout", CI_RUN)
 
 
-BACKGROUND_JOBS = {"trainer-rollout": ("trainer", make_ci_run)}
+BACKGROUND_JOBS = {"trainer-rollout": ("vllm", make_ci_run)}
 
 
 @pytest.fixture(scope="module")
 def result() -> dict:
-    got = release_venvs.job("trainer-rollout", "trainer", make_ci_run)
+    got = release_venvs.job("trainer-rollout", "vllm", make_ci_run)
     if isinstance(got, Exception):
         pytest.fail(str(got))
     if got["returncode"] != 0:

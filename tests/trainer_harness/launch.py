@@ -256,11 +256,13 @@ def step_times(metrics: dict, profiled: list[int]) -> dict:
 def read_dumps(save_path: Path) -> dict:
     """step_N/<stage>/stepK/rankR/dump.json under the save path: stages per step, each dump's records and
     size, and each stage directory's bytes."""
-    stages, dumps, disk = {}, [], {}
+    stages, dumps, disk, empty = {}, [], {}, []
     if save_path.is_dir():
         for step_dir in sorted(save_path.glob("step_*")):
             step = step_dir.name[len("step_"):]
-            stages[step] = sorted(p.name for p in step_dir.iterdir() if p.is_dir())
+            # a stage is collected where msprobe wrote a dump.json (verl's own backend leaves empty directories)
+            stages[step] = sorted(p.name for p in step_dir.iterdir() if p.is_dir() and any(p.rglob("dump.json")))
+            empty += [f"{step_dir.name}/{p.name}" for p in step_dir.iterdir() if p.is_dir() and not any(p.rglob("dump.json"))]
             for stage_dir in step_dir.iterdir():
                 disk[f"{step_dir.name}/{stage_dir.name}"] = sum(f.stat().st_size for f in stage_dir.rglob("*")
                                                                 if f.is_file())
@@ -271,4 +273,4 @@ def read_dumps(save_path: Path) -> dict:
                 records = f"unreadable: {e}"
             dumps.append({"path": str(dump.relative_to(save_path)), "records": records,
                           "bytes": dump.stat().st_size})
-    return {"stages": stages, "dumps": dumps, "disk": disk}
+    return {"stages": stages, "dumps": dumps, "disk": disk, "empty_stage_dirs": sorted(empty)}
