@@ -49,7 +49,7 @@ def plan(overrides: list[str]) -> dict:
     p = (doc.get("plans") or [{}])[0]
     return {"returncode": out.returncode, "steps": p.get("steps"),
             "stages": [s["stage"] for s in p.get("stages") or ()],
-            "named_but_not_collected": p.get("named_but_not_collected") or [],
+            "named_but_not_collected": p.get("named_but_not_collected") or [], "estimate": p.get("estimate"),
             "findings": [f"{f.get('severity')} {f.get('rule')}: {f.get('message')}" for f in doc.get("findings") or ()]}
 
 

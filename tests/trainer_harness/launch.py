@@ -211,11 +211,10 @@ def read_log(text: str) -> dict:
             said = re.sub(r"^.*?(WARNING|ERROR)[^a-zA-Z]*", r"\1 ", body).strip()
             key = f"{who}: {said}"
             warnings[key] = warnings.get(key, 0) + 1
-    for ln in reversed(lines):  # the innermost cause: what the exception said, not Ray's or Hydra's wrapping
-        body = _PREFIX.sub("", ln).strip()
-        if re.match(r"^[\w.]*(Error|Exception)\b[^:]*: ", body) and not body.startswith(("ray.", "Error executing")):
-            error = body
-            break
+    # the innermost cause: what the exception said, not Ray's or Hydra's wrapping (Ray's where it is the cause)
+    raised = [b for b in (_PREFIX.sub("", ln).strip() for ln in lines)
+              if re.match(r"^[\w.]*(Error|Exception)\b[^:]*: ", b) and not b.startswith("Error executing")]
+    error = next((b for b in reversed(raised) if not b.startswith("ray.")), raised[-1] if raised else None)
     return {"metrics": metrics, "warnings": warnings, "error": error}
 
 
