@@ -65,7 +65,7 @@ def test_baseline(cases):
 
 # cause -> (strict: where it raises and what, text of the single non-strict warning)
 FAULTS = {
-    "msprobe-missing": ("construct", "ImportError", "msprobe is not importable"),
+    "msprobe-missing": ("construct", "ImportError", "msprobe is not available"),
     "config-path-missing": ("construct", "ValueError", "config_path"),
     "config-path-nonexistent": ("construct", "ValueError", "nope.json"),
     "unknown-stage": ("construct", "ValueError", "actor_updte"),

@@ -109,10 +109,10 @@ class PrecisionDebuggerProfiler:
         Returns whether this profiler can collect anything at all."""
         errors = self._validate()
         if not _msprobe_importable():
-            msg = "msprobe is not importable (pip install mindstudio-probe); no stage is collected"
-            if self.strict:
-                raise ImportError(msg + " and precision_debugger.strict is True")
-            warn_once(("msprobe-missing",), msg)
+            hint = "pip install mindstudio-probe where the workers run"
+            if self.strict:  # the guide's words, as verl's own backend raises them
+                raise ImportError(f"msprobe is not available but precision_debugger.strict is True ({hint})")
+            warn_once(("msprobe-missing",), f"msprobe is not available ({hint}); no stage is collected")
             return False
         if any(f.rule.startswith(_BLOCKING_RULES) for f in errors or ()):
             return False  # already reported by the validator; msprobe would refuse to run
