@@ -46,6 +46,7 @@ README_MAX_LINES = 200
 # The blocks the tests do not run, by kind, and why. Every not-run marker names one of these.
 NOT_RUN = {
     "verl-run": "a verl training run (main_ppo on Ray with a model, data and a GPU or NPU)",
+    "trainer": "verl's real trainer on CPU, minutes a run (tests/test_verl_trainer.py runs it, in the background)",
     "installs": "installs packages or builds venvs (never inside the test environment; .ci/run does the README's install in a fresh venv)",
     "suite": "the whole test suite: .ci/run runs it, tests/test_readme_commands.py keeps the two equal",
     "tests": "test files of the suite: the suite itself runs them",
