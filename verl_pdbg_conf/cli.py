@@ -71,8 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="for a valid configuration, print what the run will write: step_N/stage directories, "
                         "dumped ranks, and an ESTIMATE of disk use and profiled-step time")
     t.add_argument("--params", metavar="N|MODEL_DIR", default=None,
-                   help="model size for --plan's estimate: 7e9, 7B, 500M, or a Hugging Face model directory "
-                        "(default: actor_rollout_ref.model.path when it is a local directory, or a size in its name)")
+                   help="the model for --plan's estimate: a Hugging Face model directory (its layers and hidden size "
+                        "size the dump), or a size (7e9, 7B, 500M: shown, but a dump's size follows layers, not "
+                        "parameters) (default: actor_rollout_ref.model.path when it is a local directory, or a "
+                        "size in its name)")
     t.add_argument("--inspect", metavar="SAVE_PATH", default=None,
                    help="check a finished run's output directory against the configuration in FILES (optional): "
                         "missing, empty or grown dump.json, directories left by other runs")
