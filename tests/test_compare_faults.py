@@ -8,7 +8,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -217,6 +216,39 @@ def test_good_outputs_are_written(runs4, tmp_path):
     code, doc = run_json(*runs4, "-o", out, "--html", page, "-j", "1")
     assert code == ExitCode.DIVERGED and json.loads((out / "summary.json").read_text())["exit_code"] == code
     assert page.read_text().startswith("<!DOCTYPE html>") or "<html" in page.read_text()[:200]
+
+
+def test_a_file_the_tool_did_not_write_is_never_replaced(runs4, tmp_path, capsys, nothing_read):
+    """--html at an existing file, -o at a folder holding files: refused before any dump is read, untouched."""
+    mine = tmp_path / "conf.yaml"
+    mine.write_text("kept: 1\n")
+    _refused([*runs4, "--html", mine], capsys, f"--html {mine} already holds a file verl-pdbg-compare did not write")
+    _refused(["--rollout", runs4[0], "--html", mine], capsys, "did not write")
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "notes.txt").write_text("kept")
+    _refused([*runs4, "-o", full], capsys, f"-o {full} holds files verl-pdbg-compare did not write")
+    (full / "summary.json").write_text('{"exit_code": 0}')  # a summary.json of someone else's
+    _refused([*runs4, "-o", full], capsys, "did not write")
+    assert mine.read_text() == "kept: 1\n" and (full / "notes.txt").read_text() == "kept"
+
+
+@pytest.mark.parametrize("option,path", [("-o", "/proc/x"), ("-o", "/sys/kernel/x"), ("--html", "/proc/version"),
+                                         ("--html", "/dev/null"), ("-o", "/proc/self/fd/x")])
+def test_kernel_file_systems_are_a_users_path(runs4, capsys, nothing_read, option, path):
+    """Not exit 4 ("the compare failed"): the path is the user's to change."""
+    _refused([*runs4, option, path], capsys, f"{option} {path} is on the kernel's")
+
+
+def test_the_tools_own_outputs_are_replaced_and_said(runs4, tmp_path, capsys):
+    out, page = tmp_path / "out", tmp_path / "r.html"
+    for _ in range(2):  # the second run replaces the first one's files: they carry the tool's marker
+        code, doc = run_json(*runs4, "-o", out, "--html", page, "-j", "1")
+        assert code == ExitCode.DIVERGED, capsys.readouterr().err
+        assert f"HTML report written to {page}" in capsys.readouterr().err
+    top = json.loads((out / "summary.json").read_text())
+    assert top["written_by"] == "verl-pdbg-compare" and top["exit_code"] == code
+    assert page.read_text().startswith("<!-- written by verl-pdbg-compare -->")
 
 
 # ----------------------------------------------------------------------------- exit codes of each status
