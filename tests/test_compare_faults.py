@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -251,6 +252,19 @@ def test_the_tools_own_outputs_are_replaced_and_said(runs4, tmp_path, capsys):
     assert page.read_text().startswith("<!-- written by verl-pdbg-compare -->")
 
 
+def test_what_is_no_run_is_said_before_any_dump_is_read(runs4, tmp_path, capsys, nothing_read):
+    """A YAML or a binary is no dump (exit 2, not 3 "incomplete"); one folder twice is said; a path where
+    --ranks takes a number is refused."""
+    yaml, binary = tmp_path / "a.yaml", tmp_path / "b.bin"
+    yaml.write_text("actor_rollout_ref:\n  model: x\n")
+    binary.write_bytes(b"\x7fELF\0\0" * 100)
+    _refused([yaml, yaml.with_name("a.yaml")], capsys, f"{yaml} is not an msprobe dump")
+    _refused([binary, runs4[1]], capsys, f"{binary} is not an msprobe dump")
+    _refused([runs4[0], runs4[0]], capsys, "TARGET and GOLDEN are the same path")
+    _refused([runs4[0], runs4[0] / ".." / runs4[0].name], capsys, "the same path")
+    _refused(["--ranks", runs4[0]], capsys, "REF is a rank number", "RUN --ranks [REF]")
+
+
 # ----------------------------------------------------------------------------- exit codes of each status
 
 def test_exit_code_of_each_status():
@@ -271,7 +285,8 @@ def test_exit_code_of_each_status():
 
 def test_exit_codes_on_real_dumps(runs4, tmp_path):
     target, golden = runs4
-    assert run_json(golden, golden, "-j", "1")[0] == ExitCode.SAME
+    shutil.copytree(golden, tmp_path / "again")  # the same run twice (one folder twice is refused)
+    assert run_json(tmp_path / "again", golden, "-j", "1")[0] == ExitCode.SAME
     assert run_json(target, golden, "-j", "1")[0] == ExitCode.DIVERGED
     dump = target / "step_1" / FAULTY / "step0" / "rank0" / "dump.json"
     dump.write_text(dump.read_text()[:1000])  # truncated: dump-corrupt, the rest still compared

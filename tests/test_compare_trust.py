@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import socket
 import subprocess
 import sys
@@ -178,7 +179,8 @@ def test_level_and_task_mismatch_is_one_finding_per_pair(tmp_path, capsys, monke
         return real(job)
 
     monkeypatch.setattr(runs_mod, "compare_pair", counted)
-    golden = str(tmp_path / "l1" / "golden")
-    assert main([golden, golden, "--metric", "Cosine", "-j", "1"]) == ExitCode.USAGE and compared == []
+    golden, same = str(tmp_path / "l1" / "golden"), str(tmp_path / "l1" / "again")
+    shutil.copytree(golden, same)  # the same run twice (one folder twice is refused)
+    assert main([same, golden, "--metric", "Cosine", "-j", "1"]) == ExitCode.USAGE and compared == []
     assert "--metric Cosine cannot be computed" in capsys.readouterr().err
-    assert main([golden, golden, "-j", "1"]) == ExitCode.SAME and len(compared) == 2  # the injection does reach pairs
+    assert main([same, golden, "-j", "1"]) == ExitCode.SAME and len(compared) == 2  # the injection does reach pairs
