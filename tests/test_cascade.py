@@ -53,12 +53,15 @@ def _f(rule, path, message="m"):
 
 
 def test_only_what_a_root_covers_is_folded():
-    """A group that sets no profiler folds nothing; a dotted key folds only its own section."""
+    """A group that sets no profiler folds nothing; a dotted key folds only what is said of that key."""
     model = [_f("override", "model"), _f("config-path-missing", "global_profiler.x.config_path")]
     assert fold(model) == model
-    key = _f("key-unknown", "global_profiler.tol")
-    role = _f("role-disabled", "global_profiler.tool")
-    critic = _f("role-unused", "critic.profiler.enable")
-    out = fold([key, role, critic])
-    assert len(out) == 2 and out[1] == critic and "role-disabled: m" in out[0].message
-    assert fold([role, critic]) == [role, critic]  # no root, nothing folded
+    key = _f("override", "+global_profiler.global_tool_config.precision_debugger.config_path")
+    missing = _f("config-path-missing", "global_profiler.global_tool_config.precision_debugger.config_path")
+    beside = _f("role-disabled", "global_profiler.global_tool_config.precision_debugger.stages[1]")
+    out = fold([key, missing, beside])
+    assert len(out) == 2 and out[1] == beside and "config-path-missing: m" in out[0].message
+    assert fold([missing, beside]) == [missing, beside]  # no root, nothing folded
+    stage = _f("stage-not-run", "global_profiler.global_tool_config.precision_debugger.stages[1]")
+    group = _f("override", "+profiler")
+    assert fold([group, stage]) == [group, stage]  # said of the user's own stages: not the group's doing

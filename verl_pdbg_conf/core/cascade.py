@@ -5,8 +5,8 @@ the user reads one error, the one to fix, and still sees what it left behind.
 
 The table below says which rules follow from which: FOLLOWS[root rule] is the rules a root of that rule
 can cause. A root covers a follower by config path: a config group that sets the profiler (SETTING_GROUPS,
-e.g. `+profiler=...`) covers every path; a dotted key covers the paths under its parent section (a
-misspelled `global_profiler.tol` covers `global_profiler.tool`)."""
+e.g. `+profiler=...`) covers every path, since it sets them all; a dotted key covers only its own path (what
+else it leaves at verl's defaults would have been said anyway)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,7 @@ import os
 from verl_pdbg_conf.core.findings import Finding
 
 # What an unset profiler makes the checks say: each fires on verl's defaults for a setting.
-UNSET_PROFILER = frozenset({"tool-missing", "config-path-missing", "steps-none", "role-disabled", "role-unused",
-                            "stages-empty", "stage-not-run"})
+UNSET_PROFILER = frozenset({"tool-missing", "config-path-missing", "steps-none", "role-disabled", "role-unused"})
 FOLLOWS: dict[str, frozenset[str]] = {
     "override": UNSET_PROFILER,
     "key-unknown": UNSET_PROFILER,
@@ -34,12 +33,13 @@ def _key(path: str) -> str:
 
 
 def _scope(root: Finding) -> str | None:
-    """The config path prefix a root covers: '' for all, None for none (a group that sets no profiler)."""
+    """The config path a root covers (itself and below): '' for all, None for none (a group that sets no
+    profiler)."""
     key = _key(root.path)
     if key in SETTING_GROUPS:
         return ""
     if "." in key:
-        return key.rsplit(".", 1)[0]
+        return key
     return None
 
 
