@@ -207,8 +207,8 @@ def test_unwritable_output(runs4, tmp_path, capsys, nothing_read):
 def test_msprobe_csv_without_msprobe(runs4, tmp_path, capsys, monkeypatch, nothing_read):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "msprobe" else real(name, *a))
-    _refused([*runs4, "--msprobe-csv"], capsys, "msprobe is not installed", "pip install 'verl-pdbg-conf[runtime]'")
-    _refused([*runs4, "--msprobe-csv", "all", "-o", tmp_path / "o"], capsys, "pip install 'verl-pdbg-conf[runtime]'")
+    _refused([*runs4, "--msprobe-csv"], capsys, "msprobe is not installed", "pip install mindstudio-probe==26.2.0")
+    _refused([*runs4, "--msprobe-csv", "all", "-o", tmp_path / "o"], capsys, "pip install mindstudio-probe")
     assert not (tmp_path / "o").exists()
 
 

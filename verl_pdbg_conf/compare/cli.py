@@ -15,6 +15,7 @@ import sys
 import traceback
 
 from verl_pdbg_conf.compare.inputs import check_inputs
+from verl_pdbg_conf.install_hints import MATPLOTLIB
 from verl_pdbg_conf.compare.output_paths import check_outputs
 from verl_pdbg_conf.compare import report
 from verl_pdbg_conf.compare.runs import (DEFAULT_TOP, as_dict, compare_ranks, compare_runs, remove_output,
@@ -87,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="text for a reader (default), or json: the whole report as one JSON document on stdout")
     ap.add_argument("--html", metavar="FILE", help="also write one self-contained HTML report: an overview of "
                     "steps x stages x ranks, one line per pair and a per-layer plot for each diverged pair (needs "
-                    "matplotlib: pip install 'verl-pdbg-conf[report]')")
+                    f"matplotlib: {MATPLOTLIB})")
     ap.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
                     help="spread the pairs over an existing Ray cluster (its address, or 'auto': the local one) "
                     "instead of local worker processes; each pair runs on a node that can read its dumps")

@@ -23,13 +23,13 @@ from verl_pdbg_conf.compare.nodes import DEFAULT_METRIC, DEFAULT_THRESHOLD, METR
 from verl_pdbg_conf.compare.pipeline.coverage import DEFAULT_MIN_COVERAGE
 from verl_pdbg_conf.compare.report.document import as_dict  # noqa: F401
 from verl_pdbg_conf.compare.inputs import check_inputs
+from verl_pdbg_conf.install_hints import MSPROBE
 from verl_pdbg_conf.compare.output_paths import check_outputs
 from verl_pdbg_conf.compare.pairs import (W, Comparison, Pair, RankDump, collect, finding, layout_of, pair_up, rank_number,
                                           sort_key)
 from verl_pdbg_conf.compare.verdict import UsageError
 
 DEFAULT_TOP = 5
-RUNTIME_EXTRA = "verl-pdbg-conf[runtime]"  # pyproject's extra that installs msprobe (mindstudio-probe)
 
 
 def compare_runs(target: str, golden: str, out_dir: str | None = None, metric: str = DEFAULT_METRIC,
@@ -135,7 +135,7 @@ def require_msprobe(msprobe_csv: str | None) -> None:
     (found, not imported: the compare stays light)."""
     if msprobe_csv and importlib.util.find_spec("msprobe") is None:
         raise UsageError(f"--msprobe-csv runs msprobe's own compare, and msprobe is not installed here: "
-                         f"pip install '{RUNTIME_EXTRA}'")
+                         f"{MSPROBE}")
 
 
 def _sides(root: str) -> list[RankDump]:

@@ -28,7 +28,9 @@ def matplotlib_missing() -> str:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        return "needs matplotlib, which is not installed: pip install 'verl-pdbg-conf[report]'"
+        from verl_pdbg_conf.install_hints import MATPLOTLIB
+
+        return f"needs matplotlib, which is not installed: {MATPLOTLIB}"
     return ""
 
 
