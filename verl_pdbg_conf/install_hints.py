@@ -10,5 +10,3 @@ MATPLOTLIB = "pip install 'matplotlib>=3.9'"
 MSPROBE = "pip install mindstudio-probe==26.2.0"
 # torch's CPU build: plain `pip install torch` pulls the CUDA build (gigabytes) on a machine without a GPU
 TORCH_CPU = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
-# vLLM's CPU build, as examples/make_rollout_example.py ran it (its own torch comes with it)
-VLLM = "pip install vllm"
