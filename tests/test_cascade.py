@@ -65,3 +65,14 @@ def test_only_what_a_root_covers_is_folded():
     stage = _f("stage-not-run", "global_profiler.global_tool_config.precision_debugger.stages[1]")
     group = _f("override", "+profiler")
     assert fold([group, stage]) == [group, stage]  # said of the user's own stages: not the group's doing
+
+
+def test_a_misspelled_section_takes_what_it_left_unset_and_its_severity(capsys):
+    """`precision_debuger` (a dropped key, a warning) leaves `precision_debugger.config_path` unset (an
+    error): one finding, an error still, so the exit status stays 1."""
+    argv = ["--verl", "--", "global_profiler.tool=precision_debugger", "global_profiler.steps=[1]",
+            "+global_profiler.global_tool_config.precision_debuger.config_path=x.json",
+            "actor_rollout_ref.actor.profiler.enable=True"]
+    (err,) = _errors(capsys, argv)
+    assert err["rule"] == "key-dropped" and "config-path-missing:" in err["message"]
+    assert "did you mean 'precision_debugger'" in err["hint"]

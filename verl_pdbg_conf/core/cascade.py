@@ -5,14 +5,19 @@ the user reads one error, the one to fix, and still sees what it left behind.
 
 The table below says which rules follow from which: FOLLOWS[root rule] is the rules a root of that rule
 can cause. A root covers a follower by config path: a config group that sets the profiler (SETTING_GROUPS,
-e.g. `+profiler=...`) covers every path, since it sets them all; a dotted key covers only its own path (what
-else it leaves at verl's defaults would have been said anyway)."""
+e.g. `+profiler=...`) covers every path, since it sets them all; a dotted key covers its own path and the
+one its did-you-mean names (a misspelled `precision_debuger` section leaves `precision_debugger.config_path`
+unset), nothing else (what else is at verl's defaults would have been said anyway). The folded finding
+takes the gravest severity among them, so that the exit status does not change."""
 
 from __future__ import annotations
 
 import os
+import re
 
 from verl_pdbg_conf.core.findings import Finding
+
+_MEANT = re.compile(r"did you mean [`'\"]([^`'\"]+)[`'\"]")
 
 # What an unset profiler makes the checks say: each fires on verl's defaults for a setting.
 UNSET_PROFILER = frozenset({"tool-missing", "config-path-missing", "steps-none", "role-disabled", "role-unused"})
@@ -32,20 +37,26 @@ def _key(path: str) -> str:
     return (path or "").lstrip("+~")
 
 
-def _scope(root: Finding) -> str | None:
-    """The config path a root covers (itself and below): '' for all, None for none (a group that sets no
-    profiler)."""
+def _scope(root: Finding) -> tuple[str, ...] | None:
+    """The config paths a root covers (each with what is below it): ("",) for all, None for none (a group
+    that sets no profiler)."""
     key = _key(root.path)
     if key in SETTING_GROUPS:
-        return ""
-    if "." in key:
-        return key
-    return None
+        return ("",)
+    if "." not in key:
+        return None
+    m = _MEANT.search(root.hint or "")
+    if not m:
+        return (key,)
+    meant = _key(m.group(1).split("=")[0])
+    if "." not in meant:  # one segment suggested: the last one of the path
+        meant = key.rsplit(".", 1)[0] + "." + meant
+    return (key, meant)
 
 
-def _covers(scope: str, path: str) -> bool:
+def _covers(scope: tuple[str, ...], path: str) -> bool:
     path = _key(path)
-    return scope == "" or path == scope or path.startswith(scope + ".") or path.startswith(scope + "[")
+    return any(s == "" or path == s or path.startswith(s + ".") or path.startswith(s + "[") for s in scope)
 
 
 def fold(findings: list[Finding]) -> list[Finding]:
@@ -68,7 +79,7 @@ def fold(findings: list[Finding]) -> list[Finding]:
         i = next((i for i, (r, _s) in enumerate(roots) if r is f), None)
         if i is not None and followers.get(i):
             said = "; ".join(f"{g.rule}: {g.message}" for g in followers[i])
-            f = f.replace(message=f"{f.message} (which also leaves {len(followers[i])} finding(s) that follow from "
+            f = f.replace(severity=min([f, *followers[i]], key=lambda g: g.severity.rank).severity, message=f"{f.message} (which also leaves {len(followers[i])} finding(s) that follow from "
                                   f"it and go once it is fixed: {said})")
         out.append(f)
     return out
