@@ -265,6 +265,13 @@ def test_what_is_no_run_is_said_before_any_dump_is_read(runs4, tmp_path, capsys,
     _refused(["--ranks", runs4[0]], capsys, "REF is a rank number", "RUN --ranks [REF]")
 
 
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="--rollout says torch is missing first")
+def test_rollout_on_a_file(tmp_path, capsys):
+    yaml = tmp_path / "a.yaml"
+    yaml.write_text("x: 1\n")
+    _refused(["--rollout", yaml], capsys, f"{yaml} is a file, not an msprobe save_path")
+
+
 # ----------------------------------------------------------------------------- exit codes of each status
 
 def test_exit_code_of_each_status():

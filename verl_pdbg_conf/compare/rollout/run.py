@@ -64,7 +64,8 @@ def compare_rollout(actor_root: str, rollout_root: str | None = None, threshold:
                          f"here: {TORCH_CPU} (or run the compare where the trainer runs)")
     for p in {actor_root, rollout_root}:
         if not os.path.isdir(p):
-            raise UsageError(f"{p}: no such directory (give a save_path)")
+            raise UsageError(f"{p} is a file, not an msprobe save_path: --rollout takes the run's save_path "
+                             "directory" if os.path.exists(p) else f"{p}: no such directory (give a save_path)")
     a_steps, r_steps = _steps(actor_root), _steps(rollout_root)
     keys = sorted(k for k in set(a_steps) & set(r_steps)
                   if os.path.isdir(os.path.join(r_steps[k], ROLLOUT)) and os.path.isdir(os.path.join(a_steps[k], ACTOR)))
