@@ -263,6 +263,7 @@ def test_what_is_no_run_is_said_before_any_dump_is_read(runs4, tmp_path, capsys,
     _refused([runs4[0], runs4[0]], capsys, "TARGET and GOLDEN are the same path")
     _refused([runs4[0], runs4[0] / ".." / runs4[0].name], capsys, "the same path")
     _refused(["--ranks", runs4[0]], capsys, "REF is a rank number", "RUN --ranks [REF]")
+    _refused(["--ray", *runs4], capsys, f"--ray took {runs4[0]} as its value, and that is a path")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="--rollout says torch is missing first")

@@ -14,7 +14,7 @@ import os
 import sys
 import traceback
 
-from verl_pdbg_conf.compare.inputs import check_inputs
+from verl_pdbg_conf.compare.inputs import check_inputs, refuse_swallowed
 from verl_pdbg_conf.install_hints import MATPLOTLIB
 from verl_pdbg_conf.compare.output_paths import check_outputs
 from verl_pdbg_conf.compare import report
@@ -142,6 +142,10 @@ def _main(argv: list[str] | None) -> int:
             return _usage(f"--html {missing}")
     if args.ray_resource and not args.ray:
         return _usage("--ray-resource needs --ray")
+    try:
+        refuse_swallowed({"--ray": args.ray, "--ray-resource": args.ray_resource})
+    except UsageError as e:
+        return _usage(str(e))
     if args.rollout:
         return _rollout(args)
     if (args.ranks is None) == (args.golden is None) or (args.ranks is not None and args.ranks < 0):

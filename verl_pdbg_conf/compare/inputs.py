@@ -35,3 +35,13 @@ def check_inputs(paths: tuple[str, ...]) -> None:
     if len(paths) == 2 and os.path.realpath(paths[0]) == os.path.realpath(paths[1]):
         raise UsageError(f"TARGET and GOLDEN are the same path ({paths[0]}): a run against itself is always "
                          "'same'; give two runs, or one run with --ranks to compare its ranks")
+
+
+def refuse_swallowed(values: dict[str, str | None]) -> None:
+    """UsageError where an option that takes no path (option -> the value argparse gave it, like --ray's
+    optional ADDRESS) took a path that exists: it swallowed a run given after it."""
+    for option, value in values.items():
+        if value and os.path.exists(value) and value != "auto":
+            raise UsageError(f"{option} took {value} as its value, and that is a path: put {option} after the runs "
+                             f"(or give its value: {option} auto)" if option == "--ray" else
+                             f"{option} took {value} as its value, and that is a path: put {option} after the runs")
