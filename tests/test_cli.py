@@ -110,6 +110,15 @@ def test_inputs_of_the_kinds_read_are_not_refused(tmp_path, capsys):
     assert "verl-pdbg-validate: error" not in capsys.readouterr().err
 
 
+def test_a_fifo_named_json_is_not_read_to_tell_its_kind(tmp_path, capsys):
+    """Telling a config.json from a package.json reads regular files only: a FIFO would block."""
+    import os
+
+    os.mkfifo(tmp_path / "fifo.json")
+    assert main([str(tmp_path / "fifo.json")]) == 1
+    assert "file-not-regular" in capsys.readouterr().out
+
+
 def _write(path, text):
     path.write_text(text)
     return path

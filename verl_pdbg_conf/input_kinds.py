@@ -8,6 +8,7 @@ import json
 import os
 
 CONF = (".yaml", ".yml")
+MAX_JSON = 1 << 20  # read whole to tell an msprobe config.json (a few hundred bytes) from another JSON
 KINDS = "a verl conf (.yaml), an msprobe config.json or a launch script (.sh, or a shell shebang)"
 
 
@@ -28,6 +29,8 @@ def wrong_kind(path: str) -> str | None:
     if low.endswith(CONF):
         return None
     if low.endswith(".json"):
+        if not os.path.isfile(path) or os.path.getsize(path) > MAX_JSON:
+            return None  # a FIFO, device or huge file: its own finding says so, without reading it here
         try:
             with open(path, encoding="utf-8") as fh:
                 doc = json.load(fh)

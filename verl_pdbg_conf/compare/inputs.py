@@ -24,17 +24,23 @@ def _looks_like_dump(path: str) -> bool:
 
 
 def check_inputs(paths: tuple[str, ...]) -> None:
-    """UsageError, in one line, for the first path that cannot be a run's dumps, and for one folder given
-    as both TARGET and GOLDEN."""
+    """The command's check: UsageError, in one line, for the first path that cannot be a run's dumps, and
+    for one folder given as both TARGET and GOLDEN."""
+    check_kinds(paths)
+    if len(paths) == 2 and os.path.realpath(paths[0]) == os.path.realpath(paths[1]):
+        raise UsageError(f"TARGET and GOLDEN are the same path ({paths[0]}): a run against itself is always "
+                         "'same'; give two runs, or one run with --ranks to compare its ranks")
+
+
+def check_kinds(paths: tuple[str, ...]) -> None:
+    """The API's check (compare_runs): every path exists and can be a run's dumps. A run against itself is
+    the command's refusal only: the API may mean it (a test of the reader)."""
     for p in paths:
         if not os.path.exists(p):
             raise UsageError(f"{p}: no such file or directory")
         if os.path.isfile(p) and os.path.basename(p) != DUMP and not _looks_like_dump(p):
             raise UsageError(f"{p} is not an msprobe dump: give a save_path, a step_N/<stage> directory or a "
                              f"{DUMP} msprobe wrote")
-    if len(paths) == 2 and os.path.realpath(paths[0]) == os.path.realpath(paths[1]):
-        raise UsageError(f"TARGET and GOLDEN are the same path ({paths[0]}): a run against itself is always "
-                         "'same'; give two runs, or one run with --ranks to compare its ranks")
 
 
 def refuse_swallowed(values: dict[str, str | None]) -> None:

@@ -22,7 +22,7 @@ from verl_pdbg_conf.compare.ignores import DEFAULT_IGNORES
 from verl_pdbg_conf.compare.nodes import DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS
 from verl_pdbg_conf.compare.pipeline.coverage import DEFAULT_MIN_COVERAGE
 from verl_pdbg_conf.compare.report.document import as_dict  # noqa: F401
-from verl_pdbg_conf.compare.inputs import check_inputs
+from verl_pdbg_conf.compare.inputs import check_kinds
 from verl_pdbg_conf.install_hints import MSPROBE
 from verl_pdbg_conf.compare.output_paths import check_outputs
 from verl_pdbg_conf.compare.pairs import (W, Comparison, Pair, RankDump, collect, finding, layout_of, pair_up, rank_number,
@@ -124,7 +124,7 @@ def _check_args(metric: str, ignores, default_ignores: bool, out_dir: str | None
     if msprobe_csv not in (None, "diverged", "all"):
         raise UsageError(f"--msprobe-csv {msprobe_csv!r}: diverged or all")
     patterns = ignore_patterns(ignores, default_ignores)
-    check_inputs(inputs)
+    check_kinds(inputs)
     check_outputs({"-o": out_dir}, {}, inputs)
     require_msprobe(msprobe_csv)
     return patterns
