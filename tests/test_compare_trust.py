@@ -81,7 +81,8 @@ def test_nan_in_a_weight_is_the_first_divergence(tmp_path, block, capsys, monkey
     assert code == ExitCode.DIVERGED and out.count(f"first NaN: Functional.linear.{block}.forward.input.1") == 2
     assert "golden is finite there" in out
     # the golden run NaN too, at the same place: not a divergence, and said so
-    code, out = text_of([str(run / "nan"), str(run / "nan")], capsys)
+    shutil.copytree(run / "nan", run / "nan_again")  # the same run twice (one folder twice is refused)
+    code, out = text_of([str(run / "nan"), str(run / "nan_again")], capsys)
     assert code == ExitCode.SAME and "both NaN" in out and "golden run is non-finite there too" in out
     # a fault in one pair (fault injection: runs.compare_pair is looked up per call) stays in that pair: the
     # other keeps its first NaN, and the exit code is the error code, never the "diverged" one
