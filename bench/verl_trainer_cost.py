@@ -145,10 +145,16 @@ def fit(results: dict[str, dict]) -> dict:
         a, b = line([p[0] for p in pts], [p[1] for p in pts])
         levels.setdefault(level, {})[kind] = {"mb_per_call": round(a, 5), "mb_per_layer_call": round(b, 5),
                                               "points": len(pts)}
-    for level in levels:  # extra seconds = a session's cost per stage + seconds per MB written
-        rows = [p[2] for (lv, _), pts in points.items() if lv == level for p in pts]
-        a, b = line([r["mb"] for r in rows], [r["profiled_s"] - r["unprofiled_s"] for r in rows])
-        levels[level]["seconds_per_stage"], levels[level]["seconds_per_mb"] = round(max(a, 0.0), 3), round(b, 3)
+    for level in levels:  # extra seconds = a session's cost per kind of stage + seconds per MB written
+        by_kind = {k: [p[2] for p in pts] for (lv, k), pts in points.items() if lv == level}
+        xs = {k: [r["mb"] for r in rows] for k, rows in by_kind.items()}
+        ys = {k: [r["profiled_s"] - r["unprofiled_s"] for r in rows] for k, rows in by_kind.items()}
+        num = sum((x - statistics.mean(xs[k])) * (y - statistics.mean(ys[k])) for k in xs for x, y in zip(xs[k], ys[k]))
+        den = sum((x - statistics.mean(xs[k])) ** 2 for k in xs for x in xs[k])
+        b = max(num / den, 0.0) if den else 0.0  # a negative slope is the noise of a loaded machine
+        levels[level]["seconds_per_stage"] = {k: round(max(statistics.mean(ys[k]) - b * statistics.mean(xs[k]), 0.0),
+                                                       3) for k in xs}
+        levels[level]["seconds_per_mb"] = round(b, 3)
 
     def stats_mb(level, kind, calls, layers):
         f = levels[level]["forward" if kind == "engine" else kind]
@@ -161,7 +167,8 @@ def fit(results: dict[str, dict]) -> dict:
             base = stats_mb(est["level"], kind, s["calls_per_step_per_rank"], est["layers"])
             data = max(row["mb"] - base, 0.0)
             unit = est["layers"] * s["tokens_per_step_per_rank"] * est["hidden_size"] * TENSOR_BYTES / 1e6
-            secs = row["profiled_s"] - row["unprofiled_s"] - lv["seconds_per_stage"] - base * lv["seconds_per_mb"]
+            session = lv["seconds_per_stage"]["forward" if kind == "engine" else kind]
+            secs = row["profiled_s"] - row["unprofiled_s"] - session - base * lv["seconds_per_mb"]
             per.setdefault(est["level"], []).append((kind, data / unit, data, secs))
     for level, found in per.items():
         levels[level]["tensor"] = {k: round(statistics.mean(t for kk, t, _, _ in found if kk == k), 4)

@@ -189,12 +189,14 @@ def _levels(level: str) -> list[str] | None:
     return None
 
 
-def _extra_s(level: str, mb: tuple[float, float], tensor_mb: float = 0.0) -> tuple[float, float]:
-    """A stage's extra seconds: its msprobe session (fitted on CPU), the statistics it writes at the rate fitted
-    on CPU up to the guide's Ascend rate, and tensor data at the rate fitted on CPU."""
+def _extra_s(level: str, stage: str, mb: tuple[float, float], tensor_mb: float = 0.0) -> tuple[float, float]:
+    """A stage's extra seconds: its msprobe session (fitted on CPU per kind), the statistics it writes at the rate
+    fitted on CPU up to the guide's Ascend rate, and tensor data at the rate fitted on CPU."""
     fit = COST_BASIS["levels"][level]
     cpu, (g_lo, g_hi) = fit["seconds_per_mb"], guide_seconds_per_mb(level)
-    fixed = fit["seconds_per_stage"] + tensor_mb * fit.get("seconds_per_tensor_mb", 0.0)
+    kind = KIND.get(stage, "forward")
+    fixed = fit["seconds_per_stage"]["forward" if kind == "engine" else kind] \
+        + tensor_mb * fit.get("seconds_per_tensor_mb", 0.0)
     return fixed + mb[0] * min(cpu, g_lo), fixed + mb[1] * max(cpu, g_hi)
 
 
@@ -241,7 +243,7 @@ def estimate(level: str, task: str, stages: list[str], steps: int, ranks: int | 
                     if data is None:
                         no_tensors.append(s)
                 lo, hi = lo + (mb + (data or 0.0)) / spread, hi + (mb + (data or 0.0)) * spread
-                e = _extra_s(lv, (mb, mb), data or 0.0)
+                e = _extra_s(lv, s, (mb, mb), data or 0.0)
                 s_lo, s_hi = s_lo + e[0], s_hi + e[1]
             basis = f"fitted: {n} call(s) x {params.layers} layers" + (
                 f", tensors of {tokens} tokens x hidden {params.hidden}" if task == "tensor" and s not in no_tensors
@@ -251,7 +253,7 @@ def estimate(level: str, task: str, stages: list[str], steps: int, ranks: int | 
             for lv in levels:
                 (a, b), how = _stage_mb(lv, s)
                 lo, hi = lo + a, hi + b
-                e = _extra_s(lv, (a, b))
+                e = _extra_s(lv, s, (a, b))
                 s_lo, s_hi = s_lo + e[0], s_hi + e[1]
                 if how != "measured":
                     basis = how
