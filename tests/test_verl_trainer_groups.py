@@ -77,3 +77,18 @@ def test_non_strict_warns_and_trains_on_keeping_the_other_stages(tmp_path_factor
         assert not any(written.values())
     # once per stage and process, not once per call
     assert all(n <= 4 for n in got["warnings"].values()), got["warnings"]
+
+
+def test_a_moe_rollout_gives_its_routing_from_the_real_run(tmp_path_factory):
+    """A tiny Qwen3-MoE through verl's vLLM server: the rollout compare recomputes both sides' routing per layer
+    and token (docs/verl-trainer-on-cpu.md says what it found: vLLM 0.32 loads other expert weights)."""
+    from test_verl_trainer import rollout_compare
+
+    got = ran(tmp_path_factory, "moe", ["--group", "precision_debugger_rollout", "--model", "qwen3moe"])
+    assert got["returncode"] == 0, got["error"]
+    _, doc = rollout_compare(got["save_path"])
+    routings = [p["routing"] for p in doc["pairs"]]
+    assert len(routings) == 2 and all(r and r["recomputed"] for r in routings), routings
+    for r in routings:
+        assert r["tokens"] > 0 and [row["layer"] for row in r["layers"]] == ["model.layers.0.mlp", "model.layers.1.mlp"]
+        assert all(row["tokens"] == r["tokens"] for row in r["layers"])
