@@ -37,12 +37,16 @@ class Reason(str, enum.Enum):
     DUMP_EMPTY = "dump-empty"
     DUMP_CORRUPT = "dump-corrupt"
     MISMATCH = "compare-mismatch"
+    DATA = "compare-data"  # the runs fed the stage other data (pipeline/feeding.py): a mismatch
     METRIC = "compare-metric"
     COVERAGE = "compare-coverage"
     FAILED = "compare-failed"  # the compare itself: an unexpected exception, a worker or node lost
 
     def __str__(self) -> str:
         return self.value
+
+
+NOT_COMPARABLE = (Reason.MISMATCH, Reason.DATA)  # reasons whose pair is a mismatch, not an error
 
 
 class UsageError(ValueError):

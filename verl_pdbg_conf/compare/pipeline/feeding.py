@@ -1,0 +1,30 @@
+"""Runs fed other data: where a pair's first divergence is an integer input (token ids, positions, a mask, an
+index) before anything computed in the stage differed, the two runs handed the stage other rows, and every
+tensor after it differs for that reason. That is not a numeric divergence, and naming a node would send the
+user after the wrong bug: the pair is a mismatch (rule compare-data, exit 3) with a line saying why.
+
+Seen in verl 0.9.1's own trainer (docs/compare-trainer-runs.md): its v1 trainer orders the batch by rollout
+completion, so two runs of the same weights feed the actor's stages the same rows in another order; sampled
+(not greedy) rollouts give other responses altogether."""
+
+from __future__ import annotations
+
+from verl_pdbg_conf.compare import metrics as M
+
+RULE = "compare-data"
+HINT = ("feed both runs the same rows in the same order: greedy rollouts (actor_rollout_ref.rollout.top_k=1, or "
+        "the same responses), verl's legacy trainer (trainer.use_v1=False: the v1 trainer orders the batch by "
+        "rollout completion) and data.shuffle=False; then compare again")
+
+
+def fed_otherwise(row, grow, reason: str) -> str:
+    """Why a first divergence at (row, grow), diverged for `reason` (judge.Rule's value), says the runs were
+    fed other data; "" where it does not (a float, an output, a shape: the token layout check's).
+    An integer computed in the stage from floats that differed would follow a float's divergence, not lead."""
+    if grow is None or row.state != "input" or row.direction == "backward" or not M.exact_dtype(row.dtype):
+        return ""
+    if str(reason) != "exact" or row.shape != grow.shape:
+        return ""
+    return (f"the runs were fed other data: {row.name} ({row.dtype} {row.shape}) is an input that differs before "
+            "anything computed in this stage did, so every tensor after it differs for that reason, not a "
+            "numeric divergence")
