@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """verl 0.9.1's own trainer on CPU with a config group, as a user launches it, and what it wrote.
 
-    python bench/verl_trainer_run.py --out DIR --group NAME [--model qwen2|qwen3moe] [--steps N] [--nproc N] [--micro-batch N]
-        [--rollout-dtype float32|bfloat16] [--plant-rollout-layer K [--plant-from-step S]] [--remove-padding]
+    python bench/verl_trainer_run.py --out DIR --group NAME [--model qwen2|qwen3moe] [--steps N] [--nproc N]
+        [--micro-batch N] [--rollout-dtype float32|bfloat16] [--plant-rollout-layer K [--plant-from-step S]] [--remove-padding]
         [--strict|--non-strict] [--broken-config] [--no-msprobe] [--unresolved-stage STAGE] [--algo grpo|ppo] [--profile-steps 2,3]
         [-- EXTRA_OVERRIDES]
 
@@ -74,8 +74,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=2, help="trainer.total_training_steps (default 2)")
     ap.add_argument("--nproc", type=int, default=1, help="trainer.n_gpus_per_node: ranks of the actor (default 1)")
     ap.add_argument("--micro-batch", type=int, default=2, metavar="N",
-                    help="rows per call of the actor's, ref's and critic's forward and update, per rank (default 2): "
-                    "a rank's whole share in one call makes two runs' calls hold the same rows (compare-trainer-runs.md)")
+                    help="rows per call of the actor's, ref's and critic's forward and update, per rank (default 2); a "
+                    "rank's whole share in one call makes two runs' calls hold the same rows (compare-trainer-runs.md)")
     ap.add_argument("--rollout-dtype", choices=("float32", "bfloat16"), default="float32")
     ap.add_argument("--plant-rollout-layer", type=int, metavar="K")
     ap.add_argument("--plant-from-step", type=int, default=1, metavar="S")

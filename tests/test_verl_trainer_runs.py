@@ -1,0 +1,67 @@
+"""Two real verl 0.9.1 trainer runs compared against each other (bench/verl_trainer_run.py twice, then
+verl-pdbg-compare): world size 2 against 1 and use_remove_padding on against off, on the same weights, are
+`same`; one planted layer in one run (the actor's layer 1 mlp.down_proj scaled by 1.01 after step 1's rollout)
+is named at that layer; verl's v1 trainer, which orders the batch by rollout completion, is not called a
+numeric divergence. docs/compare-trainer-runs.md holds the commands and the figures.
+
+Each run takes 2 to 4 minutes and about 8 GB: with VERL_PDBG_TRAINER_MATRIX=1 only."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+import release_venvs
+from compare_cli import run
+
+HERE = Path(__file__).resolve().parent
+BENCH = HERE.parent / "bench" / "verl_trainer_run.py"
+pytestmark = [pytest.mark.slow, pytest.mark.venvs("vllm"),
+              pytest.mark.skipif(os.environ.get("VERL_PDBG_TRAINER_MATRIX") != "1",
+                                 reason="real trainer run pairs: VERL_PDBG_TRAINER_MATRIX=1")]
+# one profiled step, greedy rollouts (the same responses in both runs), a rank's whole share in one call
+COMMON = ["--group", "precision_debugger_l1", "--steps", "1", "--profile-steps", "1", "--greedy",
+          "--micro-batch", "4"]
+LEGACY = ["--", "trainer.use_v1=False"]  # verl's legacy trainer keeps the batch in the dataset's order
+RUNS = {
+    "ws1": COMMON + LEGACY,
+    "ws2": COMMON + ["--nproc", "2"] + LEGACY,
+    "rmpad": COMMON + ["--remove-padding"] + LEGACY,
+    "ws2plant": COMMON + ["--nproc", "2", "--plant-actor-layer", "1"] + LEGACY,
+    "rmpadplant": COMMON + ["--remove-padding", "--plant-actor-layer", "1"] + LEGACY,
+    "ws1v1": COMMON,
+    "ws2v1": COMMON + ["--nproc", "2"],
+}
+PLANTED = "model.layers.1.mlp.down_proj"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("trainer_runs")
+    made = {}
+
+    def get(name: str) -> str:
+        if name not in made:
+            proc = release_venvs.run_niced([sys.executable, str(BENCH), "--out", str(root / name), *RUNS[name]], 2400)
+            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+            if not lines:
+                pytest.fail(f"verl_trainer_run.py printed no result (exit {proc.returncode}):\n{proc.stdout[-4000:]}")
+            result = json.loads(lines[-1])
+            if result["returncode"] != 0:
+                pytest.fail(f"main_ppo exited {result['returncode']}: {result['error']} (log {result['log']})")
+            made[name] = result["save_path"]
+        return made[name]
+    return get
+
+
+def compare(target: str, golden: str) -> tuple[int, dict]:
+    code, out = run([target, golden, "--format", "json"])
+    return code, json.loads(out)
+
+
+def by_stage(doc: dict) -> dict:
+    return {p["stage"]: p for p in doc["pairs"]}
