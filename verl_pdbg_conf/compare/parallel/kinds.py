@@ -115,7 +115,7 @@ class DataParallel(Kind):
         first = [probe.first_input(h) for h in heads]
         calls_only = all(f is None for f in first)  # API calls only (L1): no module, no parameter recorded
         if calls_only:
-            first = [probe.first_call_input(h) for h in heads]
+            first = [probe.calls_input(h) for h in heads]
         if None in first or len(set(first)) != len(first):
             return 1, "some ranks start on the same input"
         alike = probe.parameters_alike(heads)
@@ -123,7 +123,7 @@ class DataParallel(Kind):
             return 1, "the ranks' parameters differ"
         ranks = '+'.join(map(str, range(len(paths))))
         if calls_only:
-            return len(paths), f"ranks {ranks} make the same API calls, each on its own share of the batch"
+            return len(paths), f"ranks {ranks} make the same API calls, each on inputs of its own"
         return len(paths), (f"ranks {ranks} run the same calls on the same parameters, each on its own share of "
                             "the batch")
 

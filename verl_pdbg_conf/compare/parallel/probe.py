@@ -49,13 +49,12 @@ def first_input(head: tuple):
     return None
 
 
-def first_call_input(head: tuple):
-    """The inputs of the first call with a tensor input, for dumps of API calls only (L1: no module record)."""
-    for _name, rows in head:
-        ins = [(r.shape, r.stats, r.dtype) for r in rows if r.state == "input" and isinstance(r.shape, list)]
-        if ins:
-            return repr(ins)
-    return None
+def calls_input(head: tuple):
+    """The inputs of every call in the head, for dumps of API calls only (L1: no module record), where the first
+    call's may read alike on ranks with their own rows (msprobe keeps only max/min of a mask)."""
+    ins = [(r.shape, r.stats, r.dtype) for _name, rows in head for r in rows
+           if r.state == "input" and isinstance(r.shape, list)]
+    return repr(ins) if ins else None
 
 
 def same_calls(heads: list) -> int:
