@@ -131,7 +131,7 @@ def test_changed_token_id_is_runs_fed_other_data(tmp_path, block, capsys):
     make(tmp_path, [("l1", "statistics", "L1", "--variants", "golden,token", "--stages",
                      "actor_compute_log_prob,actor_update", "--minibatches", "2"),
                     ("l0", "tensor", "L0", "--variants", "golden,token", "--stages", "actor_compute_log_prob")])
-    # other token ids fed to a stage are not a numeric divergence: a mismatch naming the ids (pipeline/feeding.py)
+    # other token ids handed to a stage are not a numeric divergence: a mismatch naming the ids (pipeline/feeding.py)
     # L1: msprobe keeps only max/min of an int tensor (its norm reads 0): the ids are found because the
     # embedding's output differs while its weight is equal; L0 tensor: the ids element by element
     for run, ids in (("l1", "Functional.embedding.0.forward.input.0"),
@@ -140,10 +140,10 @@ def test_changed_token_id_is_runs_fed_other_data(tmp_path, block, capsys):
         for p in cmp.pairs:
             assert (p.status, p.reason) == ("mismatch", "compare-data"), p.label
             (f,) = p.findings
-            assert f.rule == "compare-data" and "fed other data" in f.message and ids in f.message
+            assert f.rule == "compare-data" and "other rows" in f.message and ids in f.message
             assert "trainer.use_v1=False" in f.hint
         code, out = text_of([str(tmp_path / run / "token"), str(tmp_path / run / "golden")], capsys)
-        assert code == ExitCode.INCOMPLETE and "fed other data" in out and "diverged" not in out, out
+        assert code == ExitCode.INCOMPLETE and "other rows" in out and "diverged" not in out, out
     # the same dumps, fed alike: same (the rule fires on the fed data, not on every integer input)
     assert compare_runs(str(tmp_path / "l1" / "golden"), str(tmp_path / "l1" / "golden")).pairs[0].status == "same"
     # --ignore leaves the ids and the embedding out: the first float that differs is named, a divergence

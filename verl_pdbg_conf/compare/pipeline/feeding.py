@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from verl_pdbg_conf.compare import metrics as M
 
-RULE = "compare-data"
-HINT = ("feed both runs the same rows in the same order: greedy rollouts (actor_rollout_ref.rollout.top_k=1, or "
-        "the same responses), verl's legacy trainer (trainer.use_v1=False: the v1 trainer orders the batch by "
-        "rollout completion) and data.shuffle=False; then compare again")
+HINT = ("feed both runs the same rows in the same calls: greedy rollouts (actor_rollout_ref.rollout.top_k=1), verl's "
+        "legacy trainer (trainer.use_v1=False: the v1 trainer orders the batch by rollout completion), "
+        "data.shuffle=False, and as many rows per call (the micro-batch size times the data-parallel size); then "
+        "compare again")
 
 
 def fed_otherwise(row, grow, reason: str) -> str:
@@ -25,6 +25,6 @@ def fed_otherwise(row, grow, reason: str) -> str:
         return ""
     if str(reason) != "exact" or row.shape != grow.shape:
         return ""
-    return (f"the runs were fed other data: {row.name} ({row.dtype} {row.shape}) is an input that differs before "
-            "anything computed in this stage did, so every tensor after it differs for that reason, not a "
-            "numeric divergence")
+    return (f"the runs handed this stage other rows: {row.name} ({row.dtype} {row.shape}), an input, differs "
+            "before anything computed here did (other data, or the same rows in another order or split otherwise "
+            "between calls or ranks), so every tensor after it differs for that reason: not a numeric divergence")
