@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from verl_pdbg_conf.compare.dumpread import DumpError, DumpReader
 from verl_pdbg_conf.compare.nodes import DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS, Analysis
 from verl_pdbg_conf.compare.parallel.replica import Replica
-from verl_pdbg_conf.compare.pipeline import feeding
 from verl_pdbg_conf.compare.pipeline.coverage import DEFAULT_MIN_COVERAGE
 from verl_pdbg_conf.compare.pipeline.run import run_pipeline
 from verl_pdbg_conf.compare.verdict import FAULT_HINT, Reason, failure
@@ -122,8 +121,6 @@ def _compare(job: PairJob, task: str, level: str, streams: tuple) -> PairOutcome
         return PairOutcome(error=an.tokens, rule=Reason.MISMATCH, path=job.target,
                            hint="collect both with the same token layout (verl: use_remove_padding and the "
                            "log-prob micro-batch size alike), or compare the same tokens")
-    if an.fed:
-        return PairOutcome(error=an.fed, rule=Reason.DATA, path=job.target, hint=feeding.HINT)
     out = PairOutcome(an)
     out.notes.extend(notes)
     return out

@@ -19,8 +19,9 @@ from verl_pdbg_conf.compare.nodes import METRICS
 from verl_pdbg_conf.compare.report.document import write_summaries
 from verl_pdbg_conf.compare.output_paths import refuse_inside
 from verl_pdbg_conf.compare.pairs import E, W, Comparison, Pair, finding, pair_dir
+from verl_pdbg_conf.compare.pipeline import feeding
 from verl_pdbg_conf.compare.pipeline.coverage import coverage_text
-from verl_pdbg_conf.compare.verdict import NOT_COMPARABLE, Reason, Status, UsageError, failure
+from verl_pdbg_conf.compare.verdict import Reason, Status, UsageError, failure
 
 # Each worker holds torch and msprobe (a few hundred MB) and msprobe's tensor compare starts its own pool.
 MAX_DEFAULT_JOBS = 4
@@ -231,13 +232,15 @@ def _verdict(p: Pair, out: PairOutcome) -> None:
         p.findings.append(finding(n.rule, n.severity, f"{p.label}: {n.message}", n.file or p.target.path, n.hint))
     if out.analysis is None:
         p.reason = Reason(out.rule)
-        p.status = Status.MISMATCH if p.reason in NOT_COMPARABLE else Status.ERROR
+        p.status = Status.MISMATCH if p.reason == Reason.MISMATCH else Status.ERROR
         sev = W if p.status == Status.MISMATCH else E
         side = p.golden if out.path == p.golden.path else p.target
         what = f"{side.file_label} {out.error}" if out.rule.startswith("dump-") else f"{p.label}: {out.error}"
         p.findings.append(finding(p.reason.value, sev, what, out.path or p.target.path, out.hint))
         return
     p.analysis = out.analysis
+    if feeding.handed_other_rows(p):
+        return
     cov = p.analysis.coverage
     p.status = Status.DIVERGED if p.analysis.first else Status.SAME if cov is None or cov["full"] else Status.PARTIAL
     if p.status == Status.PARTIAL:

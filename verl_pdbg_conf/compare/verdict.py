@@ -46,9 +46,6 @@ class Reason(str, enum.Enum):
         return self.value
 
 
-NOT_COMPARABLE = (Reason.MISMATCH, Reason.DATA)  # reasons whose pair is a mismatch, not an error
-
-
 class UsageError(ValueError):
     """Arguments or paths refused before any dump is read (exit code 2, USAGE)."""
 

@@ -28,3 +28,18 @@ def fed_otherwise(row, grow, reason: str) -> str:
     return (f"the runs handed this stage other rows: {row.name} ({row.dtype} {row.shape}), an input, differs "
             "before anything computed here did (other data, or the same rows in another order or split otherwise "
             "between calls or ranks), so every tensor after it differs for that reason: not a numeric divergence")
+
+
+def handed_other_rows(pair) -> bool:
+    """A compared pair whose analysis says the runs handed the stage other rows: made a mismatch (compare-data)
+    naming the input, its counts (records ignored, coverage) kept and no node named; True where it was."""
+    an = pair.analysis
+    if not an.fed:
+        return False
+    from verl_pdbg_conf.compare.pairs import W, finding
+    from verl_pdbg_conf.compare.verdict import Reason, Status
+
+    an.first = None
+    pair.status, pair.reason = Status.MISMATCH, Reason.DATA
+    pair.findings.append(finding(Reason.DATA.value, W, f"{pair.label}: {an.fed}", pair.target.path, HINT))
+    return True
