@@ -65,3 +65,43 @@ def compare(target: str, golden: str) -> tuple[int, dict]:
 
 def by_stage(doc: dict) -> dict:
     return {p["stage"]: p for p in doc["pairs"]}
+
+
+def first_at_planted_layer(pair: dict) -> None:
+    """The planted weight named: layer 1's down_proj call (Qwen2MLP.forward), its weight input."""
+    f = pair["first_divergence"]
+    assert pair["status"] == "diverged" and f["layer"] == 1, pair
+    assert f["name"].startswith("Functional.linear.") and f["name"].endswith(".forward.input.1"), f
+    assert "modeling_qwen2.py" in f["where"], f
+
+
+def test_world_size_2_against_1_is_no_divergence(runs):
+    code, doc = compare(runs("ws2"), runs("ws1"))
+    # verl's two FSDP ranks put together as one data-parallel model, not read as tensor-parallel
+    said = " ".join(d["message"] for d in doc["diagnostics"])
+    assert "data-parallel size 2" in said and "tensor-parallel" not in said, said
+    # the same rows in other calls (balance_batch, per-call padding): said, never a false divergence
+    assert code == 3 and all((p["status"], p["reason"]) == ("mismatch", "compare-data") for p in doc["pairs"])
+
+
+def test_remove_padding_against_padded_is_no_divergence(runs):
+    code, doc = compare(runs("rmpad"), runs("ws1"))
+    assert code == 3 and {p["status"] for p in doc["pairs"]} <= {"partial", "mismatch"}, doc["pairs"]
+
+
+def test_a_run_against_itself_is_same(runs):
+    for name in ("ws2", "rmpad"):
+        code, doc = compare(runs(name), runs(name))
+        assert code == 0 and {p["status"] for p in doc["pairs"]} == {"same"}
+
+
+def test_a_planted_layer_is_named_at_that_layer(runs):
+    for planted, golden in (("ws2plant", "ws2"), ("rmpadplant", "rmpad")):
+        code, doc = compare(runs(planted), runs(golden))
+        assert code == 1 and {p["stage"] for p in doc["pairs"]} == {"actor_compute_log_prob", "actor_update"}
+        for p in doc["pairs"]:
+            first_at_planted_layer(p)
+    # across world sizes: the log-prob forward names it too
+    code, doc = compare(runs("ws2plant"), runs("ws1"))
+    assert code == 1
+    first_at_planted_layer(by_stage(doc)["actor_compute_log_prob"])
