@@ -1,8 +1,8 @@
 """Two real verl 0.9.1 trainer runs compared against each other (bench/verl_trainer_run.py twice, then
 verl-pdbg-compare): world size 2 against 1 and use_remove_padding on against off, on the same weights, are
-`same`; one planted layer in one run (the actor's layer 1 mlp.down_proj scaled by 1.01 after step 1's rollout)
-is named at that layer; verl's v1 trainer, which orders the batch by rollout completion, is not called a
-numeric divergence. docs/compare-trainer-runs.md holds the commands and the figures.
+never a divergence (the same rows in other calls: compare-data, partial), a run against itself `same`; one
+planted layer in one run (the actor's layer 1 mlp.down_proj scaled by 1.01 after step 1's rollout) is named at
+that layer. docs/compare-trainer-runs.md holds the commands and the figures.
 
 Each run takes 2 to 4 minutes and about 8 GB: with VERL_PDBG_TRAINER_MATRIX=1 only."""
 
@@ -33,8 +33,6 @@ RUNS = {
     "rmpad": COMMON + ["--remove-padding"] + LEGACY,
     "ws2plant": COMMON + ["--nproc", "2", "--plant-actor-layer", "1"] + LEGACY,
     "rmpadplant": COMMON + ["--remove-padding", "--plant-actor-layer", "1"] + LEGACY,
-    "ws1v1": COMMON,
-    "ws2v1": COMMON + ["--nproc", "2"],
 }
 PLANTED = "model.layers.1.mlp.down_proj"
 
