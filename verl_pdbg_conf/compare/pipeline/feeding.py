@@ -23,11 +23,20 @@ def fed_otherwise(row, grow, reason: str) -> str:
     An integer computed in the stage from floats that differed would follow a float's divergence, not lead."""
     if grow is None or row.state != "input" or row.direction == "backward" or not M.exact_dtype(row.dtype):
         return ""
-    if str(reason) != "exact" or row.shape != grow.shape:
+    if str(reason) != "exact" or row.shape != grow.shape or _overwritten(row):
         return ""
     return (f"the runs handed this stage other rows: {row.name} ({row.dtype} {row.shape}), an input, differs "
             "before anything computed here did (other data, or the same rows in another order or split otherwise "
             "between calls or ranks), so every tensor after it differs for that reason: not a numeric divergence")
+
+
+def _overwritten(row) -> bool:
+    """The first input of an in-place op (Tensor.__setitem__, add_, __iadd__): a buffer it writes into, which
+    may hold whatever the memory held (a fresh torch.empty), not rows the stage was handed."""
+    parts = row.record.split(".")
+    op = parts[1] if len(parts) > 2 else ""
+    first = row.name.endswith(".input.0")
+    return first and (op == "__setitem__" or op.startswith("__i") or (op.endswith("_") and not op.endswith("__")))
 
 
 def handed_other_rows(pair) -> bool:
