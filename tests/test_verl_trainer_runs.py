@@ -33,6 +33,7 @@ RUNS = {
     "rmpad": COMMON + ["--remove-padding"] + LEGACY,
     "ws2plant": COMMON + ["--nproc", "2", "--plant-actor-layer", "1"] + LEGACY,
     "rmpadplant": COMMON + ["--remove-padding", "--plant-actor-layer", "1"] + LEGACY,
+    "ws1v1": COMMON,  # verl's default v1 trainer: the batch in rollout completion order
 }
 PLANTED = "model.layers.1.mlp.down_proj"
 
@@ -103,3 +104,11 @@ def test_a_planted_layer_is_named_at_that_layer(runs):
     code, doc = compare(runs("ws2plant"), runs("ws1"))
     assert code == 1
     first_at_planted_layer(by_stage(doc)["actor_compute_log_prob"])
+
+
+def test_the_v1_trainer_against_the_legacy_one_is_other_rows(runs):
+    code, doc = compare(runs("ws1v1"), runs("ws1"))
+    assert code == 3 and all((p["status"], p["reason"]) == ("mismatch", "compare-data") for p in doc["pairs"])
+    for p in doc["pairs"]:
+        (f,) = [f for f in p["findings"] if f["rule"] == "compare-data"]
+        assert "other rows" in f["message"] and "trainer.use_v1=False" in f["hint"]
