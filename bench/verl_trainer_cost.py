@@ -107,7 +107,6 @@ def against_estimate(rows: list[dict], estimate: dict | None) -> list[dict]:
     return rows
 
 
-LEVEL_OF = {"precision_debugger_l1": "L1", "precision_debugger_l0": "L0"}
 BASIS_FILE = ROOT / "verl_pdbg_conf" / "run" / "cost_basis.json"
 
 
@@ -119,36 +118,64 @@ def line(xs: list[float], ys: list[float]) -> tuple[float, float]:
     return my - b * mx, b
 
 
-def fit(results: dict[str, tuple[dict, int]]) -> dict:
-    """Per level and kind, MB per call = a + b x layers by least squares over the --fit runs; per level, a
-    stage's extra seconds = a + b x MB written; and the spread: the largest measured/fitted MB ratio either way."""
+def fit(results: dict[str, dict]) -> dict:
+    """From the statistics runs: per level and kind, MB per call = a + b x layers (least squares), and a stage's
+    extra seconds = a + b x MB. From the tensor runs: per level and kind, the tensor data's hidden-sized fp32
+    tensors per layer and token, and its seconds per MB. The spread: the largest measured/fitted MB ratio."""
     sys.path.insert(0, str(ROOT))
-    from verl_pdbg_conf.run.estimate import KIND
+    from verl_pdbg_conf.run.estimate import KIND, TENSOR_BYTES
 
-    points: dict = {}
-    for name, (result, layers) in results.items():
-        level = LEVEL_OF[name.split("-L")[0]]
-        est = {s["stage"]: s for s in result["plan"]["estimate"]["stages"]}
+    def rows_of(result):
+        est = result["plan"]["estimate"]
+        by = {s["stage"]: s for s in est["stages"]}
         for row in measured(result, int(result["plan"]["steps"][0])):
-            calls = (est.get(row["stage"]) or {}).get("calls_per_step_per_rank")
-            if calls:
-                kind = KIND.get(row["stage"], "forward")
-                points.setdefault((level, kind), []).append((layers, row["mb"] / calls, calls, row))
+            s = by.get(row["stage"])
+            if s and s.get("calls_per_step_per_rank"):
+                yield est, s, row, KIND.get(row["stage"], "forward")
+
+    stats = {name: r for name, r in results.items() if r["plan"]["estimate"]["task"] == "statistics"}
+    tensor = {name: r for name, r in results.items() if r["plan"]["estimate"]["task"] == "tensor"}
+    points: dict = {}
+    for result in stats.values():
+        for est, s, row, kind in rows_of(result):
+            points.setdefault((est["level"], kind), []).append((est["layers"], row["mb"] / s["calls_per_step_per_rank"],
+                                                                row))
     levels: dict = {}
-    worst = 1.0
     for (level, kind), pts in sorted(points.items()):
         a, b = line([p[0] for p in pts], [p[1] for p in pts])
-        levels.setdefault(level, {})[kind] = {"mb_per_call": round(a, 4), "mb_per_layer_call": round(b, 4),
+        levels.setdefault(level, {})[kind] = {"mb_per_call": round(a, 5), "mb_per_layer_call": round(b, 5),
                                               "points": len(pts)}
-        for x, y, _, _ in pts:
-            got = a + b * x
-            worst = max(worst, y / got, got / y) if got > 0 and y > 0 else worst
     for level in levels:  # extra seconds = a session's cost per stage + seconds per MB written
-        rows = [p[3] for (lv, _), pts in points.items() if lv == level for p in pts]
+        rows = [p[2] for (lv, _), pts in points.items() if lv == level for p in pts]
         a, b = line([r["mb"] for r in rows], [r["profiled_s"] - r["unprofiled_s"] for r in rows])
         levels[level]["seconds_per_stage"], levels[level]["seconds_per_mb"] = round(max(a, 0.0), 3), round(b, 3)
-    return {"source": "bench/verl_trainer_cost.py --fit --write: verl 0.9.1's trainer on CPU, tiny Qwen2, "
-                      f"(layers, micro-batch) {list(FIT_SHAPES)}",
+
+    def stats_mb(level, kind, calls, layers):
+        f = levels[level]["forward" if kind == "engine" else kind]
+        return calls * (f["mb_per_call"] + f["mb_per_layer_call"] * layers)
+
+    per: dict = {}
+    for result in tensor.values():
+        for est, s, row, kind in rows_of(result):
+            lv = levels[est["level"]]
+            base = stats_mb(est["level"], kind, s["calls_per_step_per_rank"], est["layers"])
+            data = max(row["mb"] - base, 0.0)
+            unit = est["layers"] * s["tokens_per_step_per_rank"] * est["hidden_size"] * TENSOR_BYTES / 1e6
+            secs = row["profiled_s"] - row["unprofiled_s"] - lv["seconds_per_stage"] - base * lv["seconds_per_mb"]
+            per.setdefault(est["level"], []).append((kind, data / unit, data, secs))
+    for level, found in per.items():
+        levels[level]["tensor"] = {k: round(statistics.mean(t for kk, t, _, _ in found if kk == k), 4)
+                                   for k in sorted({f[0] for f in found})}
+        levels[level]["seconds_per_tensor_mb"] = round(max(sum(f[3] for f in found), 0.0) / sum(f[2] for f in found), 4)
+    worst = 1.0
+    for (level, kind), pts in points.items():
+        f = levels[level][kind]
+        for x, y, _ in pts:
+            got = f["mb_per_call"] + f["mb_per_layer_call"] * x
+            worst = max(worst, y / got, got / y) if got > 0 and y > 0 else worst
+    return {"source": "bench/verl_trainer_cost.py --fit --write: verl 0.9.1's trainer on CPU, tiny Qwen2 (fp32), "
+                      f"statistics runs at (layers, micro-batch) {list(FIT_SHAPES)}, tensor runs of the groups "
+                      f"{sorted(tensor)}",
             "source_rate": "the rate measured on CPU (bench/verl_trainer_cost.py --fit)",
             "spread": round(worst, 2), "levels": levels}
 
@@ -167,18 +194,20 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     fitted = {}
     report = {}
+    results = {}
     for group in args.groups.split(","):
-        result = run_group(args.out / group, group, args.steps, args.profiled)
+        result = results[group] = run_group(args.out / group, group, args.steps, args.profiled)
         report[group] = against_estimate(measured(result, args.profiled), result.get("plan", {}).get("estimate"))
     if args.fit:
         for group in FIT_GROUPS:
             for layers, micro in FIT_SHAPES:
                 name = group if (layers, micro) == FIT_SHAPES[0] else f"{group}-L{layers}-m{micro}"
                 result = run_group(args.out / name, group, args.steps, args.profiled, layers, micro_overrides(micro))
-                fitted[name] = (result, layers)
+                fitted[name] = result
                 report[name] = against_estimate(measured(result, args.profiled),
                                                 result.get("plan", {}).get("estimate"))
     if args.fit:
+        fitted.update({g: r for g, r in results.items() if g not in fitted})
         report["fit"] = fit(fitted)
         if args.write:
             BASIS_FILE.write_text(json.dumps(report["fit"], indent=1) + "\n")

@@ -79,12 +79,12 @@ def test_parse_ids():
     assert parse_ids([1, "3", "5-7", True, "x"]) == [1, 3, 5, 6, 7]
 
 
-def sized(actor: str = "") -> str:
+def sized(actor: str = "", data: str = "") -> str:
     """Appended to conf()'s actor_rollout_ref.actor block: the batch and micro-batch keys verl reads."""
     return ("    ppo_micro_batch_size_per_gpu: 2\n    ppo_epochs: 2\n" + actor
             + "  rollout:\n    n: 2\n    log_prob_micro_batch_size_per_gpu: 4\n"
             "  ref:\n    log_prob_micro_batch_size_per_gpu: 2\n"
-            "data:\n  train_batch_size: 8\ntrainer:\n  nnodes: 1\n  n_gpus_per_node: 2\n")
+            "data:\n  train_batch_size: 8\n" + data + "trainer:\n  nnodes: 1\n  n_gpus_per_node: 2\n")
 
 
 SIZED = sized()
@@ -290,4 +290,16 @@ def test_readme_cost_figures_are_the_tools_measured_ones(tmp_path):
 
 def test_tensor_note_points_at_figures_where_they_are(tmp_path):
     text = render_text(plan_of(conf(tmp_path, cfg=dict(L1, task="tensor"))))
-    assert "figures below" not in text and "disk figures of this estimate" in text
+    assert "figures below" not in text and "figures count only dump.json's statistics and are far too low" in text
+
+
+def test_tensor_task_adds_the_tensors_data_where_tokens_and_hidden_size_are_known(tmp_path):
+    stats = sized_plan(tmp_path, 24, SIZED).estimate
+    tensor = sized_plan(tmp_path, 24, sized(data="  max_prompt_length: 100\n  max_response_length: 28\n"),
+                        cfg=dict(L1, task="tensor")).estimate
+    # 8 rows a rank x 128 tokens, times the update's 2 epochs
+    assert {s.stage: s.basis.split("tensors of ")[-1] for s in tensor.stages} == {
+        "actor_compute_log_prob": "1024 tokens x hidden 3584", "ref_compute_log_prob": "1024 tokens x hidden 3584",
+        "actor_update": "2048 tokens x hidden 3584"}
+    assert all(t.mb_per_step[0] > 10 * s.mb_per_step[0] for t, s in zip(tensor.stages, stats.stages))
+    assert not any("far too low" in n for n in tensor.notes)

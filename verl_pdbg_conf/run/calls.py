@@ -34,10 +34,14 @@ MODEL_PARALLEL = {
 }
 
 
+ROLLOUT = "rollout_generate"
+
+
 @dataclass(frozen=True)
 class Calls:
     count: int | None  # None: not known before the run
     how: str  # the keys it came from, or why it is not known
+    tokens: int | None = None  # tokens the stage's forwards see in a step on one rank (padded): tensor dumps
 
 
 def _int(data: dict, path: tuple) -> int | None:
@@ -59,10 +63,31 @@ def rows_per_rank(data: dict, world_size: int | None) -> tuple[int | None, str]:
     return math.ceil(batch * n / dp), f"data.train_batch_size {batch} x rollout.n {n} / {dp} data-parallel rank(s)"
 
 
+def seq_len(data: dict) -> int | None:
+    prompt, response = _int(data, ("data", "max_prompt_length")), _int(data, ("data", "max_response_length"))
+    return prompt + response if prompt and response else None
+
+
+def rollout_calls(data: dict, world_size: int | None) -> Calls:
+    """vLLM's engine: one forward per engine step, the prefill then one per decoded token, on each replica's
+    share of the batch (an upper bound: a batch whose responses all end early takes fewer steps)."""
+    response, batch = _int(data, ("data", "max_response_length")), _int(data, ("data", "train_batch_size"))
+    if response is None or batch is None:
+        return Calls(None, "data.max_response_length or data.train_batch_size is not known")
+    tp = _int(data, (A, "rollout", "tensor_model_parallel_size")) or 1
+    replicas = max(1, (world_size or 1) // tp)
+    rows = math.ceil(batch * (_int(data, (A, "rollout", "n")) or 1) / replicas)
+    seq = seq_len(data)
+    return Calls(1 + response, f"the prefill and up to data.max_response_length {response} decode steps",
+                 rows * seq if seq else None)
+
+
 def stage_calls(data: dict, stage: str, world_size: int | None) -> Calls:
+    if stage == ROLLOUT:
+        return rollout_calls(data, world_size)
     keys = MICRO.get(stage)
     if keys is None:
-        return Calls(None, f"{stage}: calls are not counted (one msprobe step per engine step)")
+        return Calls(None, f"{stage}: calls are not counted")
     rows, how = rows_per_rank(data, world_size)
     micro_at, dynamic_at, epochs_at = keys
     if get(data, dynamic_at) is True:
@@ -72,5 +97,6 @@ def stage_calls(data: dict, stage: str, world_size: int | None) -> Calls:
         return Calls(None, how if rows is None else f"{'.'.join(micro_at)} is not set")
     epochs = _int(data, epochs_at) if epochs_at else 1
     epochs = epochs or 1
-    count = math.ceil(rows / micro) * epochs
-    return Calls(count, f"{how}, micro-batch {micro}" + (f", {epochs} epoch(s)" if epochs_at else ""))
+    count, seq = math.ceil(rows / micro) * epochs, seq_len(data)
+    return Calls(count, f"{how}, micro-batch {micro}" + (f", {epochs} epoch(s)" if epochs_at else ""),
+                 rows * seq * epochs if seq else None)

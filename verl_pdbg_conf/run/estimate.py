@@ -43,8 +43,9 @@ MEASURED_STAGES = {
 
 
 BASIS_LAYERS = QWEN2_0_5B["num_hidden_layers"]
-# A stage's kind: a forward pass, or a forward and backward pass (what the fitted figures are per).
-KIND = {"actor_update": "forward_backward", "critic_update": "forward_backward"}
+# A stage's kind: a forward pass, a forward and backward pass, or vLLM's engine steps (what the fits are per).
+KIND = {"actor_update": "forward_backward", "critic_update": "forward_backward", "rollout_generate": "engine"}
+TENSOR_BYTES = 4  # the fit's runs are fp32; a bf16 run writes half
 
 
 def _load_basis() -> dict:
@@ -65,6 +66,7 @@ class Params:
     count: float | None  # None: unknown
     source: str  # how it was found
     layers: int | None = None  # decoder layers, from config.json
+    hidden: int | None = None  # hidden size, from config.json: a tensor dump's size
 
 
 @dataclass
@@ -74,6 +76,7 @@ class StageEstimate:
     basis: str  # "measured", "like <stage> (not measured)", or "fitted: ..."
     extra_s: tuple[float, float] = (0.0, 0.0)  # extra seconds on a profiled step: CPU rate, the guide's rate
     calls: int | None = None
+    tokens: int | None = None
 
 
 @dataclass
@@ -153,9 +156,13 @@ def params_from_path(path: str, source: str) -> Params | None:
     if n is None:
         return None
     text = cfg["text_config"] if isinstance(cfg.get("text_config"), dict) and "num_hidden_layers" not in cfg else cfg
-    layers = text.get("num_hidden_layers")
+    layers, hidden = (text.get(k) for k in ("num_hidden_layers", "hidden_size"))
+
+    def positive(v):
+        return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
     return Params(n, f"{source}: {cfg_file} (num_hidden_layers, hidden_size, intermediate_size, vocab_size)",
-                  layers if isinstance(layers, int) and not isinstance(layers, bool) and layers > 0 else None)
+                  positive(layers), positive(hidden))
 
 
 def params_from_name(name: str) -> Params | None:
@@ -182,17 +189,26 @@ def _levels(level: str) -> list[str] | None:
     return None
 
 
-def _extra_s(level: str, mb: tuple[float, float]) -> tuple[float, float]:
-    """A stage's extra seconds: its msprobe session (fitted on CPU) and the MB it writes, at the rate fitted on
-    CPU up to the guide's Ascend rate."""
+def _extra_s(level: str, mb: tuple[float, float], tensor_mb: float = 0.0) -> tuple[float, float]:
+    """A stage's extra seconds: its msprobe session (fitted on CPU), the statistics it writes at the rate fitted
+    on CPU up to the guide's Ascend rate, and tensor data at the rate fitted on CPU."""
     fit = COST_BASIS["levels"][level]
     cpu, (g_lo, g_hi) = fit["seconds_per_mb"], guide_seconds_per_mb(level)
-    return fit["seconds_per_stage"] + mb[0] * min(cpu, g_lo), fit["seconds_per_stage"] + mb[1] * max(cpu, g_hi)
+    fixed = fit["seconds_per_stage"] + tensor_mb * fit.get("seconds_per_tensor_mb", 0.0)
+    return fixed + mb[0] * min(cpu, g_lo), fixed + mb[1] * max(cpu, g_hi)
 
 
 def _fitted_mb(level: str, stage: str, calls: int, layers: int) -> float:
-    fit = COST_BASIS["levels"][level][KIND.get(stage, "forward")]
+    """dump.json's statistics: per call, a fixed part and a part per layer (the engine's steps as forwards)."""
+    kind = KIND.get(stage, "forward")
+    fit = COST_BASIS["levels"][level]["forward" if kind == "engine" else kind]
     return calls * (fit["mb_per_call"] + fit["mb_per_layer_call"] * layers)
+
+
+def _tensor_mb(level: str, stage: str, tokens: int, layers: int, hidden: int) -> float | None:
+    """Task tensor's data files: hidden-sized tensors per layer and token, fitted per level and kind."""
+    per = (COST_BASIS["levels"][level].get("tensor") or {}).get(KIND.get(stage, "forward"))
+    return per * layers * tokens * hidden * TENSOR_BYTES / 1e6 if per is not None else None
 
 
 def estimate(level: str, task: str, stages: list[str], steps: int, ranks: int | None,
@@ -207,24 +223,29 @@ def estimate(level: str, task: str, stages: list[str], steps: int, ranks: int | 
         est.notes.append(f"level {level}: the guide has no measured figures for it"
                          + (" (L2 dumps kernels on Ascend NPUs only)" if level == "L2" else ""))
         return est
-    if task == "tensor":
-        est.notes.append("task tensor also writes every tensor's data (dump_tensor_data/*.pt): the disk figures "
-                         "of this estimate count only dump.json-sized statistics and are far too low for it")
-    elif task not in ("statistics",):
+    if task not in ("statistics", "tensor"):
         est.notes.append(f"task {task}: the guide's figures are for statistics-style dumps; treat them as rough")
     spread = COST_BASIS["spread"]
-    unsized = []
+    unsized, no_tensors = [], []
     for s in stages:
-        n = getattr((calls or {}).get(s), "count", None)
+        c = (calls or {}).get(s)
+        n, tokens = getattr(c, "count", None), getattr(c, "tokens", None)
         lo = hi = 0.0
         s_lo = s_hi = 0.0
         if n and params.layers:
             for lv in levels:
-                mb = _fitted_mb(lv, s, n, params.layers)
-                lo, hi = lo + mb / spread, hi + mb * spread
-                e = _extra_s(lv, (mb, mb))
+                mb, data = _fitted_mb(lv, s, n, params.layers), None
+                if task == "tensor":
+                    data = _tensor_mb(lv, s, tokens, params.layers, params.hidden) if tokens and params.hidden \
+                        else None
+                    if data is None:
+                        no_tensors.append(s)
+                lo, hi = lo + (mb + (data or 0.0)) / spread, hi + (mb + (data or 0.0)) * spread
+                e = _extra_s(lv, (mb, mb), data or 0.0)
                 s_lo, s_hi = s_lo + e[0], s_hi + e[1]
-            basis = f"fitted: {n} call(s) x {params.layers} layers"
+            basis = f"fitted: {n} call(s) x {params.layers} layers" + (
+                f", tensors of {tokens} tokens x hidden {params.hidden}" if task == "tensor" and s not in no_tensors
+                else "")
         else:
             basis = "measured"
             for lv in levels:
@@ -235,7 +256,11 @@ def estimate(level: str, task: str, stages: list[str], steps: int, ranks: int | 
                 if how != "measured":
                     basis = how
             unsized.append(s)
-        est.stages.append(StageEstimate(s, (lo, hi), basis, (s_lo, s_hi), n))
+        est.stages.append(StageEstimate(s, (lo, hi), basis, (s_lo, s_hi), n, tokens))
+    if task == "tensor" and (unsized or no_tensors):
+        est.notes.append("task tensor also writes every tensor's data (dump_tensor_data/*.pt): for "
+                         f"{', '.join(dict.fromkeys(unsized + no_tensors))} the figures count only dump.json's "
+                         "statistics and are far too low")
     if unsized:
         why = "the model's layers are not known (give its directory)" if not params.layers else \
             "their calls per step are not known before the run"
@@ -269,9 +294,11 @@ def as_dict(est: Estimate) -> dict:
         "scale": round(est.scale, 3),
         "available": est.available,
         "stages": [{"stage": s.stage, "mb_per_step_per_rank": [round(v, 3) for v in s.mb_per_step],
-                    "calls_per_step_per_rank": s.calls, "extra_seconds": [round(v, 2) for v in s.extra_s],
+                    "calls_per_step_per_rank": s.calls, "tokens_per_step_per_rank": s.tokens,
+                    "extra_seconds": [round(v, 2) for v in s.extra_s],
                     "basis": s.basis} for s in est.stages],
         "layers": est.params.layers,
+        "hidden_size": est.params.hidden,
         "extra_seconds_basis": f"MB written x {COST_BASIS['source_rate']} to x the guide's Ascend rate",
         "profiled_steps": est.steps,
         "ranks": est.ranks,
