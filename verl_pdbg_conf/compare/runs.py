@@ -22,13 +22,14 @@ from verl_pdbg_conf.compare.ignores import DEFAULT_IGNORES
 from verl_pdbg_conf.compare.nodes import DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS
 from verl_pdbg_conf.compare.pipeline.coverage import DEFAULT_MIN_COVERAGE
 from verl_pdbg_conf.compare.report.document import as_dict  # noqa: F401
+from verl_pdbg_conf.compare.inputs import check_kinds
+from verl_pdbg_conf.install_hints import MSPROBE
 from verl_pdbg_conf.compare.output_paths import check_outputs
 from verl_pdbg_conf.compare.pairs import (W, Comparison, Pair, RankDump, collect, finding, layout_of, pair_up, rank_number,
                                           sort_key)
 from verl_pdbg_conf.compare.verdict import UsageError
 
 DEFAULT_TOP = 5
-RUNTIME_EXTRA = "verl-pdbg-conf[runtime]"  # pyproject's extra that installs msprobe (mindstudio-probe)
 
 
 def compare_runs(target: str, golden: str, out_dir: str | None = None, metric: str = DEFAULT_METRIC,
@@ -123,9 +124,7 @@ def _check_args(metric: str, ignores, default_ignores: bool, out_dir: str | None
     if msprobe_csv not in (None, "diverged", "all"):
         raise UsageError(f"--msprobe-csv {msprobe_csv!r}: diverged or all")
     patterns = ignore_patterns(ignores, default_ignores)
-    for p in inputs:
-        if not os.path.exists(p):
-            raise UsageError(f"{p}: no such file or directory")
+    check_kinds(inputs)
     check_outputs({"-o": out_dir}, {}, inputs)
     require_msprobe(msprobe_csv)
     return patterns
@@ -136,7 +135,7 @@ def require_msprobe(msprobe_csv: str | None) -> None:
     (found, not imported: the compare stays light)."""
     if msprobe_csv and importlib.util.find_spec("msprobe") is None:
         raise UsageError(f"--msprobe-csv runs msprobe's own compare, and msprobe is not installed here: "
-                         f"pip install '{RUNTIME_EXTRA}'")
+                         f"{MSPROBE}")
 
 
 def _sides(root: str) -> list[RankDump]:
