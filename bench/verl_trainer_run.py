@@ -2,7 +2,7 @@
 """verl 0.9.1's own trainer on CPU with a config group, as a user launches it, and what it wrote.
 
     python bench/verl_trainer_run.py --out DIR --group NAME [--model qwen2|qwen3moe] [--steps N] [--nproc N]
-        [--rollout-dtype float32|bfloat16] [--plant-rollout-layer K [--plant-from-step S]] [--remove-padding]
+        [--micro-batch N] [--rollout-dtype float32|bfloat16] [--plant-rollout-layer K [--plant-from-step S]] [--remove-padding]
         [--strict|--non-strict] [--broken-config] [--no-msprobe] [--unresolved-stage STAGE] [--algo grpo|ppo] [--profile-steps 2,3]
         [-- EXTRA_OVERRIDES]
 
@@ -74,6 +74,9 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int, default=2, help="the tiny model's decoder layers (default 2)")
     ap.add_argument("--steps", type=int, default=2, help="trainer.total_training_steps (default 2)")
     ap.add_argument("--nproc", type=int, default=1, help="trainer.n_gpus_per_node: ranks of the actor (default 1)")
+    ap.add_argument("--micro-batch", type=int, default=2, metavar="N",
+                    help="rows per call of the actor's, ref's and critic's forward and update, per rank (default 2); a "
+                    "rank's whole share in one call makes two runs' calls hold the same rows (compare-trainer-runs.md)")
     ap.add_argument("--rollout-dtype", choices=("float32", "bfloat16"), default="float32")
     ap.add_argument("--plant-rollout-layer", type=int, metavar="K")
     ap.add_argument("--plant-from-step", type=int, default=1, metavar="S")
@@ -95,7 +98,7 @@ def main(argv=None) -> int:
 
     spec = trainer_run.Spec(
         group=None if args.group == "none" else args.group, model=args.model, layers=args.layers, steps=args.steps,
-        nproc=args.nproc,
+        nproc=args.nproc, micro_batch=args.micro_batch,
         rollout_dtype=args.rollout_dtype, plant_rollout_layer=args.plant_rollout_layer,
         plant_from_step=args.plant_from_step,
         plant_actor_layer=args.plant_actor_layer, greedy=args.greedy, remove_padding=args.remove_padding, strict=args.strict,

@@ -113,14 +113,16 @@ def test_ranks_against_rank0(fsdp2_runs, pool, tmp_path, capsys):
     assert doc["reference_rank"] == 0 and len(cmp.pairs) == 4 and {p.stage for p in cmp.pairs} == STAGES
     for p in cmp.pairs:
         assert (p.target.rank_dir, p.golden.rank_dir, p.rank, p.step) == ("rank1", "rank0", 1, 1)
-        assert p.target.key == p.golden.key and p.status in ("same", "diverged")
-    # each rank holds its own half of the batch: the ranks differ, first where the data enters
-    assert cmp.exit_code == ExitCode.DIVERGED and all(p.status == "diverged" for p in cmp.pairs)
+        assert p.target.key == p.golden.key
+    # each rank holds its own half of the batch: the ranks were handed other rows (their token ids differ before
+    # anything computed does), which is no numeric divergence (pipeline/feeding.py)
+    assert cmp.exit_code == ExitCode.INCOMPLETE
+    assert all((p.status, p.reason) == ("mismatch", "compare-data") for p in cmp.pairs)
     # the other way round, through the command, one stage: the output names the reference rank
     code = main([str(run / "step_1" / "actor_update"), "--ranks", "1", "-o", str(tmp_path / "r1"), "-f", "json",
                  "--html", str(tmp_path / "r1.html")])
     doc = json.loads(capsys.readouterr().out)
-    assert code == ExitCode.DIVERGED and doc["reference_rank"] == 1
+    assert code == ExitCode.INCOMPLETE and doc["reference_rank"] == 1
     page = (tmp_path / "r1.html").read_text()  # the HTML says it too, and what the default left out
     assert "reference rank1" in page and "left out (default)" in page and "FSDP2" in page
     assert [(p["rank_dir"]["target"], p["rank_dir"]["golden"]) for p in doc["pairs"]] == [("rank0", "rank1")]

@@ -35,6 +35,7 @@ class Spec:
     layers: int = 2  # the tiny model's decoder layers
     steps: int = 2
     nproc: int = 1
+    micro_batch: int = 2  # rows per call of the actor's, ref's and critic's forward and update, per rank
     rollout_dtype: str = "float32"
     plant_rollout_layer: int | None = None
     plant_from_step: int = 1
@@ -59,6 +60,7 @@ def overrides(spec: Spec, data: dict, out: Path) -> list[str]:
     model, plus what CPU needs (FSDP2, eager attention, no sleep mode, Ray told of N "GPUs")."""
     batch = 4
     n = 2 if spec.algorithm == "grpo" else 1
+    mb = spec.micro_batch
     a = "actor_rollout_ref"
     ov = [
         f"algorithm.adv_estimator={'grpo' if spec.algorithm == 'grpo' else 'gae'}",
@@ -74,8 +76,8 @@ def overrides(spec: Spec, data: dict, out: Path) -> list[str]:
         f"+{a}.actor.fsdp_config.mixed_precision.param_dtype=fp32",
         f"+{a}.ref.fsdp_config.mixed_precision.param_dtype=fp32",
         f"{a}.actor.fsdp_config.use_torch_compile=False", f"{a}.ref.fsdp_config.use_torch_compile=False",
-        f"{a}.actor.ppo_mini_batch_size={batch}", f"{a}.actor.ppo_micro_batch_size_per_gpu=2",
-        f"{a}.rollout.log_prob_micro_batch_size_per_gpu=2", f"{a}.ref.log_prob_micro_batch_size_per_gpu=2",
+        f"{a}.actor.ppo_mini_batch_size={batch}", f"{a}.actor.ppo_micro_batch_size_per_gpu={mb}",
+        f"{a}.rollout.log_prob_micro_batch_size_per_gpu={mb}", f"{a}.ref.log_prob_micro_batch_size_per_gpu={mb}",
         f"{a}.rollout.name=vllm", f"{a}.rollout.n={n}", f"{a}.rollout.dtype={spec.rollout_dtype}",
         f"{a}.rollout.tensor_model_parallel_size=1", f"{a}.rollout.enforce_eager=True",
         f"{a}.rollout.free_cache_engine=False", f"+{a}.rollout.enable_sleep_mode=False",
@@ -91,7 +93,7 @@ def overrides(spec: Spec, data: dict, out: Path) -> list[str]:
     ]
     if spec.algorithm == "ppo":
         ov += [f"critic.model.path={data['model']}", f"critic.model.tokenizer_path={data['tokenizer']}",
-               "critic.strategy=fsdp2", "critic.ppo_micro_batch_size_per_gpu=2",
+               "critic.strategy=fsdp2", f"critic.ppo_micro_batch_size_per_gpu={mb}",
                "+critic.model.override_config.attn_implementation=eager",
                f"critic.model.use_remove_padding={spec.remove_padding}",
                "critic.model.enable_gradient_checkpointing=False",

@@ -19,6 +19,7 @@ from verl_pdbg_conf.compare.nodes import METRICS
 from verl_pdbg_conf.compare.report.document import write_summaries
 from verl_pdbg_conf.compare.output_paths import refuse_inside
 from verl_pdbg_conf.compare.pairs import E, W, Comparison, Pair, finding, pair_dir
+from verl_pdbg_conf.compare.pipeline import feeding
 from verl_pdbg_conf.compare.pipeline.coverage import coverage_text
 from verl_pdbg_conf.compare.verdict import Reason, Status, UsageError, failure
 
@@ -238,6 +239,8 @@ def _verdict(p: Pair, out: PairOutcome) -> None:
         p.findings.append(finding(p.reason.value, sev, what, out.path or p.target.path, out.hint))
         return
     p.analysis = out.analysis
+    if feeding.handed_other_rows(p):
+        return
     cov = p.analysis.coverage
     p.status = Status.DIVERGED if p.analysis.first else Status.SAME if cov is None or cov["full"] else Status.PARTIAL
     if p.status == Status.PARTIAL:

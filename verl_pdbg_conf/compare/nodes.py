@@ -110,6 +110,7 @@ class Analysis:
     by_layer: list = field(default_factory=list)  # per model layer K: {"layer", "worst" (forward), "worst_backward", "nodes", "introduced"}
     coverage: dict | None = None  # pipeline/coverage.py: how much of each side was compared
     tokens: str = ""  # the runs were fed token ids laid out otherwise: why no tensor can be compared
+    fed: str = ""  # the runs were fed other data (pipeline/feeding.py): why the first divergence is none
 
 
 # A pair's plot and summary hold at most this many layers, whatever the dump's size (500k nodes included):

@@ -37,6 +37,7 @@ class Reason(str, enum.Enum):
     DUMP_EMPTY = "dump-empty"
     DUMP_CORRUPT = "dump-corrupt"
     MISMATCH = "compare-mismatch"
+    DATA = "compare-data"  # the runs fed the stage other data (pipeline/feeding.py): a mismatch
     METRIC = "compare-metric"
     COVERAGE = "compare-coverage"
     FAILED = "compare-failed"  # the compare itself: an unexpected exception, a worker or node lost

@@ -113,12 +113,19 @@ class DataParallel(Kind):
         if any(not h for h in heads) or not probe.same_calls(heads):
             return 1, "the ranks' dumps do not run the same calls"
         first = [probe.first_input(h) for h in heads]
+        calls_only = all(f is None for f in first)  # API calls only (L1): no module, no parameter recorded
+        if calls_only:
+            first = [probe.calls_input(h) for h in heads]
         if None in first or len(set(first)) != len(first):
             return 1, "some ranks start on the same input"
-        if not probe.parameters_alike(heads):
+        alike = probe.parameters_alike(heads)
+        if not alike and not (calls_only and alike is None):
             return 1, "the ranks' parameters differ"
-        return len(paths), (f"ranks {'+'.join(map(str, range(len(paths))))} run the same calls on the same "
-                            "parameters, each on its own share of the batch")
+        ranks = '+'.join(map(str, range(len(paths))))
+        if calls_only:
+            return len(paths), f"ranks {ranks} make the same API calls, each on inputs of its own"
+        return len(paths), (f"ranks {ranks} run the same calls on the same parameters, each on its own share of "
+                            "the batch")
 
     def merge(self, side, members, level):
         m = DataMerge()

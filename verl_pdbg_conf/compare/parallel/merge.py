@@ -137,6 +137,10 @@ class DataMerge(RankMerge):
             return self._mark(r, group, RANK_INDEX)
         if reduced and row.state == "input" and _tensor(row):
             return self._mark(r, group, PARTIAL_SUM)
+        if not reduced and _tensor(row) and _scalar(row) and "int" in row.dtype:
+            # an integer scalar is a count or an offset of the rank's own rows even where the ranks agree (verl's
+            # FSDP actor counts each rank's tokens, then all-reduces the count; the all-reduced result is compared)
+            return self._mark(r, group, PARTIAL_SUM)
         alike = same_rows(group)
         if alike and not _share(row):
             return replace(row, alike=len(group))

@@ -7,6 +7,7 @@ import os
 from functools import lru_cache
 
 from verl_pdbg_conf.compare.dumpread import DumpError, DumpReader, rows_of, split_record
+from verl_pdbg_conf.compare.metrics import FLOAT_DTYPES
 from verl_pdbg_conf.compare.nodes import module_path
 from verl_pdbg_conf.compare.pipeline.concat import same_rows
 
@@ -48,6 +49,14 @@ def first_input(head: tuple):
     return None
 
 
+def calls_input(head: tuple):
+    """The inputs of every call in the head, for dumps of API calls only (L1: no module record), where the first
+    call's may read alike on ranks with their own rows (msprobe keeps only max/min of a mask)."""
+    ins = [(r.shape, r.stats, r.dtype) for _name, rows in head for r in rows
+           if r.state == "input" and isinstance(r.shape, list)]
+    return repr(ins) if ins else None
+
+
 def same_calls(heads: list) -> int:
     """How many leading records the ranks share by name (0 where their first records differ)."""
     n = min(len(h) for h in heads)
@@ -74,17 +83,24 @@ def sharded(heads: list) -> bool:
     return False
 
 
+def activation(row) -> bool:
+    """A float tensor of two or more dimensions: what a layer computes, not a count."""
+    return row.dtype in FLOAT_DTYPES and isinstance(row.shape, list) and len(row.shape) >= 2
+
+
 def reduced_alike(heads: list) -> bool:
-    """A forward all-reduce whose inputs differ between these ranks and whose outputs agree: the partial
-    results of a row-parallel layer summed (data-parallel ranks reduce gradients, after a backward)."""
+    """A forward all-reduce of activations whose inputs differ between these ranks and whose outputs agree:
+    the partial results of a row-parallel layer summed. Data-parallel ranks reduce gradients after a backward,
+    and counts in the forward (verl's FSDP actor sums its tokens over the ranks to scale the loss: an integer
+    scalar), which say nothing of a tensor-parallel layer."""
     n = min(len(h) for h in heads)
     for i in range(n):
         name = heads[0][i][0]
         if any(h[i][0] != name for h in heads):
             return False
         if name.startswith("Distributed.all_reduce.") and name.endswith(".forward"):
-            ins = [[r for r in h[i][1] if r.state == "input"] for h in heads]
-            outs = [[r for r in h[i][1] if r.state == "output"] for h in heads]
+            ins = [[r for r in h[i][1] if r.state == "input" and activation(r)] for h in heads]
+            outs = [[r for r in h[i][1] if r.state == "output" and activation(r)] for h in heads]
             if ins[0] and outs[0] and not all(same_rows(list(x)) for x in zip(*ins)) and \
                     all(same_rows(list(x)) for x in zip(*outs)):
                 return True

@@ -10,7 +10,7 @@ import os
 from verl_pdbg_conf.compare.dumpread import STATS, check_items, said_of
 from verl_pdbg_conf.core.findings import Severity
 from verl_pdbg_conf.compare.ignores import Ignorer
-from verl_pdbg_conf.compare.pipeline import indices, splits
+from verl_pdbg_conf.compare.pipeline import feeding, indices, splits
 from verl_pdbg_conf.compare.pipeline.attribution import Attributor
 from verl_pdbg_conf.compare.pipeline.collecting import Collector, label_of, node
 from verl_pdbg_conf.compare.pipeline.coverage import Coverage
@@ -580,6 +580,8 @@ def _finish(p: _Pair, treader, greader, split, task: str, alignment=None, notes=
         an.first.golden_nonfinite = v.golden_nonfinite
         an.first.note = note
         an.first.received = received
+        if not an.tokens:
+            an.fed = feeding.fed_otherwise(row, grow, v.reason)
         index = rec.extra.get("index")
         if index is not None:  # one index's calls of an indexed family: named by the golden's module and the index
             an.first.module, an.first.expert = index
