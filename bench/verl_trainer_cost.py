@@ -35,13 +35,7 @@ FIT_GROUPS = ("precision_debugger_l1", "precision_debugger_l0")
 FIT_SHAPES = ((2, 2), (4, 2), (2, 1))  # (layers, micro-batch size per GPU); the first is the runs' own
 
 
-def micro_overrides(micro: int) -> list[str]:
-    a = "actor_rollout_ref"
-    return [f"{a}.actor.ppo_micro_batch_size_per_gpu={micro}", f"{a}.rollout.log_prob_micro_batch_size_per_gpu={micro}",
-            f"{a}.ref.log_prob_micro_batch_size_per_gpu={micro}", f"critic.ppo_micro_batch_size_per_gpu={micro}"]
-
-
-def run_group(out: Path, group: str, steps: int, profiled: int, layers: int = 2, extra: list[str] = ()) -> dict:
+def run_group(out: Path, group: str, steps: int, profiled: int, layers: int = 2, micro: int = 2) -> dict:
     """The run's result, with the plan made again by this tree's validator (the estimate may have changed)."""
     marker = out / launch.MARKER
     done = json.loads(marker.read_text()) if marker.is_file() else {}
@@ -50,8 +44,8 @@ def run_group(out: Path, group: str, steps: int, profiled: int, layers: int = 2,
         return done
     subprocess.run([sys.executable, str(ROOT / "bench" / "verl_trainer_run.py"), "--out", str(out), "--group", group,
                     "--steps", str(steps), "--profile-steps", str(profiled), "--layers", str(layers),
-                    *(["--", *extra] if extra else [])], check=True, stdout=subprocess.DEVNULL)
-    return run_group(out, group, steps, profiled, layers, extra)
+                    "--micro-batch", str(micro)], check=True, stdout=subprocess.DEVNULL)
+    return run_group(out, group, steps, profiled, layers, micro)
 
 
 def measured(result: dict, profiled: int) -> list[dict]:
@@ -209,7 +203,7 @@ def main(argv=None) -> int:
         for group in FIT_GROUPS:
             for layers, micro in FIT_SHAPES:
                 name = group if (layers, micro) == FIT_SHAPES[0] else f"{group}-L{layers}-m{micro}"
-                result = run_group(args.out / name, group, args.steps, args.profiled, layers, micro_overrides(micro))
+                result = run_group(args.out / name, group, args.steps, args.profiled, layers, micro)
                 fitted[name] = result
                 report[name] = against_estimate(measured(result, args.profiled),
                                                 result.get("plan", {}).get("estimate"))
