@@ -13,7 +13,7 @@ import shutil
 import tempfile
 
 from verl_pdbg_conf.core.findings import Finding
-from verl_pdbg_conf.compare.engine import Options, PairJob, PairOutcome, failed_outcome, header_of
+from verl_pdbg_conf.compare.engine import PairJob, PairOutcome, failed_outcome, header_of
 from verl_pdbg_conf.compare.msprobe_run import diagnose, msprobe_compare, precheck, csv_written, msprobe_remote
 from verl_pdbg_conf.compare.nodes import METRICS
 from verl_pdbg_conf.compare.report.document import write_summaries
@@ -30,8 +30,10 @@ def default_jobs() -> int:
     return max(1, min(os.cpu_count() or 1, MAX_DEFAULT_JOBS))
 
 
-def execute(cmp: Comparison, out_dir: str | None, jobs, progress, pool, job_fn) -> Comparison:
-    """Run the comparison `cmp` (paired, not compared): job_fn(PairJob) -> PairOutcome per pair."""
+def execute(cmp: Comparison, progress, pool, job_fn) -> Comparison:
+    """Run the comparison `cmp` (paired, not compared) as its options say: job_fn(PairJob) -> PairOutcome per
+    pair."""
+    out_dir, jobs = cmp.options.out_dir, cmp.options.jobs
     inputs = (cmp.target, cmp.golden)
     if out_dir is not None:  # -o beside an input must not reach into it through a pair's subdirectory either
         for p in cmp.pairs:
@@ -96,8 +98,7 @@ def worker_pool(jobs: int | None = None) -> cf.ProcessPoolExecutor:
 
 def _run_engine(cmp: Comparison, todo: list[Pair], jobs: int | None, progress, shared: cf.Executor | None,
                 job_fn) -> None:
-    options = Options(cmp.metric, cmp.threshold, cmp.ignore_dtype, cmp.dtype_aware, tuple(cmp.ignores),
-                      cmp.min_coverage, cmp.top, cmp.keep_nodes)
+    options = cmp.options.pair
 
     def job(p: Pair) -> PairJob:
         return PairJob(p.target.path, p.golden.path, options, p.target.replica, p.golden.replica)
@@ -199,7 +200,7 @@ def _spread(cmp: Comparison, todo: list[Pair], fn, make_job, finish, progress, d
 
     notes: list[str] = []
     try:
-        for i, outcome, node, error in run_ray(fn, [make_job(p) for p in todo], _reads, cmp.ray, cmp.ray_resource,
+        for i, outcome, node, error in run_ray(fn, [make_job(p) for p in todo], _reads, cmp.ray, cmp.options.ray_resource,
                                                notes):
             p = todo[i]
             p.ran_on = node or p.ran_on

@@ -11,6 +11,7 @@ import os
 import re
 
 from verl_pdbg_conf.compare.nodes import json_number
+from verl_pdbg_conf.compare.options import CompareOptions
 from verl_pdbg_conf.compare.rollout import dumps as D
 from verl_pdbg_conf.compare.rollout import renames as RN
 from verl_pdbg_conf.compare.rollout import routing as R
@@ -55,8 +56,10 @@ def _f(rule: str, severity: Severity, message: str, file: str, hint: str = "") -
     return Finding(rule=rule, severity=severity, message=message, file=file, hint=hint)
 
 
-def compare_rollout(actor_root: str, rollout_root: str | None = None, threshold: float = 1e-4,
-                    dtype_aware: bool = False, top: int = 5, min_coverage: float = 0.99) -> dict:
+def compare_rollout(actor_root: str, rollout_root: str | None = None,
+                    options: CompareOptions = CompareOptions()) -> dict:
+    """Per step both stages hold, as `options` say (the ones options.MODES_OF says --rollout honours)."""
+    threshold, dtype_aware, top, min_coverage = options.threshold, options.dtype_aware, options.top, options.min_coverage
     rollout_root = rollout_root or actor_root
     if importlib.util.find_spec("torch") is None:  # found, not imported: every value is in a torch file
         raise UsageError("--rollout compares the dumps' tensor files, which torch reads, and torch is not installed "
