@@ -1,5 +1,6 @@
 """verl-pdbg-compare: how two dump folders become a verdict, for the run compare (two runs, pair by pair)
-and the rollout compare (the rollout engine against the actor, token by token):
+and the rollout compare (the rollout engine against the actor, token by token), each run as options.py's
+CompareOptions say (one object from the command line, its defaults, and the modes honouring each option):
 
 1. read: dumpread.py, the one boundary where dumps are read (dump.json streamed, construct.json,
    stack.json, tokens.json), into records.py's Records, each a call with its tensor rows;
