@@ -20,7 +20,7 @@ from verl_pdbg_conf.compare.report.document import write_summaries
 from verl_pdbg_conf.compare.output_paths import refuse_inside
 from verl_pdbg_conf.compare.pairs import E, W, Comparison, Pair, finding, pair_dir
 from verl_pdbg_conf.compare.pipeline.coverage import coverage_text
-from verl_pdbg_conf.compare.verdict import Reason, Status, UsageError, failure
+from verl_pdbg_conf.compare.verdict import Reason, Status, UsageError, decide, failure
 
 # Each worker holds torch and msprobe (a few hundred MB) and msprobe's tensor compare starts its own pool.
 MAX_DEFAULT_JOBS = 4
@@ -231,8 +231,8 @@ def _verdict(p: Pair, out: PairOutcome) -> None:
     for n in out.notes:
         p.findings.append(finding(n.rule, n.severity, f"{p.label}: {n.message}", n.file or p.target.path, n.hint))
     if out.analysis is None:
-        p.reason = Reason(out.rule)
-        p.status = Status.MISMATCH if p.reason == Reason.MISMATCH else Status.ERROR
+        v = decide(refused=Reason(out.rule))
+        p.status, p.reason = v.status, v.reason
         sev = W if p.status == Status.MISMATCH else E
         side = p.golden if out.path == p.golden.path else p.target
         what = f"{side.file_label} {out.error}" if out.rule.startswith("dump-") else f"{p.label}: {out.error}"
@@ -240,9 +240,9 @@ def _verdict(p: Pair, out: PairOutcome) -> None:
         return
     p.analysis = out.analysis
     cov = p.analysis.coverage
-    p.status = Status.DIVERGED if p.analysis.first else Status.SAME if cov is None or cov["full"] else Status.PARTIAL
+    v = decide(diverged=bool(p.analysis.first), full=cov is None or cov["full"])
+    p.status, p.reason = v.status, v.reason
     if p.status == Status.PARTIAL:
-        p.reason = Reason.COVERAGE
         p.findings.append(finding(Reason.COVERAGE.value, W, f"{p.label}: partly compared: {coverage_text(cov)}",
                                   p.target.path, "the regions named have no counterpart in the other run: "
                                   "nothing there was compared (--min-coverage sets the share \"same\" needs)"))

@@ -19,7 +19,8 @@ from verl_pdbg_conf.compare.rollout import routing as R
 from verl_pdbg_conf.compare.rollout import table as T
 from verl_pdbg_conf.compare.rollout import tokens as K
 from verl_pdbg_conf.compare.rollout.walk import TokenResult, Walk
-from verl_pdbg_conf.compare.verdict import FAULT_HINT, Reason, Status, UsageError, Verdict, exit_code, failure
+from verl_pdbg_conf.compare.verdict import (FAULT_HINT, Reason, Status, UsageError, Verdict, decide, exit_code,
+                                            failure)
 from verl_pdbg_conf.core.findings import Finding, Severity
 
 ROLLOUT, ACTOR = "rollout_generate", "actor_compute_log_prob"
@@ -141,7 +142,8 @@ def compare_step(key: str, rollout_dir: str, actor_dir: str, threshold: float, d
         findings.append(_f("compare-rollout-engine", Severity.ERROR, f"{rollout_dir}: {e}", rollout_dir,
                            "compare a rollout of a known engine, or add this engine's table "
                            "(docs/compare-rollout.md#another-engine)"))
-        pair["status"], pair["reason"] = Status.MISMATCH.value, Reason.MISMATCH.value
+        refused = decide(refused=Reason.MISMATCH)
+        pair["status"], pair["reason"] = refused.status.value, refused.reason.value
         pair["findings"] = [f.to_dict() for f in findings]
         return pair
     pair["engine"] = info.get("engine") or E.UNNAMED
@@ -220,11 +222,11 @@ def _read(rollout_dir: str, actor_dir: str, findings: list[Finding]) -> tuple[li
 
 def _refusal(engine, trainer, rollout_dir: str, actor_dir: str, findings: list[Finding]) -> Verdict | None:
     """The pair's verdict where its tokens cannot be aligned at all (said in a finding), else None."""
-    mismatch = Verdict(Status.MISMATCH, Reason.MISMATCH)
+    mismatch = decide(refused=Reason.MISMATCH)
     if not engine or not trainer:
         where = rollout_dir if not engine else actor_dir
         findings.append(_f("compare-missing", Severity.ERROR, f"{where}: no rank directory with a dump", where))
-        return Verdict(Status.ERROR, Reason.DUMP_MISSING)
+        return decide(refused=Reason.DUMP_MISSING)
     # a dump that could not be read has said so already; the others decide whether tokens can be told apart
     tasks = {d.task for _, d in engine if d.task} | {d.task for d in trainer if d.task}
     if tasks - {"tensor"}:
@@ -386,11 +388,15 @@ def _summarize(pair, results, al, requests, sequences, findings, top, min_covera
                        "first_divergence": _gap_dict(t) if t.gap else None} for t in ranked[:max(top, 0)]]
     pair["max_logprob_gap"] = abs(ranked[0].logprob_gap) if ranked else None
     pair["token_map"] = _token_map(results)
+    verdict = decide(diverged=bool(diverged), compared=bool(compared_tokens),
+                     full=min(cov_r, cov_t) >= min_coverage and not skipped and not uncompared and not unread)
+    pair["status"] = verdict.status.value
+    if verdict.reason:
+        pair["reason"] = verdict.reason.value
     if diverged:
         # where the error enters: the earliest point in the forward at which a token parts (a token that parts
         # later may only carry it in, through attention to that one); of those, the largest log-prob gap
         lead = min(diverged, key=lambda t: (t.gap.order, -abs(t.logprob_gap or 0.0)))
-        pair["status"] = Status.DIVERGED.value
         pair["first_divergence"] = _gap_dict(lead)
         pair["diverged_tokens"] = len(diverged)
         modules: dict[str, int] = {}
@@ -398,12 +404,7 @@ def _summarize(pair, results, al, requests, sequences, findings, top, min_covera
             modules[t.gap.module] = modules.get(t.gap.module, 0) + 1
         pair["top"] = [{"module": m, "tokens": n} for m, n in sorted(modules.items(), key=lambda kv: -kv[1])[:top]]
     elif not compared_tokens:
-        pair["status"], pair["reason"] = Status.MISMATCH.value, Reason.MISMATCH.value
         findings.append(_f("compare-rollout-align", Severity.ERROR, "no token of the rollout could be aligned with "
                            "the actor's forward", pair["target"], ALIGN_HINT))
-    elif min(cov_r, cov_t) >= min_coverage and not skipped and not uncompared and not unread:
-        pair["status"] = Status.SAME.value
-    else:
-        pair["status"], pair["reason"] = Status.PARTIAL.value, Reason.COVERAGE.value
     pair["findings"] = [f.to_dict() for f in findings]
     return pair
