@@ -71,6 +71,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True, type=Path, help="the launch directory (new or empty, or an earlier run)")
     ap.add_argument("--group", required=True, help="the +profiler= config group, or none")
     ap.add_argument("--model", choices=("qwen2", "qwen3moe"), default="qwen2")
+    ap.add_argument("--layers", type=int, default=2, help="the tiny model's decoder layers (default 2)")
     ap.add_argument("--steps", type=int, default=2, help="trainer.total_training_steps (default 2)")
     ap.add_argument("--nproc", type=int, default=1, help="trainer.n_gpus_per_node: ranks of the actor (default 1)")
     ap.add_argument("--rollout-dtype", choices=("float32", "bfloat16"), default="float32")
@@ -93,7 +94,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     spec = trainer_run.Spec(
-        group=None if args.group == "none" else args.group, model=args.model, steps=args.steps, nproc=args.nproc,
+        group=None if args.group == "none" else args.group, model=args.model, layers=args.layers, steps=args.steps,
+        nproc=args.nproc,
         rollout_dtype=args.rollout_dtype, plant_rollout_layer=args.plant_rollout_layer,
         plant_from_step=args.plant_from_step,
         plant_actor_layer=args.plant_actor_layer, greedy=args.greedy, remove_padding=args.remove_padding, strict=args.strict,

@@ -32,6 +32,23 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+# What it runs, and how the test suite installs it (tests/release_venvs.py, the vllm venv).
+NEEDS = ("vllm", "torch", "transformers", "msprobe")
+INSTALL = ("pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && "
+           "pip install --no-deps -r requirements/venvs/vllm.lock && pip install -e .")
+
+
+def missing() -> list[str]:
+    """The modules this script imports that this python cannot find (found, not imported)."""
+    import importlib.util
+
+    return [m for m in NEEDS if importlib.util.find_spec(m) is None]
+
+
+if __name__ == "__main__" and missing():
+    sys.stderr.write(f"make_rollout_example.py runs real vLLM on CPU and needs {', '.join(NEEDS)}; this python has no "
+             f"{', '.join(missing())}. Run it with the python of a venv made as the tests make theirs: {INSTALL}\n")
+    sys.exit(2)
 sys.path.insert(0, str(HERE.parent / "tests"))
 import make_rollout_dumps as dumps  # noqa: E402  (sets vLLM's environment before vLLM is imported)
 

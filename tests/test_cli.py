@@ -86,3 +86,44 @@ def test_console_entry_runs_without_traceback(tmp_path):
     bad.write_bytes(b"global_profiler: [\x00\xff")
     p = subprocess.run([sys.executable, "-m", "verl_pdbg_conf", str(bad)], capture_output=True, text=True)
     assert p.returncode == 1 and "Traceback" not in p.stderr + p.stdout
+
+
+@pytest.mark.parametrize("make,said", [
+    (lambda d: d, "is a directory: give the files in it"),
+    (lambda d: _write(d / "train.py", "print(1)\n"), "is none of the files the validator reads"),
+    (lambda d: _write(d / "package.json", '{"name": "x", "version": "1"}'), "is not an msprobe config.json"),
+])
+def test_an_input_of_the_wrong_kind_is_a_usage_error(tmp_path, capsys, make, said):
+    """One line and exit 2, as the help promises; not a finding against a file read as a config."""
+    path = make(tmp_path)
+    code = main([str(path)])
+    err = capsys.readouterr().err
+    assert code == 2 and said in err and len(err.strip().splitlines()) == 1, err
+    assert "2 the tool could not run" in _help(capsys) and "of a kind it does not read" in _help(capsys)
+
+
+def test_inputs_of_the_kinds_read_are_not_refused(tmp_path, capsys):
+    """An msprobe config.json with one known key, and JSON that does not parse (its finding is at line:col)."""
+    ok = _write(tmp_path / "config.json", '{"task": "statistics", "level": "L1"}')
+    broken = _write(tmp_path / "msprobe.json", '{"task": ')
+    assert main([str(ok)]) in (0, 1) and main([str(broken)]) == 1
+    assert "verl-pdbg-validate: error" not in capsys.readouterr().err
+
+
+def test_a_fifo_named_json_is_not_read_to_tell_its_kind(tmp_path, capsys):
+    """Telling a config.json from a package.json reads regular files only: a FIFO would block."""
+    import os
+
+    os.mkfifo(tmp_path / "fifo.json")
+    assert main([str(tmp_path / "fifo.json")]) == 1
+    assert "file-not-regular" in capsys.readouterr().out
+
+
+def _write(path, text):
+    path.write_text(text)
+    return path
+
+
+def _help(capsys) -> str:
+    assert main(["--help"]) == 0
+    return " ".join(capsys.readouterr().out.split())

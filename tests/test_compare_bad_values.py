@@ -15,6 +15,8 @@ import pytest
 
 from compare_cli import run, run_json
 from verl_pdbg_conf.compare.dumpread import DumpReader, check_items, rows_of
+from verl_pdbg_conf.compare.runs import as_dict, compare_runs
+from verl_pdbg_conf.compare.options import CompareOptions
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "compare"
 STAGE = "step_1/actor_compute_log_prob/step0/rank0"
@@ -52,8 +54,10 @@ def test_unspoiled_copies_are_same(runs):
 
 
 def test_a_run_against_itself_reads_each_side_whole():
-    """Both sides the same files: each side streams its own copy (a shared stream would split the records)."""
-    code, doc = run_json(EXAMPLE / "target", EXAMPLE / "target")
+    """Both sides the same files: each side streams its own copy (a shared stream would split the records).
+    Through the API: the command refuses one folder twice (tests/test_compare_faults.py)."""
+    cmp = compare_runs(str(EXAMPLE / "target"), str(EXAMPLE / "target"), CompareOptions(jobs=1))
+    code, doc = cmp.exit_code, as_dict(cmp)
     assert code == 0 and {p["status"] for p in doc["pairs"]} == {"same"}
     assert all(p["coverage"]["target"]["records"] == p["coverage"]["golden"]["records"] > 30 for p in doc["pairs"])
 

@@ -208,8 +208,8 @@ def test_unwritable_output(runs4, tmp_path, capsys, nothing_read):
 def test_msprobe_csv_without_msprobe(runs4, tmp_path, capsys, monkeypatch, nothing_read):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "msprobe" else real(name, *a))
-    _refused([*runs4, "--msprobe-csv"], capsys, "msprobe is not installed", "pip install 'verl-pdbg-conf[runtime]'")
-    _refused([*runs4, "--msprobe-csv", "all", "-o", tmp_path / "o"], capsys, "pip install 'verl-pdbg-conf[runtime]'")
+    _refused([*runs4, "--msprobe-csv"], capsys, "msprobe is not installed", "pip install mindstudio-probe==26.2.0")
+    _refused([*runs4, "--msprobe-csv", "all", "-o", tmp_path / "o"], capsys, "pip install mindstudio-probe")
     assert not (tmp_path / "o").exists()
 
 
@@ -218,6 +218,60 @@ def test_good_outputs_are_written(runs4, tmp_path):
     code, doc = run_json(*runs4, "-o", out, "--html", page, "-j", "1")
     assert code == ExitCode.DIVERGED and json.loads((out / "summary.json").read_text())["exit_code"] == code
     assert page.read_text().startswith("<!DOCTYPE html>") or "<html" in page.read_text()[:200]
+
+
+def test_a_file_the_tool_did_not_write_is_never_replaced(runs4, tmp_path, capsys, nothing_read):
+    """--html at an existing file, -o at a folder holding files: refused before any dump is read, untouched."""
+    mine = tmp_path / "conf.yaml"
+    mine.write_text("kept: 1\n")
+    _refused([*runs4, "--html", mine], capsys, f"--html {mine} already holds a file verl-pdbg-compare did not write")
+    _refused(["--rollout", runs4[0], "--html", mine], capsys, "did not write")
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "notes.txt").write_text("kept")
+    _refused([*runs4, "-o", full], capsys, f"-o {full} holds files verl-pdbg-compare did not write")
+    (full / "summary.json").write_text('{"exit_code": 0}')  # a summary.json of someone else's
+    _refused([*runs4, "-o", full], capsys, "did not write")
+    assert mine.read_text() == "kept: 1\n" and (full / "notes.txt").read_text() == "kept"
+
+
+@pytest.mark.parametrize("option,path", [("-o", "/proc/x"), ("-o", "/sys/kernel/x"), ("--html", "/proc/version"),
+                                         ("--html", "/dev/null"), ("-o", "/proc/self/fd/x")])
+def test_kernel_file_systems_are_a_users_path(runs4, capsys, nothing_read, option, path):
+    """Not exit 4 ("the compare failed"): the path is the user's to change."""
+    _refused([*runs4, option, path], capsys, f"{option} {path} is on the kernel's")
+
+
+def test_the_tools_own_outputs_are_replaced_and_said(runs4, tmp_path, capsys):
+    out, page = tmp_path / "out", tmp_path / "r.html"
+    for _ in range(2):  # the second run replaces the first one's files: they carry the tool's marker
+        code, doc = run_json(*runs4, "-o", out, "--html", page, "-j", "1")
+        assert code == ExitCode.DIVERGED, capsys.readouterr().err
+        assert f"HTML report written to {page}" in capsys.readouterr().err
+    top = json.loads((out / "summary.json").read_text())
+    assert top["written_by"] == "verl-pdbg-compare" and top["exit_code"] == code
+    assert page.read_text().startswith("<!-- written by verl-pdbg-compare -->")
+
+
+def test_what_is_no_run_is_said_before_any_dump_is_read(runs4, tmp_path, capsys, nothing_read):
+    """A YAML or a binary is no dump (exit 2, not 3 "incomplete"); one folder twice is said; a path where
+    --ranks takes a number is refused."""
+    yaml, binary = tmp_path / "a.yaml", tmp_path / "b.bin"
+    yaml.write_text("actor_rollout_ref:\n  model: x\n")
+    binary.write_bytes(b"\x7fELF\0\0" * 100)
+    _refused([yaml, yaml.with_name("a.yaml")], capsys, f"{yaml} is not an msprobe dump")
+    _refused([binary, runs4[1]], capsys, f"{binary} is not an msprobe dump")
+    _refused([runs4[0], runs4[0]], capsys, "TARGET and GOLDEN are the same path")
+    _refused([runs4[0], runs4[0] / ".." / runs4[0].name], capsys, "the same path")
+    _refused(["--ranks", runs4[0]], capsys, "REF is a rank number", "RUN --ranks [REF]")
+    _refused(["--ray", *runs4], capsys, f"--ray took {runs4[0]} as its value, and that is a path")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="--rollout says torch is missing first")
+def test_rollout_on_a_file(tmp_path, capsys):
+    yaml = tmp_path / "a.yaml"
+    yaml.write_text("x: 1\n")
+    _refused(["--rollout", yaml], capsys, f"{yaml} is a file, not an msprobe save_path")
 
 
 # ----------------------------------------------------------------------------- exit codes of each status
@@ -240,7 +294,8 @@ def test_exit_code_of_each_status():
 
 def test_exit_codes_on_real_dumps(runs4, tmp_path):
     target, golden = runs4
-    assert run_json(golden, golden, "-j", "1")[0] == ExitCode.SAME
+    shutil.copytree(golden, tmp_path / "again")  # the same run twice (one folder twice is refused)
+    assert run_json(tmp_path / "again", golden, "-j", "1")[0] == ExitCode.SAME
     assert run_json(target, golden, "-j", "1")[0] == ExitCode.DIVERGED
     dump = target / "step_1" / FAULTY / "step0" / "rank0" / "dump.json"
     dump.write_text(dump.read_text()[:1000])  # truncated: dump-corrupt, the rest still compared

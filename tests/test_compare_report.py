@@ -188,3 +188,16 @@ def test_a_layer_whose_worst_is_inf_is_plotted():
             lay.worst = math.inf
     png = report_html.plot_layers(an, "NormRelativeErr", THRESHOLD)
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_chart_labels_are_apart_and_name_the_first_divergences_layer():
+    """The run chart's x labels: layers close in execution order get one label, not overlapping ones."""
+    from verl_pdbg_conf.compare.nodes import LayerStat
+    from verl_pdbg_conf.compare.report.runs_html import _ticks
+
+    layers = [LayerStat(f"layers.{i}", order) for i, order in enumerate([0, 3, 5, 8, 40, 41, 42, 90, 200, 230])]
+    layers[5].diverged = True
+    ticks = _ticks(layers, 233, 8)
+    orders = [t.first_order for t in ticks]
+    assert layers[5] in ticks and len(ticks) >= 4
+    assert all(b - a >= 233 / 8 for a, b in zip(orders, orders[1:]))

@@ -224,7 +224,7 @@ def test_usage_errors(runs, tmp_path, capsys):
 def test_html_without_matplotlib(runs, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # fault injection: the extra is not installed
     assert main([str(runs / "l1" / "same"), str(runs / "l1" / "golden"), "--html", "r.html"]) == ExitCode.USAGE
-    assert "pip install 'verl-pdbg-conf[report]'" in capsys.readouterr().err
+    assert "pip install 'matplotlib>=3.9'" in capsys.readouterr().err
 
 
 def test_command_json_html_and_read_only_inputs(runs, tmp_path):

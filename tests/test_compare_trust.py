@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import socket
 import subprocess
 import sys
@@ -80,7 +81,8 @@ def test_nan_in_a_weight_is_the_first_divergence(tmp_path, block, capsys, monkey
     assert code == ExitCode.DIVERGED and out.count(f"first NaN: Functional.linear.{block}.forward.input.1") == 2
     assert "golden is finite there" in out
     # the golden run NaN too, at the same place: not a divergence, and said so
-    code, out = text_of([str(run / "nan"), str(run / "nan")], capsys)
+    shutil.copytree(run / "nan", run / "nan_again")  # the same run twice (one folder twice is refused)
+    code, out = text_of([str(run / "nan"), str(run / "nan_again")], capsys)
     assert code == ExitCode.SAME and "both NaN" in out and "golden run is non-finite there too" in out
     # a fault in one pair (fault injection: runs.compare_pair is looked up per call) stays in that pair: the
     # other keeps its first NaN, and the exit code is the error code, never the "diverged" one
@@ -178,7 +180,8 @@ def test_level_and_task_mismatch_is_one_finding_per_pair(tmp_path, capsys, monke
         return real(job)
 
     monkeypatch.setattr(runs_mod, "compare_pair", counted)
-    golden = str(tmp_path / "l1" / "golden")
-    assert main([golden, golden, "--metric", "Cosine", "-j", "1"]) == ExitCode.USAGE and compared == []
+    golden, same = str(tmp_path / "l1" / "golden"), str(tmp_path / "l1" / "again")
+    shutil.copytree(golden, same)  # the same run twice (one folder twice is refused)
+    assert main([same, golden, "--metric", "Cosine", "-j", "1"]) == ExitCode.USAGE and compared == []
     assert "--metric Cosine cannot be computed" in capsys.readouterr().err
-    assert main([golden, golden, "-j", "1"]) == ExitCode.SAME and len(compared) == 2  # the injection does reach pairs
+    assert main([same, golden, "-j", "1"]) == ExitCode.SAME and len(compared) == 2  # the injection does reach pairs

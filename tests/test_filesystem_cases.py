@@ -227,11 +227,18 @@ def test_cli_named_directory_fifo_and_symlink_loop(launch_dir):
     os.mkfifo(launch_dir / "f.yaml")
     os.symlink("l2.yaml", launch_dir / "l1.yaml")
     os.symlink("l1.yaml", launch_dir / "l2.yaml")
-    r = subprocess.run([sys.executable, "-m", "verl_pdbg_conf", "d.yaml", "f.yaml", "l1.yaml", "--format", "json"],
+    r = subprocess.run([sys.executable, "-m", "verl_pdbg_conf", "f.yaml", "l1.yaml", "--format", "json"],
                        cwd=launch_dir, capture_output=True, text=True, timeout=600)
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
     rules = {x["file"]: x["rule"] for x in json.loads(r.stdout)["diagnostics"]}
-    assert rules == {"d.yaml": "file-is-directory", "f.yaml": "file-not-regular", "l1.yaml": "file-unreadable"}
+    assert rules == {"f.yaml": "file-not-regular", "l1.yaml": "file-unreadable"}
+    # a directory is no input at all: one line and exit 2, as the help says (config_path naming one stays
+    # the finding file-is-directory)
+    r = subprocess.run([sys.executable, "-m", "verl_pdbg_conf", "d.yaml", "f.yaml"], cwd=launch_dir,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.strip().splitlines() == [
+        "verl-pdbg-validate: error: d.yaml is a directory: give the files in it to check (a verl conf (.yaml), an "
+        "msprobe config.json or a launch script (.sh, or a shell shebang)), e.g. d.yaml/*.yaml"], r.stderr
 
 
 def test_cli_named_file_without_read_permission(launch_dir):

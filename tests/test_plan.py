@@ -79,13 +79,63 @@ def test_parse_ids():
     assert parse_ids([1, "3", "5-7", True, "x"]) == [1, 3, 5, 6, 7]
 
 
-def test_scaling_by_parameter_count(tmp_path):
-    base = plan_of(conf(tmp_path))
-    big = plan_of(conf(tmp_path), params=parse_params("7e9"))
-    ratio = 7e9 / BASIS_PARAMS
-    assert big.estimate.total_mb[0] == pytest.approx(base.estimate.total_mb[0] * ratio)
-    assert big.estimate.extra_s_per_step[1] == pytest.approx(base.estimate.extra_s_per_step[1] * ratio)
-    assert big.estimate.inflation_at_basis == base.estimate.inflation_at_basis
+def sized(actor: str = "", data: str = "") -> str:
+    """Appended to conf()'s actor_rollout_ref.actor block: the batch and micro-batch keys verl reads."""
+    return ("    ppo_micro_batch_size_per_gpu: 2\n    ppo_epochs: 2\n" + actor
+            + "  rollout:\n    n: 2\n    log_prob_micro_batch_size_per_gpu: 4\n"
+            "  ref:\n    log_prob_micro_batch_size_per_gpu: 2\n"
+            "data:\n  train_batch_size: 8\n" + data + "trainer:\n  nnodes: 1\n  n_gpus_per_node: 2\n")
+
+
+SIZED = sized()
+
+
+def sized_plan(tmp_path, layers: int, extra: str = "", cfg=None):
+    model = tmp_path / f"m{layers}"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text(json.dumps(dict(QWEN2_7B, num_hidden_layers=layers)))
+    return plan_of(conf(tmp_path, extra, cfg=cfg), params=parse_params(str(model)))
+
+
+def test_stages_are_sized_by_calls_and_layers_not_parameters(tmp_path):
+    """8 prompts x n 2 over 2 ranks = 8 rows a rank: 2 log-prob calls (micro 4), 4 ref calls (micro 2),
+    4 x 2 epochs = 8 update calls; each call's MB grows with the layers; the parameter count alone changes
+    nothing (msprobe writes records per call, whatever a tensor's size)."""
+    from verl_pdbg_conf.run.estimate import COST_BASIS
+
+    est = sized_plan(tmp_path, 24, SIZED).estimate
+    calls = {s.stage: s.calls for s in est.stages}
+    assert calls == {"actor_compute_log_prob": 2, "ref_compute_log_prob": 4, "actor_update": 8}
+    fit = COST_BASIS["levels"]["L1"]
+    for s in est.stages:
+        kind = fit["forward_backward" if s.stage == "actor_update" else "forward"]
+        mb = s.calls * (kind["mb_per_call"] + kind["mb_per_layer_call"] * 24)
+        assert s.mb_per_step == pytest.approx((mb / COST_BASIS["spread"], mb * COST_BASIS["spread"]))
+        assert s.basis == f"fitted: {s.calls} call(s) x 24 layers"
+        assert 0 < s.extra_s[0] < s.extra_s[1]
+    deeper = sized_plan(tmp_path, 48, SIZED).estimate
+    assert deeper.total_mb[0] > est.total_mb[0]
+    wider = build_plan(load_yaml(str(conf(tmp_path, SIZED))), Options(base_dir=str(tmp_path)),
+                       params=parse_params("70e9")).estimate  # no layers: the guide's figures, unscaled
+    same = build_plan(load_yaml(str(conf(tmp_path, SIZED))), Options(base_dir=str(tmp_path)),
+                      params=parse_params("0.5e9")).estimate
+    assert wider.total_mb == same.total_mb and {s.basis for s in wider.stages} == {"measured"}
+    assert any("layers are not known" in n for n in wider.notes)
+
+
+def test_dynamic_batches_and_missing_micro_sizes_fall_back_to_the_guide(tmp_path):
+    dyn = sized_plan(tmp_path, 24, sized("    use_dynamic_bsz: true\n")).estimate
+    basis = {s.stage: s.basis for s in dyn.stages}
+    assert basis["actor_update"] == "measured" and basis["actor_compute_log_prob"].startswith("fitted")
+    assert any("calls per step are not known" in n for n in dyn.notes)
+    bare = sized_plan(tmp_path, 24).estimate  # no batch size: no calls
+    assert {s.calls for s in bare.stages} == {None}
+
+
+def test_mix_level_adds_both_fits(tmp_path):
+    one = {lv: sized_plan(tmp_path, 24, SIZED, cfg=dict(L1, level=lv)).estimate.total_mb[0] for lv in ("L0", "L1")}
+    mix = sized_plan(tmp_path, 24, SIZED, cfg=dict(L1, level="mix")).estimate.total_mb[0]
+    assert mix == pytest.approx(one["L0"] + one["L1"])
 
 
 def test_parameter_count_from_an_hf_config(tmp_path):
@@ -240,4 +290,16 @@ def test_readme_cost_figures_are_the_tools_measured_ones(tmp_path):
 
 def test_tensor_note_points_at_figures_where_they_are(tmp_path):
     text = render_text(plan_of(conf(tmp_path, cfg=dict(L1, task="tensor"))))
-    assert "figures below" not in text and "disk figures of this estimate" in text
+    assert "figures below" not in text and "figures count only dump.json's statistics and are far too low" in text
+
+
+def test_tensor_task_adds_the_tensors_data_where_tokens_and_hidden_size_are_known(tmp_path):
+    stats = sized_plan(tmp_path, 24, SIZED).estimate
+    tensor = sized_plan(tmp_path, 24, sized(data="  max_prompt_length: 100\n  max_response_length: 28\n"),
+                        cfg=dict(L1, task="tensor")).estimate
+    # 8 rows a rank x 128 tokens, times the update's 2 epochs
+    assert {s.stage: s.basis.split("tensors of ")[-1] for s in tensor.stages} == {
+        "actor_compute_log_prob": "1024 tokens x hidden 3584", "ref_compute_log_prob": "1024 tokens x hidden 3584",
+        "actor_update": "2048 tokens x hidden 3584"}
+    assert all(t.mb_per_step[0] > 10 * s.mb_per_step[0] for t, s in zip(tensor.stages, stats.stages))
+    assert not any("far too low" in n for n in tensor.notes)

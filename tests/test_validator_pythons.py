@@ -100,5 +100,5 @@ def test_rollout_compare_without_torch_is_refused_saying_so():
                            str(ROOT / "examples" / "rollout")], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 2, done.stdout + done.stderr
-    assert "torch is not installed" in done.stderr and "pip install torch" in done.stderr
+    assert "torch is not installed" in done.stderr and "pip install torch --index-url https://download.pytorch.org/whl/cpu" in done.stderr
     assert "Traceback" not in done.stderr

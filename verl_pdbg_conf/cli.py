@@ -1,6 +1,6 @@
 """`verl-pdbg-validate`: parse arguments, call the core, render, pick the exit code.
 Exit 0: no error findings; 1: error findings (or warnings with --warnings-as-errors);
-2: the tool could not do what was asked (bad arguments, a named file missing)."""
+2: the tool could not do what was asked (bad arguments, a named file missing or of a kind it does not read)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Check a verl precision_debugger (msprobe) setup before launch: verl conf YAML files, "
                     "msprobe config.json files, launch scripts (*.sh: their `python3 -m verl.trainer.main_ppo` "
                     "overrides), or verl's composed config (--verl ... -- OVERRIDES).",
-        epilog="Exit status: 0 no errors, 1 errors found, 2 usage error or missing input file.")
+        epilog="Exit status: 0 no errors, 1 errors found, 2 the tool could not run: a usage error, or an input "
+               "missing or of a kind it does not read (a directory, a file that is no verl conf, msprobe "
+               "config.json or launch script).")
     p.add_argument("files", nargs="*", help="verl conf .yaml files, msprobe .json files, launch scripts (.sh)")
     p.add_argument("-f", "--format", choices=FORMATS, default=None,
                    help="output format (default: github under GitHub Actions, else text)")
@@ -71,8 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="for a valid configuration, print what the run will write: step_N/stage directories, "
                         "dumped ranks, and an ESTIMATE of disk use and profiled-step time")
     t.add_argument("--params", metavar="N|MODEL_DIR", default=None,
-                   help="model size for --plan's estimate: 7e9, 7B, 500M, or a Hugging Face model directory "
-                        "(default: actor_rollout_ref.model.path when it is a local directory, or a size in its name)")
+                   help="the model for --plan's estimate: a Hugging Face model directory (its layers and hidden size "
+                        "size the dump), or a size (7e9, 7B, 500M: shown, but a dump's size follows layers, not "
+                        "parameters) (default: actor_rollout_ref.model.path when it is a local directory, or a "
+                        "size in its name)")
     t.add_argument("--inspect", metavar="SAVE_PATH", default=None,
                    help="check a finished run's output directory against the configuration in FILES (optional): "
                         "missing, empty or grown dump.json, directories left by other runs")
@@ -127,6 +131,13 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         for f in missing:
             sys.stderr.write(f"verl-pdbg-validate: error: {f}: no such file\n")
+        return EXIT_USAGE
+    from verl_pdbg_conf.input_kinds import wrong_kind
+
+    wrong = [w for w in map(wrong_kind, args.files) if w]
+    if wrong:
+        for w in wrong:
+            sys.stderr.write(f"verl-pdbg-validate: error: {w}\n")
         return EXIT_USAGE
 
     if args.verl and not all(f.lower().endswith((".yaml", ".yml")) for f in args.files):

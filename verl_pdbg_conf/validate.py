@@ -214,5 +214,7 @@ def validate_composed(files: list[str], overrides: list[str], options: Options |
         report.extend(validate_document(result.document, options))
     from verl_pdbg_conf.checks.verl_support import one_per_cause
 
-    report.findings = one_per_cause(report.findings, options.target)
+    from verl_pdbg_conf.core.cascade import fold
+
+    report.findings = fold(one_per_cause(report.findings, options.target))
     return report

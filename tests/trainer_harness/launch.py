@@ -32,6 +32,7 @@ STAGE_TIMERS = {  # verl's timing_s/<key> -> the stage it times
 class Spec:
     group: str | None = "precision_debugger_l1"  # None: no profiler group (a baseline run)
     model: str = "qwen2"
+    layers: int = 2  # the tiny model's decoder layers
     steps: int = 2
     nproc: int = 1
     rollout_dtype: str = "float32"
@@ -154,8 +155,8 @@ def execute(spec: Spec, venv: Path, out: Path, timeout: float = 1800) -> dict:
     prepare_out(out)
     data_dir, overlay, log_path = out / "data", out / "site", out / "main_ppo.log"
     with open(log_path, "w") as log:
-        subprocess.run([python, str(HARNESS / "tiny.py"), str(data_dir), spec.model], check=True, stdout=log,
-                       stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONPATH=str(HARNESS)))
+        subprocess.run([python, str(HARNESS / "tiny.py"), str(data_dir), spec.model, str(spec.layers)], check=True,
+                       stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONPATH=str(HARNESS)))
         install_package(python, overlay, log)
     if spec.broken_config:
         (out / "broken_config.json").write_text(json.dumps(BROKEN_CONFIG))

@@ -38,12 +38,12 @@ def tokenizer(path: str) -> dict:
     return vocab
 
 
-def model(path: str, vocab_size: int, arch: str = "qwen2", seed: int = 0) -> None:
+def model(path: str, vocab_size: int, arch: str = "qwen2", seed: int = 0, layers: int = 2) -> None:
     """hidden 64 with 2 heads of 32: vLLM's CPU attention takes head dims 32, 64, 80, ..."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    common = dict(vocab_size=vocab_size, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+    common = dict(vocab_size=vocab_size, hidden_size=64, num_hidden_layers=layers, num_attention_heads=2,
                   num_key_value_heads=1, head_dim=32, max_position_embeddings=128, tie_word_embeddings=False,
                   pad_token_id=0, eos_token_id=2, bos_token_id=0)
     if arch == "qwen2":
@@ -78,26 +78,26 @@ def dataset(path: str, n: int, seed: int = 0) -> None:
     pd.DataFrame(rows).to_parquet(path)
 
 
-def make(root: str, arch: str = "qwen2", prompts: int = 16) -> dict:
+def make(root: str, arch: str = "qwen2", prompts: int = 16, layers: int = 2) -> dict:
     """Everything in root; returns the paths."""
     paths = {k: os.path.join(root, k) for k in ("model", "tokenizer")}
     paths.update(train=os.path.join(root, "train.parquet"), val=os.path.join(root, "val.parquet"),
                  reward=os.path.join(root, "reward.py"))
     os.makedirs(paths["tokenizer"], exist_ok=True)
     vocab = tokenizer(paths["tokenizer"])
-    model(paths["model"], len(vocab), arch)
+    model(paths["model"], len(vocab), arch, layers=layers)
     dataset(paths["train"], prompts)
     dataset(paths["val"], 4, seed=1)
     with open(paths["reward"], "w") as fh:
         fh.write(REWARD)
     with open(os.path.join(root, "made.json"), "w") as fh:
-        json.dump({"arch": arch, "prompts": prompts}, fh)
+        json.dump({"arch": arch, "prompts": prompts, "layers": layers}, fh)
     return paths
 
 
-if __name__ == "__main__":  # python tiny.py DIR [ARCH]: the data, and DIR/paths.json naming it
+if __name__ == "__main__":  # python tiny.py DIR [ARCH [LAYERS]]: the data, and DIR/paths.json naming it
     import sys
 
-    made = make(sys.argv[1], *(sys.argv[2:3] or ["qwen2"]))
+    made = make(sys.argv[1], *(sys.argv[2:3] or ["qwen2"]), layers=int((sys.argv[3:4] or [2])[0]))
     with open(os.path.join(sys.argv[1], "paths.json"), "w") as fh:
         json.dump(made, fh)

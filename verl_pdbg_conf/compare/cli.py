@@ -13,6 +13,8 @@ import os
 import sys
 import traceback
 
+from verl_pdbg_conf.compare.inputs import check_inputs, refuse_swallowed
+from verl_pdbg_conf.install_hints import MATPLOTLIB
 from verl_pdbg_conf.compare.output_paths import check_outputs
 from verl_pdbg_conf.compare import report
 from verl_pdbg_conf.compare.runs import as_dict, compare_ranks, compare_runs, remove_output, require_msprobe
@@ -31,7 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG, description="Compare two runs' msprobe dumps pair by pair (step, stage, rank) with msprobe "
         "compare, and name the first node in execution order whose difference passes a threshold.",
         epilog="exit codes: 0 same: every pair compared whole, none diverged; 1 diverged: a divergence found; "
-        "2 usage: arguments or output paths refused, before any dump is read; 3 incomplete: no divergence, but a "
+        "2 usage: arguments, inputs that are no run (not an msprobe dump, one folder twice) or output paths "
+        "refused, before any dump is read; 3 incomplete: no divergence, but a "
         "pair could not be compared (its dumps missing, empty, corrupt or collected differently), was compared "
         "only in part, or is in one run only; 4 error: the compare itself failed (on a pair, whose status is "
         "then 'error' with reason compare-failed, or as a whole); it wins over 1, since the pair it lost may "
@@ -42,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the rollout engine against the trainer: TARGET is a save_path holding the actor's "
                     "log-prob forward (actor_compute_log_prob) and, unless GOLDEN names where it was written "
                     "apart, the rollout's engine steps (rollout_generate); compared token by token, per request")
-    ap.add_argument("--ranks", nargs="?", type=int, const=0, default=None, metavar="REF",
+    ap.add_argument("--ranks", nargs="?", type=rank_number, const=0, default=None, metavar="REF",
                     help="rank against rank in TARGET alone: every rank's dumps against rank REF's (default 0), "
                     "for every step and stage")
     ap.add_argument("-o", "--output", metavar="DIR", help="where a summary.json per pair (and one for the whole) "
@@ -82,10 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("-j", "--jobs", type=int,
                     help="pairs compared at once on this machine (default: the CPU count, at most 4; with --ray, "
                     "one per CPU of each node)")
-    ap.add_argument("-f", "--format", choices=("text", "json"), help="the report's form (default text)")
+    ap.add_argument("-f", "--format", choices=("text", "json"),
+                    help="text for a reader (default), or json: the whole report as one JSON document on stdout")
     ap.add_argument("--html", metavar="FILE", help="also write one self-contained HTML report: an overview of "
                     "steps x stages x ranks, one line per pair and a per-layer plot for each diverged pair (needs "
-                    "matplotlib: pip install 'verl-pdbg-conf[report]')")
+                    f"matplotlib: {MATPLOTLIB})")
     ap.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
                     help="spread the pairs over an existing Ray cluster (its address, or 'auto': the local one) "
                     "instead of local worker processes; each pair runs on a node that can read its dumps")
@@ -95,6 +99,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 DEBUG_ENV = "VERL_PDBG_DEBUG"
+
+
+def rank_number(text: str) -> int:
+    """--ranks' REF: a rank number; a path there is the run, put before the option."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"REF is a rank number, not {text!r}: give the run first, "
+                                         f"`{PROG} RUN --ranks [REF]`") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,6 +133,10 @@ def _main(argv: list[str] | None) -> int:
         args = ap.parse_args(argv)
     except SystemExit as e:
         return ExitCode.USAGE if e.code not in (0, None) else ExitCode.SAME
+    try:
+        refuse_swallowed({"--ray": args.ray, "--ray-resource": args.ray_resource})
+    except UsageError as e:
+        return _usage(str(e))
     if args.rollout:
         if args.ranks is not None:
             return _usage("--rollout compares one run's two stages; not with --ranks")
@@ -140,6 +157,7 @@ def _main(argv: list[str] | None) -> int:
     inputs = (args.target,) if args.golden is None else (args.target, args.golden)
     try:  # every output before any dump is read (compare_runs checks -o again, and each pair's directory)
         check_outputs({"-o": options.out_dir}, {"--html": options.html}, inputs)
+        check_inputs(inputs)
         require_msprobe(options.msprobe_csv)
     except UsageError as e:
         return _usage(str(e))

@@ -82,6 +82,7 @@ class LayerStat:
     first_order: int  # execution order of its first node
     n_nodes: int = 0
     worst: float | None = None  # the largest metric badness among its nodes
+    worst_order: int | None = None  # execution order of that node: after the first divergence, it carries it
     nan: bool = False  # a node is NaN on one side and not the other (or differently)
     inf: bool = False
     diverged: bool = False  # holds the pair's first divergence
@@ -150,7 +151,8 @@ def fold_layers(layers: list[LayerStat], max_layers: int = MAX_LAYERS) -> list[L
                       group[0].first_order)
         for g in group:
             m.n_nodes += g.n_nodes
-            m.worst = _max(m.worst, g.worst)
+            if g.worst is not None and (m.worst is None or g.worst > m.worst):
+                m.worst, m.worst_order = g.worst, g.worst_order
             m.nan |= g.nan
             m.inf |= g.inf
             m.diverged |= g.diverged
@@ -173,6 +175,8 @@ def _add(layer: LayerStat, n: Node, first: Node | None) -> None:
         elif math.isinf(v):
             layer.inf = True
         else:
+            if layer.worst is None or v > layer.worst:
+                layer.worst_order = n.order
             layer.worst = _max(layer.worst, v)
     elif n.reason == "nan":
         layer.nan = True

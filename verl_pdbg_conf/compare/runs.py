@@ -20,12 +20,13 @@ from verl_pdbg_conf.compare.engine import compare_pair
 from verl_pdbg_conf.compare.execute import default_jobs, execute, remove_output, worker_pool  # noqa: F401
 from verl_pdbg_conf.compare.options import CompareOptions
 from verl_pdbg_conf.compare.report.document import as_dict  # noqa: F401
+from verl_pdbg_conf.compare.inputs import check_kinds
+from verl_pdbg_conf.install_hints import MSPROBE
 from verl_pdbg_conf.compare.output_paths import check_outputs
 from verl_pdbg_conf.compare.pairs import (W, Comparison, Pair, RankDump, collect, finding, layout_of, pair_up, rank_number,
                                           sort_key)
 from verl_pdbg_conf.compare.verdict import UsageError
 
-RUNTIME_EXTRA = "verl-pdbg-conf[runtime]"  # pyproject's extra that installs msprobe (mindstudio-probe)
 
 
 def compare_runs(target: str, golden: str, options: CompareOptions = CompareOptions(), progress=None,
@@ -92,9 +93,7 @@ def compare_ranks(run: str, reference: int = 0, options: CompareOptions = Compar
 
 def _check_inputs(options: CompareOptions, inputs: tuple) -> None:
     """What can be refused before anything runs, beyond the options themselves (checked when made)."""
-    for p in inputs:
-        if not os.path.exists(p):
-            raise UsageError(f"{p}: no such file or directory")
+    check_kinds(inputs)
     check_outputs({"-o": options.out_dir}, {}, inputs)
     require_msprobe(options.msprobe_csv)
 
@@ -104,7 +103,7 @@ def require_msprobe(msprobe_csv: str | None) -> None:
     (found, not imported: the compare stays light)."""
     if msprobe_csv and importlib.util.find_spec("msprobe") is None:
         raise UsageError(f"--msprobe-csv runs msprobe's own compare, and msprobe is not installed here: "
-                         f"pip install '{RUNTIME_EXTRA}'")
+                         f"{MSPROBE}")
 
 
 def _sides(root: str) -> list[RankDump]:

@@ -681,6 +681,7 @@ def validate_script(path: str, options=None) -> Report:
             continue
         report.findings += inv.findings
         from verl_pdbg_conf.checks.verl_support import one_per_cause
+        from verl_pdbg_conf.core.cascade import fold
         from verl_pdbg_conf.verl_facts.source import for_invocation
 
         opts = options.for_source(for_invocation(inv, options))  # the verl this launch imports
@@ -693,7 +694,7 @@ def validate_script(path: str, options=None) -> Report:
             sub = validate_document(composed.document, opts)
             found += [_relocate(f, inv) for f in sub.findings]
             report.files += [f for f in sub.files if f not in report.files and not f.startswith("<")]
-        report.findings += one_per_cause(found, opts.target)
+        report.findings += fold(one_per_cause(found, opts.target))
     report.findings = list(dict.fromkeys(report.findings))  # a base script reached twice through wrappers
     return report
 

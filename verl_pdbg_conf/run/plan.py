@@ -116,12 +116,14 @@ def build_plan(doc: Document, options: Options, params=None, source: str | None 
     _msprobe_config(plan, tc, options)
     if params is None:
         params = _model_params(doc, options)
+    from verl_pdbg_conf.run.calls import stage_calls
     from verl_pdbg_conf.run.estimate import estimate
 
+    calls = {s: stage_calls(data, s, plan.world_size) for s in stages}
     n_ranks = len(plan.ranks) if plan.ranks is not None else plan.world_size
     if plan.ranks is not None and plan.world_size:
         n_ranks = len([r for r in plan.ranks if r < plan.world_size])
-    plan.estimate = estimate(plan.level, plan.task, stages, len(steps), n_ranks, params)
+    plan.estimate = estimate(plan.level, plan.task, stages, len(steps), n_ranks, params, calls)
     if plan.estimate.available and plan.estimate.total_mb is not None:
         mb = {x.stage: x.mb_per_step for x in plan.estimate.stages}  # the directories actually written
         plan.estimate.total_mb = tuple(sum(mb[d.split("/", 1)[1]][i] for d in plan.dirs) * (n_ranks or 1)
@@ -279,26 +281,31 @@ def _render_estimate(plan: Plan) -> list[str]:
     if est is None:
         return []
     L = ["  ESTIMATE (not a measurement):",
-         f"    basis: {est.basis}; scaled linearly by parameter count"]
-    if est.params.count:
-        L.append(f"    model: {est.params.count / 1e9:.2f}B parameters from {est.params.source} "
-                 f"(x{est.scale:.1f} the basis)")
+         "    basis: a stage writes calls x (per call + per layer x layers); fitted on verl's trainer, or "
+         f"{est.basis}"]
+    if est.params.layers:
+        L.append(f"    model: {est.params.layers} layers from {est.params.source}")
+    elif est.params.count:
+        L.append(f"    model: {est.params.count / 1e9:.2f}B parameters from {est.params.source}; its layers are "
+                 "not known, and the dump grows with layers, not parameters: give the model's directory "
+                 "(--params /path/to/hf_model)")
     else:
         L.append(f"    model: {est.params.source}; give yours with {'.'.join(MODEL_PATH)}=/path/to/hf_model, "
-                 "or --params 7e9 or --params /path/to/hf_model")
+                 "or --params /path/to/hf_model")
     if not est.available:
         L += [f"    {n}" for n in est.notes]
         return L
     for s in est.stages:
         lo, hi = s.mb_per_step
-        L.append(f"    {s.stage:24} {_mb(lo, hi)} per step per rank  ({s.basis})")
+        L.append(f"    {s.stage:24} {_mb(lo, hi)} per step per rank, {s.extra_s[0]:.1f}-{s.extra_s[1]:.1f} s extra "
+                 f"({s.basis})")
     lo, hi = est.total_mb
     who = f"{est.ranks} rank(s)" if est.ranks else "per rank"
     L.append(f"    disk: about {_mb(lo, hi)} in total ({len(plan.dirs)} stage directories, {who})")
     ilo, ihi = est.inflation_at_basis
     elo, ehi = est.extra_s_per_step
-    size = "for this model" if est.params.count else "at the basis size"
-    extra = f"about {elo:.0f}-{ehi:.0f} s extra per profiled step {size}"
+    extra = (f"about {elo:.1f}-{ehi:.1f} s extra per profiled step (the MB written at the CPU rate measured here "
+             "to the guide's Ascend rate)")
     if est.inflation_measured:
         L.append(f"    time: a profiled step took {ilo:.1f}x-{ihi:.1f}x a normal step at the basis (measured); {extra}")
     else:

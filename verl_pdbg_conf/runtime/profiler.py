@@ -324,15 +324,17 @@ class PrecisionDebuggerProfiler:
 
     def _msprobe_failed(self, e: _session.MsprobeError, stage_failed: bool = False) -> None:
         """One warning per cause; strict raises msprobe's own exception, with a note saying where."""
-        cause, stage, where = e.cause, e.stage, f" in {e.dump_dir}" if e.dump_dir else ""
+        stage, where = e.stage, f" in {e.dump_dir}" if e.dump_dir else ""
+        # msprobe's exceptions keep their text in __str__ only (their repr is an empty "MsprobeException()")
+        cause, said = e.cause, f"{type(e.cause).__name__}: {e.cause}" if str(e.cause) else repr(e.cause)
         message = {
-            "start": f"msprobe failed to start for stage '{stage}' ({cause!r}); the stage runs without a dump",
-            "reset": f"msprobe could not be reset before stage '{stage}' ({cause!r}); the stage runs without a "
+            "start": f"msprobe failed to start for stage '{stage}' ({said}); the stage runs without a dump",
+            "reset": f"msprobe could not be reset before stage '{stage}' ({said}); the stage runs without a "
                      f"dump, so that no dump mixes the records of two stages",
-            "collect": f"msprobe failed while collecting stage '{stage}' ({cause!r}); the stage ran on without "
+            "collect": f"msprobe failed while collecting stage '{stage}' ({said}); the stage ran on without "
                        f"it and its dump{where} is incomplete",
-            "stop": f"msprobe failed to stop for stage '{stage}' ({cause!r}); its dump{where} may be incomplete",
-            "cleanup": f"msprobe reset_status failed after stage '{stage}' ({cause!r}); its dump{where} is "
+            "stop": f"msprobe failed to stop for stage '{stage}' ({said}); its dump{where} may be incomplete",
+            "cleanup": f"msprobe reset_status failed after stage '{stage}' ({said}); its dump{where} is "
                        f"written, and msprobe is reset again before the next stage",
         }[e.phase]
         key = (e.phase, stage, type(cause).__name__)

@@ -46,7 +46,7 @@ class Collector:
         st.n_nodes += 1
         finite = value is not None and value == value
         if finite and (st.worst is None or value > st.worst):
-            st.worst = value
+            st.worst, st.worst_order = value, order
         if reason == Rule.NAN:
             st.nan = True
         elif reason == Rule.INF:

@@ -12,6 +12,7 @@ command was asked, for either: JSON as it is, text for the terminal, and one sel
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 ROLLOUT = "rollout"  # the rollout compare's document's "mode"
@@ -41,7 +42,10 @@ def deliver(doc: dict, fmt: str, html_path: str | None = None, comparison=None, 
     """The page written to html_path (checked before any dump was read: output_paths.py), then the document
     as `fmt` (json or text) on stdout; returns the command's exit code, the document's."""
     if html_path:
+        from verl_pdbg_conf.compare.output_paths import html_page
+
         with open(html_path, "w", encoding="utf-8") as fh:
-            fh.write(page(doc, comparison))
+            fh.write(html_page(page(doc, comparison)))
+        sys.stderr.write(f"HTML report written to {os.path.abspath(html_path)}\n")
     (out or sys.stdout).write(json.dumps(doc, indent=2) + "\n" if fmt == "json" else text(doc))
     return doc["exit_code"]

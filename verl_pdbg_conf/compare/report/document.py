@@ -7,10 +7,10 @@ import json
 import os
 
 from verl_pdbg_conf.compare.ignores import DEFAULT_IGNORES
+from verl_pdbg_conf.compare.output_paths import SUMMARY, marked_json
 from verl_pdbg_conf.compare.nodes import MAX_LAYERS, fold_layers, json_number
 from verl_pdbg_conf.compare.pairs import Comparison, Pair, RankDump, layout_of, pair_dir, rank_number
 
-SUMMARY = "summary.json"  # with an output directory: per pair in its directory, the whole comparison at the top
 
 
 def side_dict(s: RankDump) -> dict:
@@ -66,7 +66,7 @@ def write_summaries(cmp: Comparison) -> None:
 
 def _write_json(path: str, doc: dict) -> None:
     with open(path, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh, indent=1)
+        json.dump(marked_json(doc), fh, indent=1)
         fh.write("\n")
 
 

@@ -61,7 +61,8 @@ def gap_picture(token_map: dict | None) -> str:
                     f"<text x='4' y='28'>{top:.3g}</text>"]
     for rid, pos, gap, module in tokens:
         x = xs[(rid, pos)]
-        tip = f"<title>request {html.escape(str(rid))} position {pos}: gap {gap if gap is None else f'{gap:.3g}'}" \
+        said = "no log-prob (a prompt position: nothing sampled there)" if gap is None else f"gap {gap:.3g}"
+        tip = f"<title>request {html.escape(str(rid))} position {pos}: {said}" \
               f"{'' if not module else ', parts at ' + html.escape(module)}</title>"
         if gap is None:
             body.append(f"<rect x='{x:.1f}' y='{bar_h + 10}' width='{max(w - 0.5, 0.5):.1f}' height='2' fill='{GREY}'>"
@@ -81,7 +82,8 @@ def gap_picture(token_map: dict | None) -> str:
     every = token_map.get("every", 1)
     note = f" (every {every}th of {token_map.get('of')} tokens)" if every > 1 else ""
     return _frame(y0 + 14 * len(rows) + 8, body, "Per token, request by request: the log-prob gap (green: the "
-                  "token agrees at every point; red: it parts), and below, where it parts" + note)
+                  "token agrees at every point; red: it parts; grey: a prompt position, no log-prob sampled), and "
+                  "below, where it parts" + note)
 
 
 def routing_picture(routing: dict | None, token_map: dict | None) -> str:

@@ -71,6 +71,12 @@ def _nonfinite(sides: dict) -> str:
     return " and ".join(said) + (", the other's is finite" if len(said) == 1 else "")
 
 
+def _num(x, fmt: str) -> str:
+    """A number as a reader sees it in a table: a dash where there is none (a prompt position has no
+    log-prob), never "None"."""
+    return "-" if x is None else format(x, fmt)
+
+
 def _g(x: float | None) -> str:
     return "none" if x is None else f"{x:.3g}"
 
@@ -139,17 +145,17 @@ def render_html(doc: dict) -> str:
         out.append("<table><tr><th>request</th><th>tokens compared</th><th>diverged tokens</th>"
                    "<th>max |log-prob gap|</th><th>parts at</th></tr>")
         for r in p.get("requests") or []:
-            gap = f"{r['max_logprob_gap']:.3g}" if r["max_logprob_gap"] is not None else ""
-            at = e(r["first_divergence"]["module"]) if r["first_divergence"] else ""
+            gap = _num(r["max_logprob_gap"], ".3g")
+            at = e(r["first_divergence"]["module"]) if r["first_divergence"] else "-"
             out.append(f"<tr><td>{e(r['request'])}</td><td>{r['compared']}/{r['tokens']}</td>"
                        f"<td>{r['diverged_tokens']}</td><td>{gap}</td><td>{at}</td></tr>")
         out.append("</table><table><tr><th>request</th><th>position</th><th>token</th><th>log-prob engine</th>"
                    "<th>log-prob actor</th><th>gap</th><th>parts at</th></tr>")
         for t in p.get("tokens") or []:
-            at = e(t["first_divergence"]["module"]) if t["first_divergence"] else ""
+            at = e(t["first_divergence"]["module"]) if t["first_divergence"] else "-"
             out.append(f"<tr><td>{e(t['request'])}</td><td>{t['position']}</td><td>{t['token_id']}</td>"
-                       f"<td>{t['logprob_engine']:.6g}</td><td>{t['logprob_trainer']:.6g}</td>"
-                       f"<td>{t['logprob_gap']:.3g}</td><td>{at}</td></tr>")
+                       f"<td>{_num(t['logprob_engine'], '.6g')}</td><td>{_num(t['logprob_trainer'], '.6g')}</td>"
+                       f"<td>{_num(t['logprob_gap'], '.3g')}</td><td>{at}</td></tr>")
         out.append("</table>")
         for f in p.get("findings") or []:
             out.append(f"<p class='partial'>{e(f['severity'])} {e(f['rule'])}: {e(f['message'])}</p>")

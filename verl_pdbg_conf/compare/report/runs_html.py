@@ -28,7 +28,9 @@ def matplotlib_missing() -> str:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        return "needs matplotlib, which is not installed: pip install 'verl-pdbg-conf[report]'"
+        from verl_pdbg_conf.install_hints import MATPLOTLIB
+
+        return f"needs matplotlib, which is not installed: {MATPLOTLIB}"
     return ""
 
 
@@ -92,9 +94,9 @@ def plot_layers(an, metric: str, threshold: float, title: str = "") -> bytes:
                     bbox={"boxstyle": "round", "fc": "white", "ec": "#c0392b", "alpha": 0.9}, zorder=5)
     else:
         ax.text(0.5, 0.75, "no node diverges", transform=ax.transAxes, ha="center", fontsize=10, color="#1e8449")
-    ticks = _ticks(layers, 10)
+    ticks = _ticks(layers, total, 8)
     ax.set_xticks([lay.first_order for lay in ticks])
-    ax.set_xticklabels([_short(lay.label.split(" .. ")[0]) for lay in ticks], rotation=20, ha="right", fontsize=7)
+    ax.set_xticklabels([_short(lay.label.split(" .. ")[0]) for lay in ticks], rotation=30, ha="right", fontsize=7)
     ax.set_xlabel(f"layers in execution order ({len(layers)} bars over {total:,} nodes; a bar spans from the "
                   "layer's first node to the next layer's)", fontsize=8)
     ax.set_ylabel(f"worst {metric}", fontsize=8)
@@ -126,16 +128,56 @@ def _plot_by_layer(ax, by_layer: list, threshold: float, floor: float) -> None:
     ax.axhline(threshold, color="#7f8c8d", linestyle="--", linewidth=1)
     ax.set_yscale("log")
     ax.set_xlabel("model layer", fontsize=8)
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # a layer index, never 0.5
     ax.set_title("worst error per layer", fontsize=8)
     ax.tick_params(labelsize=7)
     ax.grid(color="#dddddd", linewidth=0.5)
 
 
-def _ticks(layers: list, n: int) -> list:
-    if len(layers) <= n:
-        return list(layers)
-    step = len(layers) / n
-    return [layers[int(i * step)] for i in range(n)]
+def _ticks(layers: list, total: int, n: int) -> list:
+    """At most n layers to label, at least total/n nodes apart on the x axis (labels of layers that are
+    close in execution order would overlap), the first divergence's layer always among them."""
+    gap = total / n
+    kept: list = []
+    for lay in sorted(layers, key=lambda lay: (not lay.diverged, lay.first_order)):
+        if all(abs(lay.first_order - k.first_order) >= gap for k in kept):
+            kept.append(lay)
+    return sorted(kept, key=lambda lay: lay.first_order)
+
+
+def left_of_first(an, threshold: float) -> str:
+    """Why the bars left of the first divergence that pass the threshold are not its cause, as a reader
+    needs it beside the plot: each such layer's worst node either ran after the first divergence (a bar
+    spans a layer's nodes in every mini-batch, its backward ones too, which carry the divergence), or
+    ran before it with inputs already as far off (rounding carried in, every earlier node under the
+    threshold). "" where no bar there passes the threshold."""
+    first = an.first
+    if first is None:
+        return ""
+    left = [lay for lay in fold_layers(pair_layers(an), MAX_LAYERS) if lay.first_order < first.order
+            and not lay.diverged and lay.worst is not None and lay.worst > threshold]
+    if not left:
+        return ""
+    after = [lay.label for lay in left if lay.worst_order is not None and lay.worst_order > first.order]
+    before = [lay.label for lay in left if lay.label not in after]
+    said = []
+    if after:
+        said.append(f"{_names(after)}: the worst node ran after the first divergence (node {first.order:,}), in "
+                    "the backward pass or a later mini-batch, so it carries the divergence (a bar spans its "
+                    "layer's nodes from the first one on, backward too)")
+    if before:
+        said.append(f"{_names(before)}: ran before it with its inputs already as far off (rounding carried in, "
+                    "each earlier node under the threshold); the first divergence is the first node that "
+                    "passes the threshold while its inputs agree")
+    return ("Red bars left of the first divergence are not its cause: " + "; ".join(said) + ". The panel "
+            "on the right takes each model layer's worst over every mini-batch.")
+
+
+def _names(labels: list[str], n: int = 4) -> str:
+    shown = ", ".join(labels[:n])
+    return shown + (f" and {len(labels) - n} more" if len(labels) > n else "")
 
 
 def _short(label: str, n: int = 28) -> str:
@@ -301,7 +343,10 @@ p.line{{margin:2px 0;font-size:13px}}</style></head><body>
         cov = f"<br><small>{html.escape(coverage_text(an.coverage))}</small>" if an.coverage else ""
         out.append(f"<section id='pair{i}'><h3>{head}</h3><p>{_first_said(p)}{cov}</p>")
         out.append(_img(plot_layers(an, cmp.metric, cmp.threshold), f"worst {cmp.metric} per layer along execution order"))
-        rows = [an.first] + [n for n in an.top if n is not an.first]
+        why = left_of_first(an, cmp.threshold)
+        if why:
+            out.append(f"<p class='why'>{html.escape(why)}</p>")
+        rows = [an.first] + [n for n in an.top if (n.order, n.name) != (an.first.order, an.first.name)]
         out.append("<table><tr><th>#</th><th>node</th><th>module / where</th><th>direction</th>"
                    "<th>kind</th><th>dtype</th><th>" + cmp.metric + "</th></tr>")
         out += [_row(n) for n in rows]

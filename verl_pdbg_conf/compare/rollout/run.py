@@ -12,6 +12,7 @@ import re
 
 from verl_pdbg_conf.compare.nodes import json_number
 from verl_pdbg_conf.compare.options import CompareOptions
+from verl_pdbg_conf.install_hints import TORCH_CPU
 from verl_pdbg_conf.compare.rollout import dumps as D
 from verl_pdbg_conf.compare.rollout import engines as E
 from verl_pdbg_conf.compare.rollout import renames as RN
@@ -65,10 +66,11 @@ def compare_rollout(actor_root: str, rollout_root: str | None = None,
     rollout_root = rollout_root or actor_root
     if importlib.util.find_spec("torch") is None:  # found, not imported: every value is in a torch file
         raise UsageError("--rollout compares the dumps' tensor files, which torch reads, and torch is not installed "
-                         "here: pip install torch (or run the compare where the trainer runs)")
+                         f"here: {TORCH_CPU} (or run the compare where the trainer runs)")
     for p in {actor_root, rollout_root}:
         if not os.path.isdir(p):
-            raise UsageError(f"{p}: no such directory (give a save_path)")
+            raise UsageError(f"{p} is a file, not an msprobe save_path: --rollout takes the run's save_path "
+                             "directory" if os.path.exists(p) else f"{p}: no such directory (give a save_path)")
     a_steps, r_steps = _steps(actor_root), _steps(rollout_root)
     keys = sorted(k for k in set(a_steps) & set(r_steps)
                   if os.path.isdir(os.path.join(r_steps[k], ROLLOUT)) and os.path.isdir(os.path.join(a_steps[k], ACTOR)))
