@@ -330,7 +330,7 @@ def test_token_records_as_written_read_whole(tmp_path):
         doc, said = read_tokens(str(path))
         assert not said and doc, said
     engine, _ = read_tokens(str(tmp_path / "engine" / "tokens.json"))
-    assert set(engine) == {"dtype", "architectures", "requests", "sampled"}  # only what the compare reads
+    assert set(engine) == {"engine", "dtype", "architectures", "requests", "sampled"}  # only what the compare reads
 
 
 @pytest.mark.parametrize("case", sorted(TOKEN_SPOILS))
