@@ -77,8 +77,9 @@ def main() -> None:
     ap.add_argument("--blocks", default="40,160,640,1600")
     ap.add_argument("--repeat", type=int, default=1)
     a = ap.parse_args()
-    from verl_pdbg_conf.compare.engine import Options, PairJob, compare_pair
-    from verl_pdbg_conf.compare.nodes import DEFAULT_THRESHOLD
+    from verl_pdbg_conf.compare.engine import PairJob, compare_pair
+    from verl_pdbg_conf.compare.options import PairOptions
+    from verl_pdbg_conf.compare.options import DEFAULT_THRESHOLD
 
     msprobe = shutil.which("msprobe", path=os.path.dirname(sys.executable)) or "msprobe"
     work = tempfile.mkdtemp(prefix="bench-compare-engine-")
@@ -99,7 +100,7 @@ def main() -> None:
                 rows, ms_first = msprobe_first(out, DEFAULT_THRESHOLD)
                 shutil.rmtree(out)
             start = time.process_time()  # CPU time of this process: one core, whatever else runs
-            an = compare_pair(PairJob(t, g, Options(top=0))).analysis
+            an = compare_pair(PairJob(t, g, PairOptions(top=0))).analysis
             alone = time.process_time() - start
             doc = json.loads(best["en"][2])
             en_first = (doc["pairs"][0]["first_divergence"] or {}).get("name")

@@ -330,14 +330,18 @@ def test_layer_of_path_skips_a_model_chunk_index():
 def test_replicas_grouped_in_megatron_rank_order():
     """Tensor-parallel ranks next to each other, pipeline stages outermost: with 2 data-parallel replicas
     of 2 stages, replica 0 is ranks 0 and 2, replica 1 ranks 1 and 3."""
-    from verl_pdbg_conf.compare.parallel.layout import group_sides
+    from verl_pdbg_conf.compare.parallel.layout import Layout, group_sides
     from verl_pdbg_conf.compare.parallel.replica import Level
     from verl_pdbg_conf.compare.pairs import RankDump
 
     sides = [RankDump(("step_1", "s", "step0"), f"rank{r}", f"/d/rank{r}/dump.json") for r in (3, 1, 0, 2)]
-    one, two = group_sides(sides, tp=1, pp=2)
+    one, two = group_sides(sides, Layout({"pipeline": 2}))
     assert (one.rank_dir, one.members, one.replica.levels) == ("rank0", ("rank0", "rank2"), (Level("pipeline", 2),))
     assert two.members == ("rank1", "rank3") and two.replica.group == ("/d/rank1/dump.json", "/d/rank3/dump.json")
-    (only,) = group_sides(sides, tp=2, pp=2)
+    (only,) = group_sides(sides, Layout({"tensor": 2, "pipeline": 2}))
     assert only.members == ("rank0", "rank1", "rank2", "rank3")
     assert only.replica.levels == (Level("tensor", 2), Level("pipeline", 2))
+    # expert-parallel ranks are next to each other too: replica 0 is ranks 0 and 1; data and context make none
+    one, two = group_sides(sides, Layout({"expert": 2, "data": 2, "context": 2}))
+    assert (one.members, two.members) == (("rank0", "rank1"), ("rank2", "rank3"))
+    assert one.replica.levels == (Level("expert", 2),)

@@ -16,6 +16,7 @@ import pytest
 from compare_cli import run, run_json
 from verl_pdbg_conf.compare.dumpread import DumpReader, check_items, rows_of
 from verl_pdbg_conf.compare.runs import as_dict, compare_runs
+from verl_pdbg_conf.compare.options import CompareOptions
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "compare"
 STAGE = "step_1/actor_compute_log_prob/step0/rank0"
@@ -55,7 +56,7 @@ def test_unspoiled_copies_are_same(runs):
 def test_a_run_against_itself_reads_each_side_whole():
     """Both sides the same files: each side streams its own copy (a shared stream would split the records).
     Through the API: the command refuses one folder twice (tests/test_compare_faults.py)."""
-    cmp = compare_runs(str(EXAMPLE / "target"), str(EXAMPLE / "target"), jobs=1)
+    cmp = compare_runs(str(EXAMPLE / "target"), str(EXAMPLE / "target"), CompareOptions(jobs=1))
     code, doc = cmp.exit_code, as_dict(cmp)
     assert code == 0 and {p["status"] for p in doc["pairs"]} == {"same"}
     assert all(p["coverage"]["target"]["records"] == p["coverage"]["golden"]["records"] > 30 for p in doc["pairs"])
@@ -329,7 +330,7 @@ def test_token_records_as_written_read_whole(tmp_path):
         doc, said = read_tokens(str(path))
         assert not said and doc, said
     engine, _ = read_tokens(str(tmp_path / "engine" / "tokens.json"))
-    assert set(engine) == {"dtype", "architectures", "requests", "sampled"}  # only what the compare reads
+    assert set(engine) == {"engine", "dtype", "architectures", "requests", "sampled"}  # only what the compare reads
 
 
 @pytest.mark.parametrize("case", sorted(TOKEN_SPOILS))

@@ -12,6 +12,7 @@ import pytest
 
 from verl_pdbg_conf.compare.runs import as_dict, compare_runs
 from verl_pdbg_conf.compare.verdict import ExitCode
+from verl_pdbg_conf.compare.options import CompareOptions
 
 pytestmark = pytest.mark.slow
 LAYER = re.compile(r"(?:^|\.)layers\.(\d+)(?:\.|$)")
@@ -26,7 +27,7 @@ def named_layer(pair: dict, first: dict):
 
 
 def compared(pair: dict):
-    cmp = compare_runs(pair["target"], pair["golden"], jobs=1, dtype_aware=pair["dtype_aware"])
+    cmp = compare_runs(pair["target"], pair["golden"], CompareOptions(jobs=1, dtype_aware=pair["dtype_aware"]))
     return cmp, as_dict(cmp)
 
 
@@ -124,5 +125,5 @@ def test_msprobe_csv_still_runs_beside(cross_impl_pairs, tmp_path):
     """msprobe's own compare (--msprobe-csv) on a cross-implementation pair: its CSV is written; the verdict
     stays the engine's (msprobe pairs by name and marks rows of the shifted counters as errors)."""
     pair = by_name(cross_impl_pairs, "qwen2-mix-statistics/sdpa-weight")
-    cmp = compare_runs(pair["target"], pair["golden"], str(tmp_path), jobs=1, msprobe_csv="all")
+    cmp = compare_runs(pair["target"], pair["golden"], CompareOptions(out_dir=str(tmp_path), jobs=1, msprobe_csv="all"))
     assert all(p.result_file and p.status == "diverged" for p in cmp.pairs), [p.findings for p in cmp.pairs]

@@ -17,6 +17,7 @@ from compare_cli import run, run_json
 from verl_pdbg_conf.compare import cli, engine, runs
 from verl_pdbg_conf.compare.rollout import run as rollout_run
 from verl_pdbg_conf.compare.verdict import ExitCode, Reason, Status, Verdict, exit_code
+from verl_pdbg_conf.compare.options import CompareOptions
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "compare"
 FAULTY = "actor_compute_log_prob"  # the stage whose pairs the injected fault hits
@@ -93,12 +94,12 @@ def test_a_fault_inside_the_engine_is_returned_by_compare_pair(runs4, monkeypatc
 
 def test_a_fault_in_worker_processes(runs4):
     """-j 2: the job raises in a worker process; the pool and the other pairs go on."""
-    cmp = runs.compare_runs(str(runs4[0]), str(runs4[1]), jobs=2, job_fn=faulty_job)
+    cmp = runs.compare_runs(str(runs4[0]), str(runs4[1]), CompareOptions(jobs=2), job_fn=faulty_job)
     _assert_fault_stays_in_its_pair(cmp.exit_code, runs.as_dict(cmp))
 
 
 def test_a_job_that_returns_nonsense_fails_its_pair_alone(runs4):
-    cmp = runs.compare_runs(str(runs4[0]), str(runs4[1]), jobs=1,
+    cmp = runs.compare_runs(str(runs4[0]), str(runs4[1]), CompareOptions(jobs=1),
                             job_fn=lambda job: None if FAULTY in job.target else engine.compare_pair(job))
     _assert_fault_stays_in_its_pair(cmp.exit_code, runs.as_dict(cmp), "AttributeError")
 

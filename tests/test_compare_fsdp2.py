@@ -14,6 +14,7 @@ from verl_pdbg_conf.compare.cli import main
 from verl_pdbg_conf.compare.ignores import DEFAULT_IGNORES, innermost_frames, match_ignore
 from verl_pdbg_conf.compare.runs import as_dict, compare_ranks, compare_runs, worker_pool
 from verl_pdbg_conf.compare.verdict import ExitCode
+from verl_pdbg_conf.compare.options import CompareOptions
 
 pytestmark = pytest.mark.slow
 
@@ -76,7 +77,7 @@ def test_identical_runs_differ_only_where_the_default_ignores(fsdp2_runs):
 
 
 def test_identical_runs_compare_same_by_default(fsdp2_runs, pool, tmp_path):
-    cmp = compare_runs(*map(str, fsdp2_runs), str(tmp_path), pool=pool)
+    cmp = compare_runs(*map(str, fsdp2_runs), CompareOptions(out_dir=str(tmp_path)), pool=pool)
     doc = as_dict(cmp)
     assert cmp.exit_code == ExitCode.SAME, [(p.label, p.analysis and p.analysis.first) for p in cmp.pairs]
     assert len(cmp.pairs) == 8 and {p["rank"] for p in doc["pairs"]} == {0, 1}
@@ -87,7 +88,8 @@ def test_identical_runs_compare_same_by_default(fsdp2_runs, pool, tmp_path):
 
 
 def test_without_the_default_they_diverge_at_the_buffer(fsdp2_runs, pool, tmp_path):
-    cmp = compare_runs(*map(str, fsdp2_runs), str(tmp_path), pool=pool, default_ignores=False)
+    cmp = compare_runs(*map(str, fsdp2_runs), CompareOptions(out_dir=str(tmp_path), default_ignores=False),
+                       pool=pool)
     diverged = [p for p in cmp.pairs if p.status == "diverged"]
     assert cmp.exit_code == ExitCode.DIVERGED and diverged and as_dict(cmp)["ignored"] == []
     for p in diverged:
@@ -108,7 +110,7 @@ def test_cli_ignore_pattern_and_report(fsdp2_runs, tmp_path, capsys):
 
 def test_ranks_against_rank0(fsdp2_runs, pool, tmp_path, capsys):
     run = fsdp2_runs[0]
-    cmp = compare_ranks(str(run), out_dir=str(tmp_path / "r0"), pool=pool)
+    cmp = compare_ranks(str(run), 0, CompareOptions(out_dir=str(tmp_path / "r0")), pool=pool)
     doc = as_dict(cmp)
     assert doc["reference_rank"] == 0 and len(cmp.pairs) == 4 and {p.stage for p in cmp.pairs} == STAGES
     for p in cmp.pairs:

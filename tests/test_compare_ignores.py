@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from verl_pdbg_conf.compare.ignores import DEFAULT_IGNORES, innermost_frames, match_ignore, parse
-from verl_pdbg_conf.compare.runs import UsageError, ignore_patterns
+from verl_pdbg_conf.compare.options import CompareOptions
+from verl_pdbg_conf.compare.runs import UsageError
 
 SITE = "/venv/lib/python3.11/site-packages"
 COPY_IN = f"{SITE}/torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py:270 in all_gather_copy_in_cuda"
@@ -51,11 +52,11 @@ def test_user_patterns():
 
 
 def test_patterns_in_force():
-    assert ignore_patterns([]) == tuple(p for p, _ in DEFAULT_IGNORES)
-    assert ignore_patterns(["X.*", "X.*"], default_ignores=False) == ("X.*",)
+    assert CompareOptions().patterns == tuple(p for p, _ in DEFAULT_IGNORES)
+    assert CompareOptions(ignores=["X.*", "X.*"], default_ignores=False).patterns == ("X.*",)
     for bad in ("", "@caller", " "):
         with pytest.raises(UsageError, match="record name pattern"):
-            ignore_patterns([bad])
+            CompareOptions(ignores=[bad])
 
 
 def test_ignorer_reads_each_sides_callers_when_needed(tmp_path):

@@ -197,6 +197,10 @@ def test_a_stage_missing_a_rank_is_incomplete_not_another_layout(tmp_path):
 def test_every_kind_is_one_class():
     assert list(KINDS) == ["tensor", "context", "expert", "data", "pipeline"]
     assert {k.name for k in KINDS.values() if k.batch} == {"expert", "data"}
+    # what layout.group_sides groups a replica's ranks by, and where each sits in Megatron's rank order
+    assert [k.name for k in KINDS.values() if k.within and k.combined] == ["tensor", "expert", "pipeline"]
+    assert [k.name for k in KINDS.values() if k.outer] == ["pipeline"]
+    assert [k.name for k in KINDS.values() if k.renumbers] == ["expert"]
     assert DATA.from_dumps(["/nonexistent/dump.json"]) == (1, "one rank")
 
 

@@ -23,6 +23,7 @@ from verl_pdbg_conf.compare.ray_runner import ClusterError, run_ray  # noqa: E40
 from verl_pdbg_conf.compare.engine import compare_pair  # noqa: E402
 from verl_pdbg_conf.compare.runs import UsageError, compare_ranks, compare_runs  # noqa: E402
 from verl_pdbg_conf.compare.verdict import ExitCode  # noqa: E402
+from verl_pdbg_conf.compare.options import CompareOptions
 
 pytestmark = pytest.mark.slow
 
@@ -118,10 +119,11 @@ def file_size(path):
 
 def test_ray_agrees_with_the_local_pool_and_uses_readable_nodes_only(runs, cluster, tmp_path):
     seen = []
-    local = compare_runs(str(runs / "scaled"), str(runs / "golden"), str(tmp_path / "local"), jobs=2,
-                         msprobe_csv="diverged")
-    remote = compare_runs(str(runs / "scaled"), str(runs / "golden"), str(tmp_path / "ray"), ray=cluster.address,
-                          ray_resource="dumps", progress=lambda d, t: seen.append((d, t)), msprobe_csv="diverged")
+    local = compare_runs(str(runs / "scaled"), str(runs / "golden"), CompareOptions(out_dir=str(tmp_path / "local"),
+                         jobs=2, msprobe_csv="diverged"))
+    remote = compare_runs(str(runs / "scaled"), str(runs / "golden"), CompareOptions(out_dir=str(tmp_path / "ray"),
+                          ray=cluster.address, ray_resource="dumps", msprobe_csv="diverged"),
+                          progress=lambda d, t: seen.append((d, t)))
     assert remote.exit_code == local.exit_code == ExitCode.DIVERGED and len(remote.pairs) == 6
     assert [(p.label, p.status, p.analysis.first.name, p.analysis.n_nodes) for p in remote.pairs] == \
         [(p.label, p.status, p.analysis.first.name, p.analysis.n_nodes) for p in local.pairs]
@@ -144,16 +146,16 @@ def test_ray_agrees_with_the_local_pool_and_uses_readable_nodes_only(runs, clust
 
 def test_a_worker_that_dies_is_tried_again(runs, cluster, tmp_path, monkeypatch):
     monkeypatch.setitem(globals(), "MARK", str(tmp_path / "died"))
-    cmp = compare_runs(str(runs / "scaled"), str(runs / "golden"), str(tmp_path / "o"), ray=cluster.address,
-                       ray_resource="dumps", job_fn=die_once)
+    cmp = compare_runs(str(runs / "scaled"), str(runs / "golden"), CompareOptions(out_dir=str(tmp_path / "o"),
+                       ray=cluster.address, ray_resource="dumps"), job_fn=die_once)
     assert (tmp_path / "died").exists()  # a worker did die
     assert [p.status for p in cmp.pairs] == ["diverged"] * 6
     assert {p.analysis.first.name for p in cmp.pairs} == {FIRST}
 
 
 def test_a_worker_that_always_dies_fails_its_pair_alone(runs, cluster, tmp_path):
-    cmp = compare_runs(str(runs / "scaled"), str(runs / "golden"), str(tmp_path), ray=cluster.address,
-                       ray_resource="dumps", job_fn=always_die)
+    cmp = compare_runs(str(runs / "scaled"), str(runs / "golden"), CompareOptions(out_dir=str(tmp_path),
+                       ray=cluster.address, ray_resource="dumps"), job_fn=always_die)
     by = {(p.step, p.stage): p for p in cmp.pairs}
     bad = by[(2, "ref_compute_log_prob")]
     (f,) = bad.findings
@@ -165,8 +167,8 @@ def test_a_worker_that_always_dies_fails_its_pair_alone(runs, cluster, tmp_path)
 def test_a_job_that_raises_fails_its_pair_alone_at_once(runs, cluster, tmp_path):
     """A job that raises would raise again anywhere: not retried; its pair is `error` with the exception, and
     the exit code is the error code, not "diverged"."""
-    cmp = compare_runs(str(runs / "scaled"), str(runs / "golden"), ray=cluster.address, ray_resource="dumps",
-                       job_fn=raises)
+    cmp = compare_runs(str(runs / "scaled"), str(runs / "golden"), CompareOptions(ray=cluster.address,
+                       ray_resource="dumps"), job_fn=raises)
     bad = next(p for p in cmp.pairs if (p.step, p.stage) == (2, "ref_compute_log_prob"))
     (f,) = bad.findings
     assert (bad.status, bad.reason, f.rule) == ("error", "compare-failed", "compare-failed")
@@ -189,15 +191,16 @@ def test_generic_job_and_unreadable_files(runs, cluster, tmp_path):
     with pytest.raises(ClusterError, match="no alive node with a CPU with the resource 'gpu_dumps'"):
         list(run_ray(file_size, dumps, lambda j: [j], cluster.address, "gpu_dumps"))
     with pytest.raises(UsageError, match="gpu_dumps"):
-        compare_runs(str(runs / "scaled"), str(runs / "golden"), str(tmp_path / "u"), ray=cluster.address,
-                     ray_resource="gpu_dumps")
+        compare_runs(str(runs / "scaled"), str(runs / "golden"), CompareOptions(out_dir=str(tmp_path / "u"),
+                     ray=cluster.address, ray_resource="gpu_dumps"))
 
 
 def test_ranks_on_ray(ranked, cluster, tmp_path):
     """--ranks with --ray: rank1 against rank0 for each stage, on the nodes that read the dumps, with the
     same verdicts as the local pool; the driver writes the summaries."""
-    local = compare_ranks(str(ranked), 0, str(tmp_path / "local"), jobs=1)
-    remote = compare_ranks(str(ranked), 0, str(tmp_path / "ray"), ray=cluster.address, ray_resource="dumps")
+    local = compare_ranks(str(ranked), 0, CompareOptions(out_dir=str(tmp_path / "local"), jobs=1))
+    remote = compare_ranks(str(ranked), 0, CompareOptions(out_dir=str(tmp_path / "ray"), ray=cluster.address,
+                           ray_resource="dumps"))
     assert len(remote.pairs) == 3 and remote.reference_rank == 0
     assert all((p.target.rank_dir, p.golden.rank_dir) == ("rank1", "rank0") for p in remote.pairs)
     assert [(p.label, p.status, p.analysis.first and p.analysis.first.name) for p in remote.pairs] == \

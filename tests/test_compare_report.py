@@ -13,6 +13,7 @@ import pytest
 from verl_pdbg_conf.compare.nodes import MAX_LAYERS, SPAN, Analysis, Node, layer_label, layers_of
 from verl_pdbg_conf.compare.report.document import layer_dict
 from verl_pdbg_conf.compare.pairs import Comparison, Pair, RankDump
+from verl_pdbg_conf.compare.options import CompareOptions
 
 matplotlib = pytest.importorskip("matplotlib")
 
@@ -94,7 +95,7 @@ def test_500k_nodes_stay_bounded_and_keep_their_marks(tmp_path):
 def synthetic_run(steps=3, stages=("actor_compute_log_prob", "actor_update"), ranks=64, diverged_from=2):
     """A comparison of steps x stages x ranks pairs: step >= diverged_from diverges (1000-node pairs),
     one pair is an error, one a mismatch, one rank directory is in the golden run only."""
-    cmp = Comparison("/t", "/g", "/o", "NormRelativeErr", THRESHOLD, 5)
+    cmp = Comparison("/t", "/g", "/o", CompareOptions(threshold=THRESHOLD))
     for step in range(1, steps + 1):
         for stage in stages:
             for r in range(ranks):

@@ -18,6 +18,7 @@ import pytest
 from verl_pdbg_conf.compare.runs import UsageError, as_dict, compare_runs, worker_pool
 from verl_pdbg_conf.compare.verdict import ExitCode
 from verl_pdbg_conf.compare.cli import main
+from verl_pdbg_conf.compare.options import CompareOptions
 
 pytestmark = pytest.mark.slow
 
@@ -76,8 +77,8 @@ def tree_hash(root: Path) -> str:
 
 
 def test_scaled_weight_is_named_in_every_pair_mix(runs, pool, tmp_path):
-    cmp = compare_runs(str(runs / "mix" / "scaled"), str(runs / "mix" / "golden"), str(tmp_path), pool=pool,
-                       msprobe_csv="diverged")
+    cmp = compare_runs(str(runs / "mix" / "scaled"), str(runs / "mix" / "golden"),
+                       CompareOptions(out_dir=str(tmp_path), msprobe_csv="diverged"), pool=pool)
     doc = as_dict(cmp)
     assert cmp.exit_code == ExitCode.DIVERGED and doc["only_in_target"] == doc["only_in_golden"] == []
     assert [(p["step"], p["stage"], p["rank"]) for p in doc["pairs"]] == \
@@ -96,28 +97,31 @@ def test_scaled_weight_is_named_in_every_pair_mix(runs, pool, tmp_path):
 
 
 def test_dtype_change_is_named_in_every_pair_mix(runs, pool, tmp_path):
-    cmp = compare_runs(str(runs / "mix" / "dtype"), str(runs / "mix" / "golden"), str(tmp_path), pool=pool)
+    cmp = compare_runs(str(runs / "mix" / "dtype"), str(runs / "mix" / "golden"),
+                       CompareOptions(out_dir=str(tmp_path)), pool=pool)
     assert cmp.exit_code == ExitCode.DIVERGED and len(cmp.pairs) == 12
     for p in cmp.pairs:
         f = p.analysis.first
         assert (f.name, f.module, f.reason) == ("Functional.linear.3.forward.input.0", "blocks.3.fc", "dtype"), p.label
         assert (f.target_dtype, f.golden_dtype) == ("torch.bfloat16", "torch.float32")
     # without the dtype rule the threshold alone still lands in blocks.3 (bf16 rounding is ~1e-3)
-    cmp = compare_runs(str(runs / "mix" / "dtype"), str(runs / "mix" / "golden"), str(tmp_path / "b"), pool=pool,
-                       ignore_dtype=True)
+    cmp = compare_runs(str(runs / "mix" / "dtype"), str(runs / "mix" / "golden"),
+                       CompareOptions(out_dir=str(tmp_path / "b"), ignore_dtype=True), pool=pool)
     assert all(p.analysis.first.module == "blocks.3.fc" for p in cmp.pairs)
 
 
 def test_identical_runs_name_nothing(runs, pool, tmp_path):
     for level in ("mix", "l1"):
-        cmp = compare_runs(str(runs / level / "same"), str(runs / level / "golden"), str(tmp_path / level), pool=pool)
+        cmp = compare_runs(str(runs / level / "same"), str(runs / level / "golden"),
+                           CompareOptions(out_dir=str(tmp_path / level)), pool=pool)
         assert cmp.exit_code == ExitCode.SAME, [f.message for f in cmp.all_findings]
         assert cmp.pairs and all(p.status == "same" and p.analysis.first is None and p.analysis.top == []
                                  for p in cmp.pairs)
 
 
 def test_l0_tensor_task(runs, pool, tmp_path):
-    cmp = compare_runs(str(runs / "l0" / "scaled"), str(runs / "l0" / "golden"), str(tmp_path / "s"), pool=pool)
+    cmp = compare_runs(str(runs / "l0" / "scaled"), str(runs / "l0" / "golden"),
+                       CompareOptions(out_dir=str(tmp_path / "s")), pool=pool)
     assert len(cmp.pairs) == 3
     for p in cmp.pairs:
         assert p.analysis.task == "tensor"
@@ -125,15 +129,17 @@ def test_l0_tensor_task(runs, pool, tmp_path):
         assert (f.name, f.kind, f.module) == ("Module.blocks.3.fc.Linear.forward.0.parameters.weight", "parameter",
                                               "blocks.3.fc")
         assert f.value == pytest.approx(0.01, rel=1e-3)  # from msprobe's l2norm columns
-    cmp = compare_runs(str(runs / "l0" / "scaled"), str(runs / "l0" / "golden"), str(tmp_path / "c"), pool=pool,
-                       metric="Cosine", threshold=0)
+    cmp = compare_runs(str(runs / "l0" / "scaled"), str(runs / "l0" / "golden"),
+                       CompareOptions(out_dir=str(tmp_path / "c"), metric="Cosine", threshold=0), pool=pool)
     assert all(p.analysis.first.module == "blocks.3.fc" for p in cmp.pairs)
-    cmp = compare_runs(str(runs / "l0" / "dtype"), str(runs / "l0" / "golden"), str(tmp_path / "d"), pool=pool)
+    cmp = compare_runs(str(runs / "l0" / "dtype"), str(runs / "l0" / "golden"),
+                       CompareOptions(out_dir=str(tmp_path / "d")), pool=pool)
     assert [p.analysis.first.name for p in cmp.pairs] == ["Module.blocks.3.fc.Linear.forward.0.input.0"] * 3
 
 
 def test_l1_proc_directories_are_paired(runs, pool, tmp_path):
-    cmp = compare_runs(str(runs / "l1" / "scaled"), str(runs / "l1" / "golden"), str(tmp_path), pool=pool)
+    cmp = compare_runs(str(runs / "l1" / "scaled"), str(runs / "l1" / "golden"),
+                       CompareOptions(out_dir=str(tmp_path)), pool=pool)
     assert len(cmp.pairs) == 3 and all(p.rank is None for p in cmp.pairs)
     assert all(p.target.rank_dir.startswith("proc") and p.golden.rank_dir.startswith("proc") for p in cmp.pairs)
     notes = [f for f in cmp.findings if f.rule == "compare-pairing"]
@@ -155,7 +161,8 @@ def test_faults_are_per_pair(runs, pool, tmp_path):
     (d / "actor_update/step0/rank1/dump.json").write_text('{"task": "statistics", "data": {}}')
     (target / "step_2/actor_update/step0/rank1/dump.json").write_text("[1, 2")  # corrupt
     shutil.rmtree(target / "step_2/ref_compute_log_prob/step0/rank1")
-    cmp = compare_runs(str(target), str(runs / "mix" / "golden"), str(tmp_path / "out"), pool=pool)
+    cmp = compare_runs(str(target), str(runs / "mix" / "golden"), CompareOptions(out_dir=str(tmp_path / "out")),
+                       pool=pool)
     by = {(p.step, p.stage, p.rank): p for p in cmp.pairs}
     expect = {(1, "actor_compute_log_prob", 0): "dump-missing", (1, "ref_compute_log_prob", 0): "dump-empty",
               (1, "actor_update", 0): "dump-corrupt", (1, "actor_update", 1): "dump-empty",
@@ -172,7 +179,8 @@ def test_dumps_collected_differently_are_one_finding(runs, pool, tmp_path):
     """Statistics against tensor, mix against L0: one finding per pair naming what differs, no verdict
     (msprobe itself fails on this pair with a "task is consistent" error, formerly reported as such)."""
     cmp = compare_runs(str(runs / "l0" / "golden" / "step_1" / "actor_update"),
-                       str(runs / "mix" / "golden" / "step_1" / "actor_update"), str(tmp_path), pool=pool)
+                       str(runs / "mix" / "golden" / "step_1" / "actor_update"),
+                       CompareOptions(out_dir=str(tmp_path)), pool=pool)
     (p,) = cmp.pairs
     (f,) = p.findings
     assert p.status == "mismatch" and f.rule == "compare-mismatch" and p.analysis is None
@@ -183,10 +191,11 @@ def test_dumps_collected_differently_are_one_finding(runs, pool, tmp_path):
 def test_stage_directories_and_files(runs, pool, tmp_path):
     mix = runs / "mix"
     cmp = compare_runs(str(mix / "scaled/step_2/actor_update"), str(mix / "golden/step_1/actor_update"),
-                       str(tmp_path / "a"), pool=pool)
+                       CompareOptions(out_dir=str(tmp_path / "a")), pool=pool)
     assert [(p.step, p.stage, p.rank) for p in cmp.pairs] == [(2, "actor_update", 0), (2, "actor_update", 1)]
     cmp = compare_runs(str(mix / "same/step_1/actor_update/step0/rank1/dump.json"),
-                       str(mix / "golden/step_1/actor_update/step0/rank1/dump.json"), str(tmp_path / "b"), pool=pool)
+                       str(mix / "golden/step_1/actor_update/step0/rank1/dump.json"),
+                       CompareOptions(out_dir=str(tmp_path / "b")), pool=pool)
     (p,) = cmp.pairs
     assert (p.step, p.stage, p.rank, p.status, cmp.exit_code) == (1, "actor_update", 1, "same", ExitCode.SAME)
 
@@ -195,16 +204,18 @@ def test_only_in_one_run(runs, pool, tmp_path):
     target = tmp_path / "t"
     shutil.copytree(runs / "l1" / "same", target)
     shutil.rmtree(target / "step_1" / "actor_update")
-    cmp = compare_runs(str(target), str(runs / "l1" / "golden"), str(tmp_path / "o"), pool=pool)
+    cmp = compare_runs(str(target), str(runs / "l1" / "golden"), CompareOptions(out_dir=str(tmp_path / "o")), pool=pool)
     assert len(cmp.pairs) == 2 and len(cmp.only_in_golden) == 1 and cmp.exit_code == ExitCode.INCOMPLETE
     assert as_dict(cmp)["only_in_golden"][0]["stage"] == "actor_update"
 
 
 def test_usage_errors(runs, tmp_path, capsys):
     with pytest.raises(UsageError, match="inside"):
-        compare_runs(str(runs / "mix" / "same"), str(runs / "mix" / "golden"), str(runs / "mix" / "golden" / "o"))
+        compare_runs(str(runs / "mix" / "same"), str(runs / "mix" / "golden"),
+                     CompareOptions(out_dir=str(runs / "mix" / "golden" / "o")))
     with pytest.raises(UsageError, match="in common"):
-        compare_runs(str(runs / "mix" / "same"), str(runs / "mix" / "golden" / "step_1"), str(tmp_path))
+        compare_runs(str(runs / "mix" / "same"), str(runs / "mix" / "golden" / "step_1"),
+                     CompareOptions(out_dir=str(tmp_path)))
     assert main([str(tmp_path / "nowhere"), str(runs / "mix" / "golden")]) == ExitCode.USAGE
     assert "no such file" in capsys.readouterr().err
     assert main([str(runs / "mix" / "same"), str(runs / "mix" / "golden"), "--metric", "bogus"]) == ExitCode.USAGE
@@ -333,8 +344,9 @@ def assert_agrees_with_msprobe(cmp) -> int:
     ("l0", "scaled", "NormRelativeErr"), ("l0", "dtype", "Cosine"), ("l0", "scaled", "MaxRelativeErr"),
     ("l1", "scaled", "MeanRelativeErr"), ("l1", "same", "NormRelativeErr")])
 def test_engine_agrees_with_msprobe(runs, pool, tmp_path, level, variant, metric):
-    cmp = compare_runs(str(runs / level / variant), str(runs / level / "golden"), str(tmp_path), pool=pool,
-                       metric=metric, msprobe_csv="all", ignores=(), keep_nodes=10 ** 6)
+    cmp = compare_runs(str(runs / level / variant), str(runs / level / "golden"),
+                       CompareOptions(out_dir=str(tmp_path), metric=metric, msprobe_csv="all", ignores=(),
+                       keep_nodes=10 ** 6), pool=pool)
     assert cmp.pairs and assert_agrees_with_msprobe(cmp) > 0
 
 
@@ -345,12 +357,14 @@ def test_dtype_aware(runs, pool, tmp_path):
     cmp = compare_runs(str(runs / "mix" / "dtype"), str(runs / "mix" / "golden"), pool=pool)
     said = [f.message for f in cmp.all_findings if f.rule == "compare-dtype"]
     assert said and all("--dtype-aware" in m and "0.00781" in m and "torch.bfloat16" in m for m in said)
-    aware = compare_runs(str(runs / "mix" / "dtype"), str(runs / "mix" / "golden"), pool=pool, dtype_aware=True)
+    aware = compare_runs(str(runs / "mix" / "dtype"), str(runs / "mix" / "golden"), CompareOptions(dtype_aware=True),
+                         pool=pool)
     for p in aware.pairs:
         assert not p.analysis.first or p.analysis.first.reason != "dtype"
         assert any("threshold 0.00781" in f.message for f in p.findings if f.rule == "compare-dtype")
     # a 1 % weight change is still found above bf16's rounding step
-    cmp = compare_runs(str(runs / "mix" / "scaled"), str(runs / "mix" / "golden"), pool=pool, dtype_aware=True)
+    cmp = compare_runs(str(runs / "mix" / "scaled"), str(runs / "mix" / "golden"), CompareOptions(dtype_aware=True),
+                       pool=pool)
     assert all(p.analysis.first.module == "blocks.3.fc" for p in cmp.pairs)
 def _pointed_inside(root: Path, scratch: Path) -> list[tuple[str, str]]:
     """Paths inside root for an output option: directly, through a symlink, through `..`."""

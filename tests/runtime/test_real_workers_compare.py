@@ -16,6 +16,7 @@ from runtime_helpers import bench_summary, start_bench
 
 from verl_pdbg_conf.compare.runs import as_dict, compare_runs
 from verl_pdbg_conf.compare.verdict import ExitCode
+from verl_pdbg_conf.compare.options import CompareOptions
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +41,7 @@ def runs(module_tmp):
 
 
 def _compared(runs, target):
-    cmp = compare_runs(runs[target][0], runs["eager"][0], jobs=1)
+    cmp = compare_runs(runs[target][0], runs["eager"][0], CompareOptions(jobs=1))
     return cmp, {p["stage"]: p for p in as_dict(cmp)["pairs"]}
 
 

@@ -1,5 +1,6 @@
 """verl-pdbg-compare: how two dump folders become a verdict, for the run compare (two runs, pair by pair)
-and the rollout compare (the rollout engine against the actor, token by token):
+and the rollout compare (the rollout engine against the actor, token by token), each run as options.py's
+CompareOptions say (one object from the command line, its defaults, and the modes honouring each option):
 
 1. read: dumpread.py, the one boundary where dumps are read (dump.json streamed, construct.json,
    stack.json, tokens.json), into records.py's Records, each a call with its tensor rows;
@@ -8,7 +9,8 @@ and the rollout compare (the rollout engine against the actor, token by token):
 3. align: engine.py runs a pair through pipeline/ (which record is which, by pipeline/plan.py's
    AlignmentPlan; an indexed family's calls index by index, pipeline/indices.py), each side first put
    together from its ranks by parallel/ (one class per kind of parallelism: tensor, context, expert, data,
-   pipeline); the rollout's comparison points per token are rollout/table.py's, the engine's modules named
+   pipeline); the rollout's comparison points per token are rollout/table.py's, from the table of the engine
+   tokens.json names (rollout/engines.py), the engine's modules named
    as transformers names them at load by rollout/renames.py;
 4. judge: judge.py, the rules a pair of values is held to, for both (the rollout's token walk,
    rollout/walk.py, decides each point through it); attribution names where an error is introduced;

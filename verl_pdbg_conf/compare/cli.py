@@ -9,7 +9,6 @@ Exit codes (verdict.ExitCode, the same for all three): 0 same, 1 diverged, 2 usa
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import traceback
@@ -18,17 +17,19 @@ from verl_pdbg_conf.compare.inputs import check_inputs, refuse_swallowed
 from verl_pdbg_conf.install_hints import MATPLOTLIB
 from verl_pdbg_conf.compare.output_paths import check_outputs
 from verl_pdbg_conf.compare import report
-from verl_pdbg_conf.compare.runs import (DEFAULT_TOP, as_dict, compare_ranks, compare_runs, remove_output,
-                                        require_msprobe)
+from verl_pdbg_conf.compare.runs import as_dict, compare_ranks, compare_runs, remove_output, require_msprobe
 from verl_pdbg_conf.compare.verdict import ExitCode, UsageError, failure
-from verl_pdbg_conf.compare.nodes import DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS
-from verl_pdbg_conf.compare.pipeline.coverage import DEFAULT_MIN_COVERAGE
+from verl_pdbg_conf.compare.nodes import METRICS
+from verl_pdbg_conf.compare.options import (DEFAULT_METRIC, DEFAULT_MIN_COVERAGE, DEFAULT_THRESHOLD, DEFAULT_TOP,
+                                            CompareOptions)
 
 PROG = "verl-pdbg-compare"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    """Every option's default is None here: CompareOptions holds the defaults, and None tells an option not
+    given from one given (options.MODES_OF refuses one a mode cannot honour)."""
+    ap = argparse.ArgumentParser(argument_default=None,
         prog=PROG, description="Compare two runs' msprobe dumps pair by pair (step, stage, rank) with msprobe "
         "compare, and name the first node in execution order whose difference passes a threshold.",
         epilog="exit codes: 0 same: every pair compared whole, none diverged; 1 diverged: a divergence found; "
@@ -53,17 +54,17 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--msprobe-csv", nargs="?", const="diverged", choices=("diverged", "all"), default=None,
                     help="also run msprobe's own compare for its compare_result CSV: on the diverged pairs "
                     "(the default when given alone) or on all compared pairs; the verdict stays the engine's")
-    ap.add_argument("--dtype-aware", action="store_true",
+    ap.add_argument("--dtype-aware", action="store_true", default=None,
                     help="runs that differ in precision on purpose (bf16 against fp32): a dtype change is not a "
                     "divergence and the threshold is raised to the machine epsilon of the lower precision the "
                     "two runs differ in (bf16 2^-7 = 0.0078, fp16 2^-10)")
-    ap.add_argument("--metric", default=DEFAULT_METRIC, choices=list(METRICS),
+    ap.add_argument("--metric", choices=list(METRICS),
                     help=f"difference to threshold (default {DEFAULT_METRIC}: relative error of the L2 norm; "
                     "Cosine and the err-ratio metrics count 1 - value)")
-    ap.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
+    ap.add_argument("--threshold", type=float,
                     help=f"a node diverges when its metric is above this (a fraction; default {DEFAULT_THRESHOLD:g} "
                     "= 0.01%%)")
-    ap.add_argument("--min-coverage", type=float, default=DEFAULT_MIN_COVERAGE, metavar="SHARE",
+    ap.add_argument("--min-coverage", type=float, metavar="SHARE",
                     help=f"a pair with no divergence is 'same' only where it compared at least this share of each "
                     f"run's records and every module (default {DEFAULT_MIN_COVERAGE:g}); otherwise 'partial', "
                     "naming what was not compared (exit 3)")
@@ -71,20 +72,20 @@ def build_parser() -> argparse.ArgumentParser:
                     "or the overrides file): a Megatron run's tensor/pipeline/context parallel sizes, so each "
                     "tensor-parallel group is compared as one model; without it they are read from the dumps")
     ap.add_argument("--golden-conf", metavar="FILE", help="the same for the golden run")
-    ap.add_argument("--ignore-dtype", action="store_true", help="a dtype that differs (bf16 against fp32) is "
+    ap.add_argument("--ignore-dtype", action="store_true", default=None, help="a dtype that differs (bf16 against fp32) is "
                     "not by itself a divergence: for runs that differ in precision on purpose")
-    ap.add_argument("--ignore", action="append", default=[], metavar="PATTERN",
+    ap.add_argument("--ignore", action="append", metavar="PATTERN",
                     help="leave out records whose name matches PATTERN (fnmatch, e.g. 'Tensor.narrow.*'; "
                     "RECORD@CALLER also matches the calling frame 'path/file.py:LINE in func'); repeatable")
-    ap.add_argument("--no-default-ignores", action="store_true",
+    ap.add_argument("--no-default-ignores", action="store_true", default=None,
                     help="compare the records left out by default too (FSDP2's all-gather buffer, read before "
                     "it is filled: different in every run; see docs/compare-ignores.md)")
-    ap.add_argument("--top", type=int, default=DEFAULT_TOP, help=f"largest differences listed per pair "
+    ap.add_argument("--top", type=int, help=f"largest differences listed per pair "
                     f"(default {DEFAULT_TOP})")
-    ap.add_argument("-j", "--jobs", type=int, default=None,
+    ap.add_argument("-j", "--jobs", type=int,
                     help="pairs compared at once on this machine (default: the CPU count, at most 4; with --ray, "
                     "one per CPU of each node)")
-    ap.add_argument("-f", "--format", choices=("text", "json"), default="text",
+    ap.add_argument("-f", "--format", choices=("text", "json"),
                     help="text for a reader (default), or json: the whole report as one JSON document on stdout")
     ap.add_argument("--html", metavar="FILE", help="also write one self-contained HTML report: an overview of "
                     "steps x stages x ranks, one line per pair and a per-layer plot for each diverged pair (needs "
@@ -132,67 +133,58 @@ def _main(argv: list[str] | None) -> int:
         args = ap.parse_args(argv)
     except SystemExit as e:
         return ExitCode.USAGE if e.code not in (0, None) else ExitCode.SAME
-    if args.threshold < 0 or math.isnan(args.threshold) or args.top < 0 or (args.jobs is not None and args.jobs < 1):
-        return _usage("--threshold and --top must be >= 0, --jobs >= 1")
-    if args.html and not args.rollout:
-        from verl_pdbg_conf.compare.report.runs_html import matplotlib_missing
-
-        missing = matplotlib_missing()
-        if missing:
-            return _usage(f"--html {missing}")
-    if args.ray_resource and not args.ray:
-        return _usage("--ray-resource needs --ray")
     try:
         refuse_swallowed({"--ray": args.ray, "--ray-resource": args.ray_resource})
     except UsageError as e:
         return _usage(str(e))
     if args.rollout:
-        return _rollout(args)
-    if (args.ranks is None) == (args.golden is None) or (args.ranks is not None and args.ranks < 0):
+        if args.ranks is not None:
+            return _usage("--rollout compares one run's two stages; not with --ranks")
+    elif (args.ranks is None) == (args.golden is None) or (args.ranks is not None and args.ranks < 0):
         return _usage("give TARGET and GOLDEN, or one run and --ranks [REF] (REF >= 0)")
+    try:
+        options = CompareOptions.from_args(args)
+    except UsageError as e:
+        return _usage(str(e))
+    if options.html and not args.rollout:
+        from verl_pdbg_conf.compare.report.runs_html import matplotlib_missing
+
+        missing = matplotlib_missing()
+        if missing:
+            return _usage(f"--html {missing}")
+    if args.rollout:
+        return _rollout(args, options)
     inputs = (args.target,) if args.golden is None else (args.target, args.golden)
     try:  # every output before any dump is read (compare_runs checks -o again, and each pair's directory)
-        check_outputs({"-o": args.output}, {"--html": args.html}, inputs)
+        check_outputs({"-o": options.out_dir}, {"--html": options.html}, inputs)
         check_inputs(inputs)
-        require_msprobe(args.msprobe_csv)
+        require_msprobe(options.msprobe_csv)
     except UsageError as e:
         return _usage(str(e))
     progress = ProgressBar() if sys.stderr.isatty() else None
     try:
-        common = dict(out_dir=args.output, metric=args.metric, threshold=args.threshold, top=args.top,
-                      jobs=args.jobs, progress=progress, ignore_dtype=args.ignore_dtype, ignores=args.ignore,
-                      default_ignores=not args.no_default_ignores, msprobe_csv=args.msprobe_csv,
-                      dtype_aware=args.dtype_aware, ray=args.ray, ray_resource=args.ray_resource,
-                      min_coverage=args.min_coverage)
         if args.ranks is not None:
-            cmp = compare_ranks(args.target, args.ranks, **common)
+            cmp = compare_ranks(args.target, args.ranks, options, progress)
         else:
-            cmp = compare_runs(args.target, args.golden, confs={"target": args.target_conf,
-                                                                 "golden": args.golden_conf}, **common)
+            cmp = compare_runs(args.target, args.golden, options, progress)
     except UsageError as e:
         return _usage(str(e))
     finally:
         if progress:
             progress.close()
     remove_output(cmp)  # the temporary one only (no -o): the report then names no file in it
-    return report.deliver(as_dict(cmp), args.format, args.html, cmp)
+    return report.deliver(as_dict(cmp), options.format, options.html, cmp)
 
 
-def _rollout(args) -> int:
+def _rollout(args, options: CompareOptions) -> int:
     from verl_pdbg_conf.compare.rollout.run import compare_rollout
 
-    unused = [o for o, v in (("--ranks", args.ranks is not None), ("-o", args.output), ("--msprobe-csv", args.msprobe_csv),
-                             ("--ray", args.ray), ("--target-conf", args.target_conf), ("--golden-conf", args.golden_conf))
-              if v]
-    if unused:
-        return _usage(f"--rollout compares one run's two stages from its tensor dumps; not with {', '.join(unused)}")
     try:
-        check_outputs({}, {"--html": args.html}, tuple(p for p in (args.target, args.golden) if p))
-        doc = compare_rollout(args.target, args.golden, threshold=args.threshold, dtype_aware=args.dtype_aware,
-                              top=args.top, min_coverage=args.min_coverage)
+        check_outputs({}, {"--html": options.html}, tuple(p for p in (args.target, args.golden) if p))
+        doc = compare_rollout(args.target, args.golden, options)
     except UsageError as e:
         return _usage(str(e))
-    return report.deliver(doc, args.format, args.html)
+    return report.deliver(doc, options.format, options.html)
 
 
 class ProgressBar:

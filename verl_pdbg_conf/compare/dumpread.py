@@ -471,7 +471,7 @@ def read_tokens(path: str) -> tuple[dict | None, list[str]]:
         return None, [f"is {show(doc)}, not a token record (a mapping)"]
     said: list[str] = []
     out: dict = {}
-    for key in ("dtype", "error"):
+    for key in ("dtype", "error", "engine"):
         if doc.get(key) is not None:
             if type(doc[key]) is str:
                 out[key] = doc[key]

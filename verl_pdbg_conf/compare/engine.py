@@ -13,24 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from verl_pdbg_conf.compare.dumpread import DumpError, DumpReader
-from verl_pdbg_conf.compare.nodes import DEFAULT_METRIC, DEFAULT_THRESHOLD, METRICS, Analysis
+from verl_pdbg_conf.compare.nodes import METRICS, Analysis
+from verl_pdbg_conf.compare.options import PairOptions
 from verl_pdbg_conf.compare.parallel.replica import Replica
-from verl_pdbg_conf.compare.pipeline.coverage import DEFAULT_MIN_COVERAGE
 from verl_pdbg_conf.compare.pipeline.run import run_pipeline
 from verl_pdbg_conf.compare.verdict import FAULT_HINT, Reason, failure
-
-
-@dataclass(frozen=True)
-class Options:
-    """How a pair is judged, and how much of it is kept: the same for every pair of a comparison."""
-    metric: str = DEFAULT_METRIC
-    threshold: float = DEFAULT_THRESHOLD
-    ignore_dtype: bool = False
-    dtype_aware: bool = False
-    ignores: tuple = ()
-    min_coverage: float = DEFAULT_MIN_COVERAGE  # "same" needs this share of each side compared
-    top: int = 5
-    keep_nodes: int = 0  # keep up to this many nodes (for a per-node plot); 0 keeps none
 
 
 @dataclass(frozen=True)
@@ -38,7 +25,7 @@ class PairJob:
     """What to compare (each side's dump.json, and its replica's) and how."""
     target: str
     golden: str
-    options: Options = Options()
+    options: PairOptions = PairOptions()
     target_replica: Replica = Replica()
     golden_replica: Replica = Replica()
 

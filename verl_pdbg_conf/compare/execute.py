@@ -13,7 +13,7 @@ import shutil
 import tempfile
 
 from verl_pdbg_conf.core.findings import Finding
-from verl_pdbg_conf.compare.engine import Options, PairJob, PairOutcome, failed_outcome, header_of
+from verl_pdbg_conf.compare.engine import PairJob, PairOutcome, failed_outcome, header_of
 from verl_pdbg_conf.compare.msprobe_run import diagnose, msprobe_compare, precheck, csv_written, msprobe_remote
 from verl_pdbg_conf.compare.nodes import METRICS
 from verl_pdbg_conf.compare.report.document import write_summaries
@@ -21,7 +21,7 @@ from verl_pdbg_conf.compare.output_paths import refuse_inside
 from verl_pdbg_conf.compare.pairs import E, W, Comparison, Pair, finding, pair_dir
 from verl_pdbg_conf.compare.pipeline import feeding
 from verl_pdbg_conf.compare.pipeline.coverage import coverage_text
-from verl_pdbg_conf.compare.verdict import Reason, Status, UsageError, failure
+from verl_pdbg_conf.compare.verdict import Reason, Status, UsageError, decide, failure
 
 # Each worker holds torch and msprobe (a few hundred MB) and msprobe's tensor compare starts its own pool.
 MAX_DEFAULT_JOBS = 4
@@ -31,8 +31,10 @@ def default_jobs() -> int:
     return max(1, min(os.cpu_count() or 1, MAX_DEFAULT_JOBS))
 
 
-def execute(cmp: Comparison, out_dir: str | None, jobs, progress, pool, job_fn) -> Comparison:
-    """Run the comparison `cmp` (paired, not compared): job_fn(PairJob) -> PairOutcome per pair."""
+def execute(cmp: Comparison, progress, pool, job_fn) -> Comparison:
+    """Run the comparison `cmp` (paired, not compared) as its options say: job_fn(PairJob) -> PairOutcome per
+    pair."""
+    out_dir, jobs = cmp.options.out_dir, cmp.options.jobs
     inputs = (cmp.target, cmp.golden)
     if out_dir is not None:  # -o beside an input must not reach into it through a pair's subdirectory either
         for p in cmp.pairs:
@@ -97,8 +99,7 @@ def worker_pool(jobs: int | None = None) -> cf.ProcessPoolExecutor:
 
 def _run_engine(cmp: Comparison, todo: list[Pair], jobs: int | None, progress, shared: cf.Executor | None,
                 job_fn) -> None:
-    options = Options(cmp.metric, cmp.threshold, cmp.ignore_dtype, cmp.dtype_aware, tuple(cmp.ignores),
-                      cmp.min_coverage, cmp.top, cmp.keep_nodes)
+    options = cmp.options.pair
 
     def job(p: Pair) -> PairJob:
         return PairJob(p.target.path, p.golden.path, options, p.target.replica, p.golden.replica)
@@ -200,7 +201,7 @@ def _spread(cmp: Comparison, todo: list[Pair], fn, make_job, finish, progress, d
 
     notes: list[str] = []
     try:
-        for i, outcome, node, error in run_ray(fn, [make_job(p) for p in todo], _reads, cmp.ray, cmp.ray_resource,
+        for i, outcome, node, error in run_ray(fn, [make_job(p) for p in todo], _reads, cmp.ray, cmp.options.ray_resource,
                                                notes):
             p = todo[i]
             p.ran_on = node or p.ran_on
@@ -231,8 +232,8 @@ def _verdict(p: Pair, out: PairOutcome) -> None:
     for n in out.notes:
         p.findings.append(finding(n.rule, n.severity, f"{p.label}: {n.message}", n.file or p.target.path, n.hint))
     if out.analysis is None:
-        p.reason = Reason(out.rule)
-        p.status = Status.MISMATCH if p.reason == Reason.MISMATCH else Status.ERROR
+        v = decide(refused=Reason(out.rule))
+        p.status, p.reason = v.status, v.reason
         sev = W if p.status == Status.MISMATCH else E
         side = p.golden if out.path == p.golden.path else p.target
         what = f"{side.file_label} {out.error}" if out.rule.startswith("dump-") else f"{p.label}: {out.error}"
@@ -242,9 +243,9 @@ def _verdict(p: Pair, out: PairOutcome) -> None:
     if feeding.handed_other_rows(p):
         return
     cov = p.analysis.coverage
-    p.status = Status.DIVERGED if p.analysis.first else Status.SAME if cov is None or cov["full"] else Status.PARTIAL
+    v = decide(diverged=bool(p.analysis.first), full=cov is None or cov["full"])
+    p.status, p.reason = v.status, v.reason
     if p.status == Status.PARTIAL:
-        p.reason = Reason.COVERAGE
         p.findings.append(finding(Reason.COVERAGE.value, W, f"{p.label}: partly compared: {coverage_text(cov)}",
                                   p.target.path, "the regions named have no counterpart in the other run: "
                                   "nothing there was compared (--min-coverage sets the share \"same\" needs)"))

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from verl_pdbg_conf.core.findings import Finding, Severity
 from verl_pdbg_conf.compare.nodes import Analysis
 from verl_pdbg_conf.compare.parallel.replica import Replica
-from verl_pdbg_conf.compare.pipeline.coverage import DEFAULT_MIN_COVERAGE
+from verl_pdbg_conf.compare.options import CompareOptions
 from verl_pdbg_conf.compare.verdict import ExitCode, Reason, Status, Verdict, exit_code
 from verl_pdbg_conf.run.inspect_run import INNER_DIR, RANK_DIR, STAGE_DIR, STEP_DIR, scan
 
@@ -70,23 +70,22 @@ class Comparison:
     target: str
     golden: str
     out_dir: str
-    metric: str
-    threshold: float
-    top: int
-    ignore_dtype: bool = False
-    dtype_aware: bool = False
-    msprobe_csv: str | None = None  # diverged | all: msprobe's own compare also ran on those pairs
-    ignores: tuple = ()  # the patterns in force (the default's first, then --ignore's)
-    ray: str | None = None  # a Ray cluster's address (or "auto"): pairs run there, not in local workers
-    ray_resource: str | None = None  # only Ray nodes holding this custom resource
+    options: CompareOptions = CompareOptions()
     temporary: bool = False  # out_dir was made here (no -o): remove_output() deletes it
     reference_rank: int | None = None  # rank against rank in one run (compare_ranks): the golden side's rank
-    keep_nodes: int = 0  # nodes each pair's analysis keeps (for a per-node plot)
-    min_coverage: float = DEFAULT_MIN_COVERAGE  # share of each side a pair must compare to be "same"
     pairs: list[Pair] = field(default_factory=list)
     only_in_target: list[RankDump] = field(default_factory=list)
     only_in_golden: list[RankDump] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)  # not tied to a pair
+
+    # what the report reads of the options
+    metric = property(lambda self: self.options.metric)
+    threshold = property(lambda self: self.options.threshold)
+    top = property(lambda self: self.options.top)
+    min_coverage = property(lambda self: self.options.min_coverage)
+    msprobe_csv = property(lambda self: self.options.msprobe_csv)
+    ignores = property(lambda self: self.options.patterns, doc="the patterns in force (the default's, then --ignore's)")
+    ray = property(lambda self: self.options.ray)
 
     @property
     def all_findings(self) -> list[Finding]:

@@ -74,6 +74,20 @@ class Verdict:
     reason: Reason | None = None
 
 
+def decide(refused: Reason | None = None, diverged: bool = False, compared: bool = True,
+           full: bool = True) -> Verdict:
+    """A pair's status, for both compares: refused (nothing compared, `refused` says why) is mismatch where
+    the two were collected differently and error otherwise; a divergence found is diverged; nothing at all
+    compared is mismatch; else same where the pair was compared in full, partial (coverage) where not."""
+    if refused is not None:
+        return Verdict(Status.MISMATCH if refused == Reason.MISMATCH else Status.ERROR, refused)
+    if diverged:
+        return Verdict(Status.DIVERGED)
+    if not compared:
+        return Verdict(Status.MISMATCH, Reason.MISMATCH)
+    return Verdict(Status.SAME) if full else Verdict(Status.PARTIAL, Reason.COVERAGE)
+
+
 def exit_code(verdicts: Iterable[Verdict], one_sided: bool = False) -> ExitCode:
     """The command's exit code from its pairs' verdicts; `one_sided`: a (step, stage, rank) is in one run
     only. A fault of the compare wins (its pair may hide a divergence), then a divergence, then anything

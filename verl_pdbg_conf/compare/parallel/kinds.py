@@ -1,10 +1,11 @@
 """The kinds of parallelism a Megatron (or any torch.distributed) run divides its model by, one class each:
 how its size is read from verl's config (`key` under the actor's `megatron` section) or from the dumps
 (`from_dumps`), and how the record streams of one of its groups become one (`merge`, with merge.py's
-rules), with the group's module tree and what is said of it (`note`). A replica (replica.py) lists its
-levels innermost first; pipeline/sides.py applies them in that order, each kind merging `size` neighbouring
-units (a rank's dump, or a group merged at the level below) into one. A new kind is one class here and
-its entry in KINDS."""
+rules), with the group's module tree and what is said of it (`note`); where its ranks sit in Megatron's
+rank order (`within`, `outer`) so layout.py groups a run's ranks by any kind alike. A replica (replica.py)
+lists its levels innermost first; pipeline/sides.py applies them in that order, each kind merging `size`
+neighbouring units (a rank's dump, or a group merged at the level below) into one. A new kind is one class
+here and its entry in KINDS, in Megatron's rank order (docs/compare-megatron.md#a-new-kind-of-parallelism)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,14 @@ class Kind:
     said = ""  # how findings name it
     key = ""  # verl's size key under the actor's `megatron` section ("" where the config gives none)
     batch = False  # each of its ranks runs its own share of the batch
+    within = True  # its groups are inside a replica (layout.py groups them); data parallelism's are the replicas
+    combined = True  # merge() puts its groups together (context parallelism's shards are not yet)
+    outer = False  # its ranks are outside the replica index in Megatron's rank order (the pipeline's stages)
+    renumbers = ""  # what merge() renumbers to the model's numbering: a rank left out of its group is marked
+
+    def planned(self, size: int) -> str:
+        """How the layout finding names it at `size`."""
+        return f"{self.said} size {size}"
 
     def from_dumps(self, paths: list[str]) -> tuple[int, str]:
         """(size, why) read off the ranks' dumps, in rank order; (1, why not) where nothing says so."""
@@ -98,11 +107,11 @@ class TensorParallel(Kind):
 
 class ContextParallel(Kind):
     """Context parallelism splits each sequence between ranks; its shards are not combined (layout.py warns)."""
-    name, said, key = "context", "context-parallel", "context_parallel_size"
+    name, said, key, combined = "context", "context-parallel", "context_parallel_size", False
 
 
 class DataParallel(Kind):
-    name, said, key, batch = "data", "data-parallel", "", True
+    name, said, key, batch, within = "data", "data-parallel", "", True, False
 
     def from_dumps(self, paths):
         """Ranks that run the same calls on the same parameters, each on inputs of its own (its share of the
@@ -140,6 +149,7 @@ class DataParallel(Kind):
 
 class ExpertParallel(Kind):
     name, said, key, batch = "expert", "expert-parallel", "expert_model_parallel_size", True
+    renumbers = "rank r's local expert j as global expert r x (experts per rank) + j"
 
     def from_dumps(self, paths):
         """Ranks running the same module calls whose parameters agree outside an MoE layer's experts
@@ -195,7 +205,7 @@ class ExpertParallel(Kind):
 
 
 class PipelineParallel(Kind):
-    name, said, key = "pipeline", "pipeline", "pipeline_model_parallel_size"
+    name, said, key, outer = "pipeline", "pipeline", "pipeline_model_parallel_size", True
 
     def from_dumps(self, paths, tp: int = 1):
         """Read off the ranks' module trees, in rank order: Megatron puts the stages outermost, so the first

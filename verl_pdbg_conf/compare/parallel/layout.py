@@ -11,6 +11,7 @@ established the ranks stay rank against rank, and a warning says why and asks fo
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from math import prod
 
 from verl_pdbg_conf.compare.parallel.kinds import CONTEXT, DATA, EXPERT, KINDS, PIPELINE, TENSOR
 from verl_pdbg_conf.compare.parallel.replica import Level, Replica
@@ -80,14 +81,23 @@ def one_model(members: list, levels: tuple, name: str = "rank0"):
                    replica=Replica(tuple(m.path for m in members), tuple(levels)))
 
 
-def group_sides(sides: list, tp: int, pp: int = 1) -> list:
-    """Each Megatron replica of a key's rank sides as one RankDump named for its data-parallel index, holding
-    its ranks' dumps in rank order (tensor-parallel fastest, stages outermost)."""
+def replica_levels(lay: Layout) -> tuple[Level, ...]:
+    """The levels a replica's ranks are put together by, innermost first (KINDS' order): every kind the layout
+    sizes above 1 whose groups lie within a replica and are combined."""
+    return tuple(Level(k.name, lay.size(k)) for k in KINDS.values() if k.within and k.combined and lay.size(k) > 1)
+
+
+def group_sides(sides: list, lay: Layout) -> list:
+    """Each replica of a key's rank sides as one RankDump named for its data-parallel index, holding its ranks'
+    dumps in Megatron's rank order: the inner kinds' ranks fastest (tensor-parallel, expert-parallel), then
+    the replica index, then the outer kinds' (the pipeline's stages)."""
+    levels = replica_levels(lay)
+    inner = prod(lv.size for lv in levels if not KINDS[lv.kind].outer)
+    outer = prod(lv.size for lv in levels if KINDS[lv.kind].outer)
     ranked = _ranked(sides)
-    dp = len(ranked) // (tp * pp)
-    levels = tuple(Level(k.name, n) for k, n in ((TENSOR, tp), (PIPELINE, pp)) if n > 1)
-    return [one_model([ranked[tp * (d + dp * st) + t] for st in range(pp) for t in range(tp)], levels, f"rank{d}")
-            for d in range(dp)]
+    dp = len(ranked) // (inner * outer)
+    return [one_model([ranked[inner * (d + dp * o) + i] for o in range(outer) for i in range(inner)], levels,
+                      f"rank{d}") for d in range(dp)]
 
 
 def _finding(sev: str, message: str, path: str, hint: str = ""):
@@ -124,23 +134,19 @@ def _decide(name: str, by_key: dict, conf: str | None, differ: bool) -> tuple[La
 def _replicas(name: str, sides: list, by_key: dict, lay: Layout) -> tuple[list, list]:
     """A run's rank sides grouped into replicas by its layout (its other sides as they are), and findings."""
     out, said = [], []
-    pp = lay.size(PIPELINE)
-    size, expert = lay.tp * pp, lay.ep > 1
+    levels = replica_levels(lay)
+    step = prod(lv.size for lv in levels)
+    lone = next((lv.kind for lv in levels if KINDS[lv.kind].renumbers), "")
     for key, members in by_key.items():
         ranked = _ranked(members)
-        step = lay.ep if expert else size
         if len(ranked) % step:
-            what = (f"expert-parallel {lay.ep}" if expert else
-                    f"tensor-parallel {lay.tp} x pipeline {pp}")
+            what = " x ".join(f"{KINDS[lv.kind].said} {lv.size}" for lv in levels)
             said.append(_finding("warning", f"{name} {'/'.join(key)}: {len(ranked)} ranks, not a multiple of "
                                  f"{step} ({what}): compared rank against rank", ranked[0].path))
-            # a rank of an expert-parallel group left alone: its local expert numbers are not the model's
-            out += [replace(s, replica=Replica(lone=EXPERT.name)) if expert else s for s in ranked]
-        elif expert:
-            out += [one_model(ranked[d * lay.ep:(d + 1) * lay.ep], (Level(EXPERT.name, lay.ep),), f"rank{d}")
-                    for d in range(len(ranked) // lay.ep)]
+            # a rank left out of a group that renumbers (an expert's local index): its numbers are not the model's
+            out += [replace(s, replica=Replica(lone=lone)) if lone else s for s in ranked]
         else:
-            out += group_sides(ranked, lay.tp, pp)
+            out += group_sides(ranked, lay)
     return out + [s for s in sides if not s.rank_dir.startswith("rank")], said
 
 
@@ -213,7 +219,7 @@ def apply(t_sides: list, g_sides: list, confs: dict | None = None) -> tuple[list
             out[name] = sides
             alone.add(name)
             continue
-        if lay.ep > 1 or lay.tp * pp > 1:
+        if replica_levels(lay):
             out[name], said = _replicas(name, sides, counts[name], lay)
             findings += said
             findings.append(_finding("info", _layout_said(name, lay, why), path))
@@ -236,14 +242,12 @@ def apply(t_sides: list, g_sides: list, confs: dict | None = None) -> tuple[list
 
 
 def _layout_said(name: str, lay: Layout, why: str) -> str:
-    if lay.ep > 1:
-        return (f"{name}: expert-parallel size {lay.ep} from {lay.source}" + (f" ({why})" if why else "")
-                + ": each group's ranks compared as one model, rank r's local expert j as global expert "
-                "r x (experts per rank) + j")
-    pp = lay.size(PIPELINE)
-    parts = [f"tensor-parallel size {lay.tp}"] + ([f"pipeline size {pp}"] if pp > 1 else [])
-    return (f"{name}: {', '.join(parts)} from {lay.source}" + (f" ({why})" if why else "")
-            + f": each replica's {lay.tp * pp} ranks compared as one model")
+    levels = replica_levels(lay)
+    kinds = [KINDS[lv.kind] for lv in levels]
+    return (f"{name}: {', '.join(k.planned(lv.size) for k, lv in zip(kinds, levels))} from {lay.source}"
+            + (f" ({why})" if why else "")
+            + f": each replica's {prod(lv.size for lv in levels)} ranks compared as one model"
+            + "".join(f", {k.renumbers}" for k in kinds if k.renumbers))
 
 
 def _per_key(sides: list) -> dict:

@@ -16,9 +16,8 @@ the pair from "same" whatever share the rest reaches."""
 from __future__ import annotations
 
 from verl_pdbg_conf.compare.nodes import module_kind, module_path
+from verl_pdbg_conf.compare.options import DEFAULT_MIN_COVERAGE
 
-# "same" needs at least this share of each side's records compared, and no uncompared module
-DEFAULT_MIN_COVERAGE = 0.99
 MAX_REGIONS = 32
 
 

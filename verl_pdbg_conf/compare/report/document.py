@@ -87,6 +87,7 @@ def as_dict(cmp: Comparison) -> dict:
         "target": cmp.target, "golden": cmp.golden,
         "output_dir": None if not cmp.out_dir or (cmp.temporary and not os.path.isdir(cmp.out_dir)) else cmp.out_dir,
         "metric": cmp.metric, "threshold": cmp.threshold, "min_coverage": cmp.min_coverage,
+        "dtype_aware": cmp.options.dtype_aware, "ignore_dtype": cmp.options.ignore_dtype,
         "ignore_patterns": list(cmp.ignores),
         "msprobe_csv": cmp.msprobe_csv,
         "reference_rank": cmp.reference_rank,

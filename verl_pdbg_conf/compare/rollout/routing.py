@@ -91,7 +91,7 @@ class Setting:
                 + ("the sum of its 2 largest)" if self.bias else "its largest)"))
 
 
-def setting(moe: dict, hf_config: dict) -> Setting:
+def setting(moe: dict, hf_config: dict, table: dict | None = None) -> Setting:
     """The engine's routing for an architecture (its FusedMoE call, extract.py) under its HF config."""
     if not moe:
         return Setting(None, "no fused experts known for this architecture")
@@ -106,7 +106,7 @@ def setting(moe: dict, hf_config: dict) -> Setting:
             return hf_config.get(v["config"], v.get("default", default))
         return _Unread(v.get("expression") or v.get("self") or "?")
 
-    routing = T.facts().get("routing") or {}
+    routing = (table or T.facts()).get("routing") or {}
     scoring = read("scoring_func", "softmax")
     grouped = read("use_grouped_topk", False)
     if grouped:
@@ -208,9 +208,9 @@ def margin_of(logits, chosen: tuple[int, ...], setting_: Setting | None = None, 
     return float(logits[mask].min() - logits[~mask].max())
 
 
-def routers(engine) -> dict[int, list[Record]]:
+def routers(engine, table: dict | None = None) -> dict[int, list[Record]]:
     """Per engine step, its routers' records (empty for a dense model)."""
-    return {k: [r for r in d.records if T.class_role(r.base).get("router")] for k, d in engine}
+    return {k: [r for r in d.records if T.class_role(r.base, table).get("router")] for k, d in engine}
 
 
 def captured(engine) -> dict[int, dict[int, list]]:

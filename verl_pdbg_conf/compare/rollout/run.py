@@ -11,14 +11,17 @@ import os
 import re
 
 from verl_pdbg_conf.compare.nodes import json_number
+from verl_pdbg_conf.compare.options import CompareOptions
 from verl_pdbg_conf.install_hints import TORCH_CPU
 from verl_pdbg_conf.compare.rollout import dumps as D
+from verl_pdbg_conf.compare.rollout import engines as E
 from verl_pdbg_conf.compare.rollout import renames as RN
 from verl_pdbg_conf.compare.rollout import routing as R
 from verl_pdbg_conf.compare.rollout import table as T
 from verl_pdbg_conf.compare.rollout import tokens as K
 from verl_pdbg_conf.compare.rollout.walk import TokenResult, Walk
-from verl_pdbg_conf.compare.verdict import FAULT_HINT, Reason, Status, UsageError, Verdict, exit_code, failure
+from verl_pdbg_conf.compare.verdict import (FAULT_HINT, Reason, Status, UsageError, Verdict, decide, exit_code,
+                                            failure)
 from verl_pdbg_conf.core.findings import Finding, Severity
 
 ROLLOUT, ACTOR = "rollout_generate", "actor_compute_log_prob"
@@ -56,8 +59,10 @@ def _f(rule: str, severity: Severity, message: str, file: str, hint: str = "") -
     return Finding(rule=rule, severity=severity, message=message, file=file, hint=hint)
 
 
-def compare_rollout(actor_root: str, rollout_root: str | None = None, threshold: float = 1e-4,
-                    dtype_aware: bool = False, top: int = 5, min_coverage: float = 0.99) -> dict:
+def compare_rollout(actor_root: str, rollout_root: str | None = None,
+                    options: CompareOptions = CompareOptions()) -> dict:
+    """Per step both stages hold, as `options` say (the ones options.MODES_OF says --rollout honours)."""
+    threshold, dtype_aware, top, min_coverage = options.threshold, options.dtype_aware, options.top, options.min_coverage
     rollout_root = rollout_root or actor_root
     if importlib.util.find_spec("torch") is None:  # found, not imported: every value is in a torch file
         raise UsageError("--rollout compares the dumps' tensor files, which torch reads, and torch is not installed "
@@ -132,24 +137,36 @@ def compare_step(key: str, rollout_dir: str, actor_dir: str, threshold: float, d
         pair["status"], pair["reason"] = refused.status.value, refused.reason.value
         pair["findings"] = [f.to_dict() for f in findings]
         return pair
-    findings += RN.apply([d for _, d in engine], trainer, ((engine[0][1].tokens or {}).get("hf_config") or {})
-                         .get("model_type"), rollout_dir)
-    requests, sequences, al = _align(engine, trainer, rollout_dir, actor_dir, findings)
     info = engine[0][1].tokens or {}
+    try:
+        table = E.engine_named(info.get("engine")).facts
+    except E.UnknownEngine as e:
+        findings.append(_f("compare-rollout-engine", Severity.ERROR, f"{rollout_dir}: {e}", rollout_dir,
+                           "compare a rollout of a known engine, or add this engine's table "
+                           "(docs/compare-rollout.md#another-engine)"))
+        refused = decide(refused=Reason.MISMATCH)
+        pair["status"], pair["reason"] = refused.status.value, refused.reason.value
+        pair["findings"] = [f.to_dict() for f in findings]
+        return pair
+    pair["engine"] = info.get("engine") or E.UNNAMED
+    findings += RN.apply([d for _, d in engine], trainer, (info.get("hf_config") or {}).get("model_type"),
+                         rollout_dir)
+    requests, sequences, al = _align(engine, trainer, rollout_dir, actor_dir, findings)
     judge = Walk(threshold, dtype_aware, engine_dtype=str(info.get("dtype") or ""),
-                  logits_path=next((r.module for _, d in engine for r in d.records if T.is_logits(r.base)), "logits"),
+                  logits_path=next((r.module for _, d in engine for r in d.records if T.is_logits(r.base, table)),
+                                   "logits"),
                   shapes={(i, c): _batch_shape(call) for i, d in enumerate(trainer)
                           for c, call in enumerate(d.tokens.get("calls") or [])})
     findings += _dtypes(info, trainer, judge, rollout_dir)
     archs = info.get("architectures") or []
-    moe = T.moe_for(archs)
-    results, unpaired, routing = _judge(engine, trainer, al, judge, T.packed_for(archs), moe,
-                                        R.setting(moe, info.get("hf_config") or {}))
+    moe = T.moe_for(archs, table)
+    results, unpaired, routing = _judge(engine, trainer, al, judge, table, T.packed_for(archs, table), moe,
+                                        R.setting(moe, info.get("hf_config") or {}, table))
     pair["routing"] = routing
     _misreplayed(routing, rollout_dir, findings)
     unread = sum(d.unread for _, d in engine) + sum(d.unread for d in trainer)
     return _summarize(pair, results, al, requests, sequences, findings, top, min_coverage,
-                      _unpaired(unpaired, results, actor_dir, findings) + _unrouted(routing, rollout_dir, findings),
+                      _unpaired(unpaired, results, actor_dir, findings, table) + _unrouted(routing, rollout_dir, findings),
                       unread)
 
 
@@ -207,11 +224,11 @@ def _read(rollout_dir: str, actor_dir: str, findings: list[Finding]) -> tuple[li
 
 def _refusal(engine, trainer, rollout_dir: str, actor_dir: str, findings: list[Finding]) -> Verdict | None:
     """The pair's verdict where its tokens cannot be aligned at all (said in a finding), else None."""
-    mismatch = Verdict(Status.MISMATCH, Reason.MISMATCH)
+    mismatch = decide(refused=Reason.MISMATCH)
     if not engine or not trainer:
         where = rollout_dir if not engine else actor_dir
         findings.append(_f("compare-missing", Severity.ERROR, f"{where}: no rank directory with a dump", where))
-        return Verdict(Status.ERROR, Reason.DUMP_MISSING)
+        return decide(refused=Reason.DUMP_MISSING)
     # a dump that could not be read has said so already; the others decide whether tokens can be told apart
     tasks = {d.task for _, d in engine if d.task} | {d.task for d in trainer if d.task}
     if tasks - {"tensor"}:
@@ -249,17 +266,17 @@ def _align(engine, trainer, rollout_dir: str, actor_dir: str, findings: list[Fin
     return requests, sequences, al
 
 
-def _judge(engine, trainer, al, judge: Walk, packed: dict, moe: dict, setting: R.Setting) -> \
+def _judge(engine, trainer, al, judge: Walk, table: dict, packed: dict, moe: dict, setting: R.Setting) -> \
         tuple[list[TokenResult], dict[str, str], dict | None]:
     """Every aligned token through its engine step's comparison points; the engine modules (path -> class)
     that have no counterpart in the actor's dump; and the routing of MoE layers, side by side."""
     trainer_paths = [d.by_module() for d in trainer]
-    found = R.routers(engine)
+    found = R.routers(engine, table)
     routes, missed = R.routes(al, found, trainer_paths, judge, setting, R.captured(engine))
     per_step = {}
     unpaired: dict[str, str] = {}
     for k, d in engine:
-        pts, alone = T.points(d.every, trainer_paths[0], packed, moe)
+        pts, alone = T.points(d.every, trainer_paths[0], packed, moe, table)
         per_step[k] = (pts, [r.module for r in d.records])
         unpaired.update({r.module: r.base for r in d.every if r.module in alone})
     results: list[TokenResult] = []
@@ -272,16 +289,17 @@ def _judge(engine, trainer, al, judge: Walk, packed: dict, moe: dict, setting: R
     return results, unpaired, R.summary(routes, setting, any(found.values()), missed=missed)
 
 
-def _unpaired(modules: dict[str, str], results: list[TokenResult], where: str, findings: list[Finding]) -> list[str]:
+def _unpaired(modules: dict[str, str], results: list[TokenResult], where: str, findings: list[Finding],
+              table: dict) -> list[str]:
     """Engine modules no trainer record matches, said once; the logits processor is accounted for where every
     sampled token's log-probs were compared from the token records. Returns those left uncompared."""
     if not modules:
         return []
     sampled = [t for t in results if t.logprob_engine is not None or t.logprob_engine_logits is not None]
     compared = sampled and all(t.logprob_trainer is not None and t.logprob_engine_logits is not None for t in sampled)
-    left = [m for m, cls in modules.items() if not (compared and T.is_logits(cls))]
+    left = [m for m, cls in modules.items() if not (compared and T.is_logits(cls, table))]
     why = (" (msprobe leaves a model's first child and last module out of its dump where verl is imported: "
-           "lm_head in verl's actor)") if any(T.is_logits(c) for c in modules.values()) else ""
+           "lm_head in verl's actor)") if any(T.is_logits(c, table) for c in modules.values()) else ""
     said = "; its log-probs are compared from the token records" if compared and len(left) < len(modules) else ""
     findings.append(_f("compare-rollout-unpaired", Severity.WARNING if left else Severity.INFO,
                        f"engine modules with no counterpart in the actor's dump: {', '.join(modules)}{why}{said}",
@@ -372,11 +390,15 @@ def _summarize(pair, results, al, requests, sequences, findings, top, min_covera
                        "first_divergence": _gap_dict(t) if t.gap else None} for t in ranked[:max(top, 0)]]
     pair["max_logprob_gap"] = abs(ranked[0].logprob_gap) if ranked else None
     pair["token_map"] = _token_map(results)
+    verdict = decide(diverged=bool(diverged), compared=bool(compared_tokens),
+                     full=min(cov_r, cov_t) >= min_coverage and not skipped and not uncompared and not unread)
+    pair["status"] = verdict.status.value
+    if verdict.reason:
+        pair["reason"] = verdict.reason.value
     if diverged:
         # where the error enters: the earliest point in the forward at which a token parts (a token that parts
         # later may only carry it in, through attention to that one); of those, the largest log-prob gap
         lead = min(diverged, key=lambda t: (t.gap.order, -abs(t.logprob_gap or 0.0)))
-        pair["status"] = Status.DIVERGED.value
         pair["first_divergence"] = _gap_dict(lead)
         pair["diverged_tokens"] = len(diverged)
         modules: dict[str, int] = {}
@@ -384,12 +406,7 @@ def _summarize(pair, results, al, requests, sequences, findings, top, min_covera
             modules[t.gap.module] = modules.get(t.gap.module, 0) + 1
         pair["top"] = [{"module": m, "tokens": n} for m, n in sorted(modules.items(), key=lambda kv: -kv[1])[:top]]
     elif not compared_tokens:
-        pair["status"], pair["reason"] = Status.MISMATCH.value, Reason.MISMATCH.value
         findings.append(_f("compare-rollout-align", Severity.ERROR, "no token of the rollout could be aligned with "
                            "the actor's forward", pair["target"], ALIGN_HINT))
-    elif min(cov_r, cov_t) >= min_coverage and not skipped and not uncompared and not unread:
-        pair["status"] = Status.SAME.value
-    else:
-        pair["status"], pair["reason"] = Status.PARTIAL.value, Reason.COVERAGE.value
     pair["findings"] = [f.to_dict() for f in findings]
     return pair

@@ -30,6 +30,7 @@ _DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "vllm-0.32.0.js
 
 @lru_cache(maxsize=None)
 def facts(path: str = _DATA) -> dict:
+    """An engine's table as extract.py writes it (JSON): engines.py's reader for vLLM; vLLM's by default."""
     with open(path, encoding="utf-8") as fh:
         return json.load(fh)
 
@@ -62,26 +63,28 @@ class Point:
     role: str = ""  # "router": a router's logits; "experts": a fused experts' output
 
 
-def is_logits(cls: str) -> bool:
+# Each function below reads one engine's facts (engines.Engine.facts; vLLM's where none is given).
+
+def is_logits(cls: str, table: dict | None = None) -> bool:
     """An engine class whose output is the logits: the trainer's counterpart is its lm_head."""
-    return bool(facts()["classes"].get(cls, {}).get("counterpart"))
+    return bool(class_role(cls, table).get("counterpart"))
 
 
-def class_role(cls: str) -> dict:
-    return facts()["classes"].get(cls, {})
+def class_role(cls: str, table: dict | None = None) -> dict:
+    return (table or facts())["classes"].get(cls, {})
 
 
-def packed_for(architectures: list[str]) -> dict[str, list[str]]:
-    return _for(architectures, "packed")
+def packed_for(architectures: list[str], table: dict | None = None) -> dict[str, list[str]]:
+    return _for(architectures, "packed", table)
 
 
-def moe_for(architectures: list[str]) -> dict:
+def moe_for(architectures: list[str], table: dict | None = None) -> dict:
     """The architecture's FusedMoE call, as extract.py read it ({} for a dense model)."""
-    return _for(architectures, "moe")
+    return _for(architectures, "moe", table)
 
 
-def _for(architectures: list[str], table: str) -> dict:
-    rows = facts().get(table) or {}
+def _for(architectures: list[str], kind: str, table: dict | None) -> dict:
+    rows = (table or facts()).get(kind) or {}
     for arch in architectures or ():
         if arch in rows:
             return rows[arch]
@@ -89,11 +92,11 @@ def _for(architectures: list[str], table: str) -> dict:
 
 
 def points(engine: list[Record], trainer: dict[str, list[Record]], packed: dict[str, list[str]],
-           moe: dict | None = None) -> tuple[list[Point], list[str]]:
+           moe: dict | None = None, table: dict | None = None) -> tuple[list[Point], list[str]]:
     """The comparison points of one engine step (every record, parents too, in execution order), and the
     engine modules that should have a counterpart but have none in the trainer's dump. Parents are left
     out but for the fused experts (vLLM's holds the shared experts' wrapper)."""
-    classes = facts()["classes"]
+    classes = (table or facts())["classes"]
     out: list[Point] = []
     unpaired: list[str] = []
     parents = {".".join(r.module.split(".")[:i]) for r in engine for i in range(1, r.module.count(".") + 1)}
