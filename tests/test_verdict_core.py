@@ -1,0 +1,366 @@
+"""The verdict's core held to its rules directly (issue 42, item 6): exit codes, the judge's rules in their
+order, coverage's counts, the record model and the dump reader's rows. Each test names the behaviour a
+surviving mutant broke (bench/mutation.py); they run in milliseconds, so mutation testing can run them."""
+
+from __future__ import annotations
+
+import json
+import math
+from types import SimpleNamespace
+
+import pytest
+
+from verl_pdbg_conf.compare import judge as J
+from verl_pdbg_conf.compare.dumpread import Row
+from verl_pdbg_conf.compare.judge import Decision, Judge, Rule
+from verl_pdbg_conf.compare.pipeline.coverage import Coverage, coverage_text, kind, short
+from verl_pdbg_conf.compare.verdict import ExitCode, Reason, Status, Verdict, exit_code, failure
+
+F32, BF16, I64 = "torch.float32", "torch.bfloat16", "torch.int64"
+
+
+def row(stats=(1.0, -1.0, 0.0, 2.0), dtype=F32, shape=(2, 3), name="Functional.linear.0.forward.output.0",
+        data_name="-1", **kw):
+    return Row(name, name, name.rsplit(".", 2)[0], "output", "forward", dtype, list(shape), tuple(stats), data_name,
+               **kw)
+
+
+# ----------------------------------------------------------------------------- verdict.py
+
+S, D = Verdict(Status.SAME), Verdict(Status.DIVERGED)
+P, E = Verdict(Status.PARTIAL, Reason.COVERAGE), Verdict(Status.ERROR, Reason.FAILED)
+BAD = Verdict(Status.ERROR, Reason.DUMP_CORRUPT)
+
+
+@pytest.mark.parametrize("verdicts,one_sided,code", [
+    ([S, S], False, ExitCode.SAME),
+    ([S, D], False, ExitCode.DIVERGED),
+    ([D, P], False, ExitCode.DIVERGED),  # a divergence wins over anything not compared whole
+    ([D, E], False, ExitCode.ERROR),  # a fault of the compare wins over a divergence
+    ([E, D], False, ExitCode.ERROR),
+    ([S, E], False, ExitCode.ERROR),
+    ([S, P], False, ExitCode.INCOMPLETE),
+    ([S, BAD], False, ExitCode.INCOMPLETE),  # a bad dump is no fault of the compare
+    ([D, BAD], False, ExitCode.DIVERGED),
+    ([S, Verdict(Status.MISMATCH, Reason.MISMATCH)], False, ExitCode.INCOMPLETE),
+    ([Verdict(Status.PENDING)], False, ExitCode.INCOMPLETE),
+    ([S, S], True, ExitCode.INCOMPLETE),  # a (step, stage, rank) in one run only
+    ([D], True, ExitCode.DIVERGED),
+    ([], False, ExitCode.INCOMPLETE),  # nothing compared is never "same"
+])
+def test_exit_code_priority(verdicts, one_sided, code):
+    assert exit_code(iter(verdicts), one_sided) == code  # any iterable, read once
+
+
+def test_exit_code_values_and_words():
+    assert [int(c) for c in (ExitCode.SAME, ExitCode.DIVERGED, ExitCode.USAGE, ExitCode.INCOMPLETE,
+                             ExitCode.ERROR)] == [0, 1, 2, 3, 4]
+    assert [str(s) for s in Status] == ["pending", "same", "diverged", "partial", "mismatch", "error"]
+    assert [str(r) for r in Reason] == ["dump-missing", "dump-empty", "dump-corrupt", "compare-mismatch",
+                                        "compare-metric", "compare-coverage", "compare-failed"]
+    assert f"{Status.SAME}/{Reason.FAILED}" == "same/compare-failed"
+
+
+def test_failure_is_one_line():
+    assert failure(RuntimeError("  first line\nsecond")) == "RuntimeError: first line"
+    assert failure(KeyError()) == "KeyError"
+    assert failure(ValueError("   ")) == "ValueError"
+
+
+# ----------------------------------------------------------------------------- judge.py: the small rules
+
+def test_against_the_limit():
+    assert J.against(None, 0.1) == Rule.AGREE
+    assert J.against(math.nan, 0.1) == Rule.NAN
+    assert J.against(0.1, 0.1) == Rule.AGREE  # at the limit is no divergence
+    assert J.against(0.1000001, 0.1) == Rule.THRESHOLD
+    assert J.against(0.0, 0.0) == Rule.AGREE
+
+
+def test_counts_and_sizes():
+    assert J.counts_agree(None, 3) and J.counts_agree(3, None) and J.counts_agree(4, 4)
+    assert not J.counts_agree(3, 4)
+    assert J.sizes_agree(row(shape=(2, 3)), row(shape=(3, 2)))
+    assert not J.sizes_agree(row(shape=(2, 3)), row(shape=(2, 4)))
+
+
+def test_dtype_limit():
+    assert J.dtype_limit(0.5, (F32, BF16)) == 0.5
+    assert J.dtype_limit(1e-9, (F32, BF16)) == 2.0 ** -7
+    assert J.dtype_limit(1e-9, (F32, BF16), roundings=3) == 3 * 2.0 ** -7
+    assert J.dtype_limit(1e-9, ("torch.int64",)) == 1e-9
+
+
+def test_point_rules():
+    assert J.point(3, 4, 0.0, 0.1) == Decision(Rule.APART, None)
+    assert J.point(3, 3, 0.0, 0.1, ("", "nan")) == Decision(Rule.NAN, J.point(3, 3, 0.0, 0.1, ("", "nan")).value,
+                                                           "nan")
+    d = J.point(3, 3, 0.0, 0.1, ("inf", ""))
+    assert d.reason == Rule.INF and math.isnan(d.value) and d.golden_nonfinite == ""
+    d = J.point(3, 3, 0.0, 0.1, ("nan", "inf"))
+    assert d.reason == Rule.NAN and d.golden_nonfinite == "inf"
+    assert J.point(3, 3, 5.0, 0.1, ("nan", "nan")) == Decision(Rule.AGREE, None, "", "nan")
+    assert J.point(3, 3, 0.2, 0.1) == Decision(Rule.THRESHOLD, 0.2)
+    assert J.point(3, 3, 0.05, 0.1) == Decision(Rule.AGREE, 0.05)
+    assert J.point(3, None, 0.05, 0.1).reason == Rule.AGREE  # an unknown count is no difference
+
+
+def test_rule_words():
+    assert [str(r) for r in Rule] == ["", "unmatched", "apart", "nan", "inf", "shape", "dtype", "exact", "threshold"]
+    assert J.NOT_JUDGED == (Rule.UNMATCHED, Rule.APART)
+
+
+# ----------------------------------------------------------------------------- judge.py: Judge.row
+
+def judge(metric="NormRelativeErr", threshold=0.01, task="statistics", **kw) -> Judge:
+    return Judge(metric, threshold, task, "/t/step_1/dump.json", "/g/step_1/dump.json", **kw)
+
+
+def test_row_agrees_and_diverges_on_the_metric():
+    j = judge()
+    assert j.row(row(), row()) == Decision(Rule.AGREE, 0.0, "", "")
+    d = j.row(row((1.0, -1.0, 0.0, 2.1)), row())
+    assert d.reason == Rule.THRESHOLD and d.value == pytest.approx(0.05)
+    assert j.row(row((1.0, -1.0, 0.0, 2.01)), row()).reason == Rule.AGREE  # 0.5% under 1%
+    # another statistic than the metric's does not count
+    assert j.row(row((9.0, -1.0, 0.0, 2.0)), row()).reason == Rule.AGREE
+    assert judge("MaxRelativeErr").row(row((9.0, -1.0, 0.0, 2.0)), row()).reason == Rule.THRESHOLD
+
+
+def test_cosine_is_a_badness():
+    """Cosine is higher-is-better: its value is turned into 1 - cosine, so a cosine of 1 is no error."""
+    j = judge("Cosine", task="tensor")
+    assert not j.spec.higher_is_worse and j.arrays
+    assert j.value(row(), row(shape=(3, 3))) is None  # no arrays without tensor files: nothing computed
+
+
+def test_unmatched_and_apart():
+    j = judge()
+    assert j.row(row(), None) == Decision(Rule.UNMATCHED, None)
+    assert j.row(row(dtype="torch.bool"), row(dtype=I64)) == Decision(Rule.UNMATCHED, None)
+    assert j.row(row(shape=(2, 3)), row(shape=(2, 4))) == Decision(Rule.APART, None)
+    assert j.like(row(dtype="torch.bool"), row(dtype=I64))  # not paired: holds nothing of the call apart
+    assert not j.like(row(shape=(2, 3)), row(shape=(7,)))
+
+
+def test_one_sided_nan_or_inf_is_a_divergence_both_alike_is_not():
+    j = judge()
+    nan, inf = (1.0, -1.0, math.nan, math.nan), (math.inf, -1.0, math.inf, math.inf)
+    d = j.row(row(nan), row())
+    assert d.reason == Rule.NAN and math.isnan(d.value) and d.golden_nonfinite == ""
+    d = j.row(row(), row(nan))
+    assert d.reason == Rule.NAN and d.golden_nonfinite == "nan"
+    d = j.row(row(inf), row())
+    assert d.reason == Rule.INF and d.golden_nonfinite == ""
+    d = j.row(row(nan), row(inf))  # non-finite otherwise on each side
+    assert d.reason == Rule.NAN and d.golden_nonfinite == "inf"
+    d = j.row(row(nan), row(nan))  # NaN alike on both sides: no error measured, no divergence (said apart)
+    assert d.reason == Rule.AGREE and d.both_nonfinite == "nan"
+    d = j.row(row(inf), row(inf))
+    assert d.reason == Rule.AGREE and d.both_nonfinite == "inf"
+
+
+def test_shape_then_dtype():
+    j = judge()
+    assert j.row(row(shape=(2, 3)), row(shape=(3, 2))).reason == Rule.SHAPE
+    assert judge(layout_free=True).row(row(shape=(2, 3)), row(shape=(3, 2))).reason == Rule.AGREE
+    assert j.row(row(dtype=BF16), row()).reason == Rule.DTYPE
+    # shape is said before dtype
+    assert j.row(row(dtype=BF16, shape=(3, 2)), row()).reason == Rule.SHAPE
+    assert judge(ignore_dtype=True).row(row(dtype=BF16), row()).reason == Rule.AGREE
+
+
+def test_dtype_suggestion_and_dtype_aware_limit():
+    j = judge()
+    j.row(row(dtype=BF16), row())
+    assert j.suggest.startswith(f"{BF16} against {F32}: --dtype-aware") and "0.00781" in j.suggest
+    j.row(row(dtype="torch.float16"), row())
+    assert j.suggest.startswith(BF16)  # said once
+    j2 = judge()
+    j2.row(row(), row(dtype="torch.float16"))
+    assert "of torch.float16" in j2.suggest and j2.lowp_eps == 0.0
+    aware = judge(threshold=1e-4, dtype_aware=True)
+    assert aware.limit == 1e-4
+    off = (1.0, -1.0, 0.0, 2.0 * (1 + 2 ** -8))  # half a bf16 rounding step off
+    assert aware.row(row(off, dtype=BF16), row()).reason == Rule.AGREE
+    assert aware.limit == 2.0 ** -7 and aware.suggest == ""
+    assert judge(threshold=1e-4).row(row(off), row()).reason == Rule.THRESHOLD
+    aware.row(row(dtype="torch.float16"), row())
+    assert aware.limit == 2.0 ** -7  # the largest step learned stays
+    ints = judge()
+    ints.row(row(dtype=I64), row(dtype=I64))
+    assert ints.suggest == "" and ints.lowp_eps == 0.0
+
+
+def test_exact_dtypes_differ_at_all():
+    j = judge(threshold=0.5)
+    a, b = row((5, 0, 2.5, 0), dtype=I64), row((5, 0, 2.5000001, 0), dtype=I64)
+    d = j.row(a, b)
+    assert d.reason == Rule.EXACT and d.value == pytest.approx(0.1 / 2.5e6, rel=1e-3)
+    assert j.row(a, a).reason == Rule.AGREE
+    bools = row((True, False, None, None), dtype="torch.bool")
+    assert j.row(bools, row((True, True, None, None), dtype="torch.bool")).reason == Rule.EXACT
+    assert j.row(row((1.0, 0.0, 0.5, 2.0)), row((1.0, 0.0, 0.5000001, 2.0))).reason == Rule.AGREE  # a float
+
+
+def test_parts_raise_the_limit_to_the_rounding_step():
+    j = judge(threshold=1e-4)
+    off = (1.0, -1.0, 0.0, 2.0 * (1 + 2 ** -9))
+    assert j.row(row(off, dtype=BF16), row(dtype=BF16)).reason == Rule.THRESHOLD
+    assert j.row(row(off, dtype=BF16, parts=2), row(dtype=BF16)).reason == Rule.AGREE
+    assert j.row(row(off, dtype=BF16), row(dtype=BF16, parts=3)).reason == Rule.AGREE
+
+
+def test_a_constant_replicated_tensor_takes_its_counterparts_size():
+    j = judge(layout_free=True)
+    zero = row((0.0, 0.0, 0.0, 0.0), shape=(4,), alike=2)
+    whole = row((0.0, 0.0, 0.0, 0.0), shape=(8,))
+    assert j.like(zero, whole) and j.row(zero, whole).reason == Rule.AGREE
+    assert not judge().like(zero, whole)  # only where layouts are known to differ
+    assert not j.like(row((0.0, 0.0, 0.0, 0.0), shape=(4,)), whole)  # held by one rank
+    assert not j.like(row((1.0, 0.0, 0.5, 1.0), shape=(4,), alike=2), whole)  # not constant
+    ones = row((1.0, 1.0, 1.0, 2.0), shape=(4,), alike=2)
+    grown = J._resized(ones, row((1.0, 1.0, 1.0, 1.0), shape=(8,)))
+    assert grown.shape == [8] and grown.stats == (1.0, 1.0, 1.0, pytest.approx(math.sqrt(8)))
+    neg = J._resized(row((-2.0, -2.0, -2.0, 4.0), shape=(4,), alike=2), row(shape=(8,)))
+    assert neg.stats[3] == pytest.approx(2 * math.sqrt(8))
+    assert J._resized(ones, row(shape=(12,))) is ones  # not a whole number per rank
+    assert J._resized(row(("a", "a", 1.0, 1.0), shape=(4,), alike=2), row(shape=(8,))).shape == [4]
+    assert J._resized(row((1.0, 1.0, 1.0, 2.0), shape=(0,), alike=2), row(shape=(0,))).shape == [0]
+
+
+def test_tensor_task_without_files_judges_statistics():
+    """The tensor task's NormRelativeErr is the l2norms' relative error, from the statistics."""
+    j = judge(task="tensor")
+    assert not j.arrays and j.stat_i == 3
+    assert j.row(row((1.0, 0.0, 0.0, 2.1)), row()).reason == Rule.THRESHOLD
+    assert j.t_dir == "/t/step_1/dump_tensor_data" and j.g_dir == "/g/step_1/dump_tensor_data"
+
+
+def test_tensor_task_reads_the_arrays(tmp_path):
+    np = pytest.importorskip("numpy")
+    t_dir, g_dir = tmp_path / "t" / "dump_tensor_data", tmp_path / "g" / "dump_tensor_data"
+    t_dir.mkdir(parents=True)
+    g_dir.mkdir(parents=True)
+    np.save(t_dir / "a.npy", np.array([1, 2, 3], dtype=np.int64))
+    np.save(g_dir / "a.npy", np.array([1, 2, 4], dtype=np.int64))
+    np.save(g_dir / "b.npy", np.array([1, 2, 3], dtype=np.int64))
+    # NormRelativeErr comes from the statistics; an integer tensor is still held to its values, element by element
+    j = Judge("NormRelativeErr", 0.5, "tensor", str(tmp_path / "t" / "dump.json"), str(tmp_path / "g" / "dump.json"))
+    same_stats = (3, 1, None, None)
+    t = row(same_stats, dtype=I64, shape=(3,), data_name="a.npy")
+    assert j.row(t, row(same_stats, dtype=I64, shape=(3,), data_name="a.npy")).reason == Rule.EXACT
+    assert j.row(t, row(same_stats, dtype=I64, shape=(3,), data_name="b.npy")).reason == Rule.AGREE
+    # a missing file or none written: nothing to hold against (the statistics decide)
+    assert j.row(t, row(same_stats, dtype=I64, shape=(3,), data_name="gone.npy")).reason == Rule.AGREE
+    assert j.arrays_of(t, row(data_name="-1")) is None and j.arrays_of(row(data_name=""), t) is None
+
+
+# ----------------------------------------------------------------------------- coverage.py
+
+def rec(name, module=None, scope="", unread=(), **extra):
+    return SimpleNamespace(name=name, module=module, scope=scope, unread=list(unread), extra=dict(extra))
+
+
+def test_full_coverage_and_its_minimum():
+    c = Coverage()
+    for i in range(99):
+        c.pair(rec(f"a{i}"), rec(f"a{i}"))
+    c.pair(rec("alone"), None)
+    cov = c.finish()
+    assert cov["full"] and cov["target"]["share"] == 0.99 and cov["golden"]["share"] == 1.0
+    assert cov["target"]["records"] == 100 and cov["target"]["paired_records"] == 99
+    assert cov["target"]["uncompared_records"] == {"(outside any module)": 1}
+    assert not c.finish(minimum=0.995)["full"]
+    assert short(cov) == "99%/100%" and short(None) == "-"
+
+
+def test_an_unreadable_record_keeps_the_pair_from_full():
+    c = Coverage()
+    for i in range(500):
+        c.pair(rec(f"a{i}"), rec(f"a{i}"))
+    c.pair(rec("bad", unread=["output.0 is null"]), rec("bad"))
+    cov = c.finish()
+    assert not cov["full"] and cov["target"]["share"] >= 0.99
+    assert cov["target"]["unreadable_records"] == 1 and cov["golden"]["unreadable_records"] == 0
+    assert cov["golden"]["paired_records"] == 500  # its counterpart is not compared either
+    assert "1 record of the target could not be read (dump-value): not compared" in coverage_text(cov)
+
+
+def test_modules_paired_inside_and_uncompared():
+    c = Coverage()
+    c.pair(rec("m", module="model.layers.0.mlp"), rec("m", module="model.layers.0.mlp"))
+    c.pair(rec("w", module="model"), None)  # wraps a paired module
+    c.pair(rec("act", module="model.layers.0.mlp.act_fn"), None)  # inside a paired one
+    c.pair(rec("op", scope="Module.model.layers.0.mlp.Qwen2MLP.forward.0"), None)  # ran inside a paired module
+    c.pair(rec("x", module="lm_head"), None)  # none of that
+    t = c.finish()["target"]
+    assert t["modules"] == 4 and t["paired_modules"] == 1 and t["accounted_modules"] == 2
+    assert t["uncompared_modules"] == {"lm_head": 1}
+    assert t["compared_records"] == 4 and t["records"] == 5
+    assert not c.finish()["full"]
+    text = coverage_text(c.finish())
+    assert "not compared in target: lm_head (1 module)" in text and "target 80% of 5 records" in text
+
+
+def test_loose_records_outside_paired_modules_are_regions():
+    c = Coverage()
+    c.pair(rec("m", module="model.layers.0"), rec("m", module="model.layers.0"))
+    for i in range(3):
+        c.pair(rec(f"o{i}", scope="Module.optimizer.Adam.forward.0"), None)
+    t = c.finish()["target"]
+    assert t["uncompared_records"] == {"optimizer (3 records)".split(" (")[0]: 3}
+    assert "optimizer (3 records)" in coverage_text(c.finish())
+
+
+def test_boundary_gap_counts_as_compared():
+    c = Coverage()
+    c.pair(rec("a"), rec("a"))
+    c.pair(rec("fused"), None)
+    c.golden_only([rec("x1"), rec("x2")])
+    c.boundary(SimpleNamespace(target=[rec("fused")], golden=[rec("x1"), rec("x2")]))
+    cov = c.finish()
+    assert cov["full"] and cov["target"]["compared_records"] == 2 and cov["golden"]["compared_records"] == 3
+
+
+def test_late_pairing_counts_once():
+    c = Coverage()
+    late = [rec("m", module="model.layers.0", local=["partial sum"])]
+    c.golden_only(late)
+    c.late(late)
+    assert late == []
+    c.pair(rec("m", module="model.layers.0", local=["partial sum"]), rec("m", module="model.layers.0",
+                                                                         local=["partial sum"]))
+    g = c.finish()["golden"]
+    assert g["records"] == 1 and g["paired_records"] == 1 and g["rank_own_records"] == {"partial sum": 1}
+
+
+def test_sharded_or_rank_local_records_are_not_compared():
+    c = Coverage()
+    c.pair(rec("a", sharded=True), rec("a"))
+    c.pair(rec("b", local=["partial sum"]), rec("b"))
+    c.pair(rec("c", local=["partial sum"]), rec("c", local=["partial sum"]))
+    c.pair(rec("d"), rec("d"), compared=False)
+    t = c.finish()["target"]
+    assert t["paired_records"] == 1 and t["rank_own_records"] == {"partial sum": 2}
+    assert "2 records of the target hold a partial sum of each rank's own" in coverage_text(c.finish())
+
+
+def test_fused_parts_count_each():
+    c = Coverage()
+    c.pair(rec("qkv", module="model.layers.0.self_attn.qkv", parts=["model.layers.0.self_attn.qkv",
+                                                                   "model.layers.0.self_attn.k"]),
+           rec("q", module="model.layers.0.self_attn.q"))
+    t = c.finish()["target"]
+    assert t["records"] == 2 and t["paired_records"] == 2 and t["paired_modules"] == 2
+
+
+def test_kind_names_the_module_family():
+    assert kind("") == "(outside any module)"
+    assert kind("model.layers.3.mlp") == "model.layers.*.mlp"
+
+
+def test_json_of_coverage_is_plain_data():
+    c = Coverage()
+    c.pair(rec("a"), rec("a"))
+    json.dumps(c.finish())
