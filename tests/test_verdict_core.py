@@ -52,6 +52,10 @@ def test_exit_code_priority(verdicts, one_sided, code):
     assert exit_code(iter(verdicts), one_sided) == code  # any iterable, read once
 
 
+def test_exit_code_is_not_one_sided_unless_told():
+    assert exit_code([S]) == ExitCode.SAME
+
+
 def test_exit_code_values_and_words():
     assert [int(c) for c in (ExitCode.SAME, ExitCode.DIVERGED, ExitCode.USAGE, ExitCode.INCOMPLETE,
                              ExitCode.ERROR)] == [0, 1, 2, 3, 4]
