@@ -71,13 +71,14 @@ def workdir(module: str) -> Path:
             (d / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / f, d / f)
     path, tests = MODULES[module]
+    lines = lambda args: "".join(f"\n    {a}" for a in args)  # noqa: E731 - setup.cfg's lists, one a line
     (d / "setup.cfg").write_text(
         "[mutmut]\n"
         "source_paths = verl_pdbg_conf/\n"
         f"only_mutate = {path}\n"
-        "also_copy = examples/\n    hydra_plugins/\n"
-        f"pytest_add_cli_args_test_selection = {' '.join(tests)}\n"
-        f"pytest_add_cli_args = -p no:cacheprovider -x -q {' '.join(DESELECT)}\n")
+        f"also_copy ={lines(['examples/', 'hydra_plugins/'])}\n"
+        f"pytest_add_cli_args_test_selection ={lines(tests)}\n"
+        f"pytest_add_cli_args ={lines(['-p', 'no:cacheprovider', *DESELECT])}\n")
     return d
 
 
@@ -109,7 +110,7 @@ def run_module(module: str) -> dict:
         "score": round(killed / judged, 4) if judged else None,
         "survivors": {n: diffs[n] for n in live}, "seconds": round(time.time() - t0),
     }
-    if run.returncode != 0 and not status:
+    if run.returncode != 0 or not killed:
         result["error"] = (run.stdout + run.stderr)[-2000:]
     shutil.rmtree(d, ignore_errors=True)
     return result
