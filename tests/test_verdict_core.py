@@ -178,6 +178,7 @@ def test_dtype_suggestion_and_dtype_aware_limit():
     j = judge()
     j.row(row(dtype=BF16), row())
     assert j.suggest.startswith(f"{BF16} against {F32}: --dtype-aware") and "0.00781" in j.suggest
+    assert j.suggest.endswith(f"of {BF16}")  # the lower precision named, whichever side holds it
     j.row(row(dtype="torch.float16"), row())
     assert j.suggest.startswith(BF16)  # said once
     j2 = judge()
@@ -212,7 +213,7 @@ def test_parts_raise_the_limit_to_the_rounding_step():
     off = (1.0, -1.0, 0.0, 2.0 * (1 + 2 ** -9))
     assert j.row(row(off, dtype=BF16), row(dtype=BF16)).reason == Rule.THRESHOLD
     assert j.row(row(off, dtype=BF16, parts=2), row(dtype=BF16)).reason == Rule.AGREE
-    assert j.row(row(off, dtype=BF16), row(dtype=BF16, parts=3)).reason == Rule.AGREE
+    assert j.row(row(off, dtype=BF16), row(dtype=BF16, parts=2)).reason == Rule.AGREE
 
 
 def test_a_constant_replicated_tensor_takes_its_counterparts_size():
@@ -230,7 +231,10 @@ def test_a_constant_replicated_tensor_takes_its_counterparts_size():
     assert neg.stats[3] == pytest.approx(2 * math.sqrt(8))
     assert J._resized(ones, row(shape=(12,))) is ones  # not a whole number per rank
     assert J._resized(row(("a", "a", 1.0, 1.0), shape=(4,), alike=2), row(shape=(8,))).shape == [4]
-    assert J._resized(row((1.0, 1.0, 1.0, 2.0), shape=(0,), alike=2), row(shape=(0,))).shape == [0]
+    empty = row((1.0, 1.0, 1.0, 2.0), shape=(0,), alike=2)
+    assert J._resized(empty, row(shape=(0,))) is empty
+    ramp = row((1.0, 0.0, 1.0, 2.0), shape=(4,), alike=2)  # Max == Mean, but not constant
+    assert J._resized(ramp, row(shape=(8,))) is ramp
 
 
 def test_tensor_task_without_files_judges_statistics():
@@ -368,3 +372,94 @@ def test_json_of_coverage_is_plain_data():
     c = Coverage()
     c.pair(rec("a"), rec("a"))
     json.dumps(c.finish())
+
+
+def test_an_empty_dtype_pairs_as_msprobe_writes_none():
+    """A dtype-less row (an argument of None) is msprobe's dtype "None": it pairs with one written so."""
+    for t, g in ((row(dtype=""), row(dtype="None")), (row(dtype="None"), row(dtype=""))):
+        assert judge().row(t, g).reason == Rule.DTYPE  # paired (not unmatched), and said to differ
+        assert judge().like(t, row(dtype=I64)) and judge().row(t, row(dtype=I64)).reason == Rule.UNMATCHED
+
+
+def test_exact_rows_with_no_number_to_measure():
+    d = judge().row(row(("a", "b", None, None), dtype=I64), row(("c", "d", None, None), dtype=I64))
+    assert d.reason == Rule.EXACT and d.value == 0.0
+    d = judge().row(row(("a", "b", "e", "f"), dtype=I64), row(("c", "d", "g", "h"), dtype=I64))
+    assert d.reason == Rule.EXACT and d.value is None
+
+
+def test_tensor_task_norm_is_the_l2norms_relative_error():
+    """The tensor task's NormRelativeErr (norm_rel): an l2norm of 0 against 0.0 is equal, where the statistics
+    task's relative error (msprobe's column, typed) says infinitely far."""
+    zero_int, zero = row((0.0, 0.0, 0.0, 0)), row((0.0, 0.0, 0.0, 0.0))
+    assert judge(task="tensor").row(zero_int, zero) == Decision(Rule.AGREE, 0.0, "", "")
+    assert judge().row(zero_int, zero).reason == Rule.THRESHOLD
+    assert judge(task="tensor").value(zero_int, zero) == 0.0 and judge().value(zero_int, zero) == math.inf
+
+
+def save(d, name, values):
+    np = pytest.importorskip("numpy")
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / name, "wb") as fh:  # the exact name, "-1" too
+        np.save(fh, np.array(values))
+
+
+def tensor_judge(tmp_path, metric, threshold=0.01, task="tensor") -> Judge:
+    return Judge(metric, threshold, task, str(tmp_path / "t" / "dump.json"), str(tmp_path / "g" / "dump.json"))
+
+
+def test_tensor_task_metrics_from_the_arrays(tmp_path):
+    t_dir, g_dir = tmp_path / "t" / "dump_tensor_data", tmp_path / "g" / "dump_tensor_data"
+    save(t_dir, "x.npy", [1.0, 2.0, 3.0])
+    save(g_dir, "x.npy", [1.0, 2.0, 3.0])
+    save(g_dir, "y.npy", [-1.0, -2.0, -3.0])
+    save(g_dir, "z.npy", [1.0, 2.0, 3.3])
+    t = row(shape=(3,), data_name="x.npy")
+    cos = tensor_judge(tmp_path, "Cosine")
+    assert cos.arrays and cos.stat_i is None
+    assert cos.row(t, row(shape=(3,), data_name="x.npy")) == Decision(Rule.AGREE, pytest.approx(0.0, abs=1e-12))
+    d = cos.row(t, row(shape=(3,), data_name="y.npy"))  # cosine -1: a badness of 2
+    assert d.reason == Rule.THRESHOLD and d.value == pytest.approx(2.0)
+    assert cos.value(t, row(shape=(3,), data_name="y.npy")) == pytest.approx(2.0)
+    assert cos.value(t, row(shape=(3,), data_name="x.npy")) == pytest.approx(0.0, abs=1e-12)
+    # without a file on either side there is no value, and none is made up
+    assert cos.row(t, row(shape=(3,))) == Decision(Rule.AGREE, None, "", "")
+    assert cos.value(t, row(shape=(3,))) is None
+    mx = tensor_judge(tmp_path, "MaxRelativeErr")
+    z = row(shape=(3,), data_name="z.npy")
+    assert mx.value(t, z) == pytest.approx(0.3 / 3.3) and mx.row(t, z).value == pytest.approx(0.3 / 3.3)
+    assert mx.value(z, t) == pytest.approx(0.1)  # the golden's file is the reference
+    assert mx.value(row(shape=(1, 3), data_name="x.npy"), z) is None  # another shape: no element-wise value
+    assert mx.row(row(shape=(3, 1), data_name="x.npy"), z).reason == Rule.SHAPE
+    # the statistics' metric where the task keeps no arrays for it
+    norm = tensor_judge(tmp_path, "MaxRelativeErr", task="statistics")
+    assert norm.value(row((1.1, 0.0, 0.0, 0.0)), row((1.0, 0.0, 0.0, 0.0))) == pytest.approx(0.1)
+
+
+def test_no_file_is_named_minus_one(tmp_path):
+    """"-1" and "" are msprobe's "no tensor file", even where a file of that name happens to exist."""
+    for name in ("-1", ""):
+        t_dir, g_dir = tmp_path / name / "t" / "dump_tensor_data", tmp_path / name / "g" / "dump_tensor_data"
+        save(t_dir, "a.npy", [1.0])
+        save(g_dir, "a.npy", [1.0])
+        if name:
+            save(t_dir, name, [1.0])
+            save(g_dir, name, [1.0])
+        j = tensor_judge(tmp_path / name, "Cosine")
+        a = row(shape=(1,), data_name="a.npy")
+        assert j.arrays_of(a, a) is not None
+        assert j.arrays_of(row(shape=(1,), data_name=name), a) is None
+        assert j.arrays_of(a, row(shape=(1,), data_name=name)) is None
+
+
+def test_integer_values_read_only_by_the_tensor_task(tmp_path):
+    t_dir, g_dir = tmp_path / "t" / "dump_tensor_data", tmp_path / "g" / "dump_tensor_data"
+    save(t_dir, "a.npy", [1, 2, 3])
+    save(g_dir, "a.npy", [1, 2, 4])
+    stats = (3, 1, None, None)
+    t, g = row(stats, dtype=I64, shape=(3,), data_name="a.npy"), row(stats, dtype=I64, shape=(3,), data_name="a.npy")
+    assert tensor_judge(tmp_path, "NormRelativeErr", task="statistics").row(t, g).reason == Rule.AGREE
+    assert tensor_judge(tmp_path, "NormRelativeErr").row(t, g).reason == Rule.EXACT
+    # a shape difference is said as such, not overridden by the values
+    g13 = row(stats, dtype=I64, shape=(1, 3), data_name="a.npy")
+    assert tensor_judge(tmp_path, "NormRelativeErr").row(t, g13).reason == Rule.SHAPE
