@@ -463,3 +463,132 @@ def test_integer_values_read_only_by_the_tensor_task(tmp_path):
     # a shape difference is said as such, not overridden by the values
     g13 = row(stats, dtype=I64, shape=(1, 3), data_name="a.npy")
     assert tensor_judge(tmp_path, "NormRelativeErr").row(t, g13).reason == Rule.SHAPE
+
+
+# ----------------------------------------------------------------------------- records.py
+
+from verl_pdbg_conf.compare import records as R  # noqa: E402
+
+
+def tensor(v=1.0, dtype=F32, shape=(2,), data_name=None):
+    d = {"type": "torch.Tensor", "dtype": dtype, "shape": list(shape), "Max": v, "Min": v, "Mean": v, "Norm": v}
+    if data_name:
+        d["data_name"] = data_name
+    return d
+
+
+def write_dump(d, data: dict, construct: dict | None = None, level="mix"):
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "dump.json").write_text(json.dumps({"task": "statistics", "level": level, "framework": "pytorch",
+                                             "dump_data_dir": None, "data": data}))
+    if construct is not None:
+        (d / "construct.json").write_text(json.dumps(construct))
+    return str(d / "dump.json")
+
+
+def test_layer_of_path():
+    assert R.layer_of_path("model.layers.3.mlp") == 3
+    assert R.layer_of_path("blocks.2.fc") == 2
+    assert R.layer_of_path("0.module.decoder.layers.3.mlp") == 3  # a model chunk's leading index
+    assert R.layer_of_path("2.0") == 2  # an nn.Sequential's
+    assert R.layer_of_path("0.module") is None
+    assert R.layer_of_path("lm_head") is None and R.layer_of_path("") is None and R.layer_of_path(None) is None
+    assert R.layer_of_path("model.layers.12") == 12
+
+
+def test_reader_counts_minibatches_passes_and_names(tmp_path):
+    """A mini-batch starts where the opening op runs forward again after a backward; the optimizer step stays
+    with the mini-batch whose gradients it applies; backward call numbers are renumbered per op."""
+    data = {
+        "Functional.embedding.0.forward": {"input_args": [tensor(1, I64)], "output": [tensor()]},
+        "Module.model.layers.1.mlp.MLP.forward.0": {"input": [tensor()], "output": [tensor()]},
+        "Functional.embedding.1.forward": {"input_args": [tensor(1, I64)], "output": [tensor()]},  # a 2nd pass
+        "Functional.linear.5.backward": {"input": [tensor()], "output": [tensor()]},
+        "Functional.linear.9.backward": {"input": [tensor()], "output": [tensor()]},
+        "Torch.optimizer_step.0.forward": {"input_args": [tensor()]},
+        "Functional.embedding.2.forward": {"input_args": [tensor(1, I64)], "output": [tensor()]},
+        "no_direction_here": {"output": [tensor()]},
+        "Module.model.layers.1.mlp.MLP.parameters_grad": {"weight": [tensor()]},
+    }
+    reader = R.Reader(write_dump(tmp_path / "r", data))
+    recs = list(reader)
+    by = {r.name: r for r in recs}
+    assert "no_direction_here" not in by and reader.records == len(data)
+    assert [r.minibatch for r in recs] == [0, 0, 0, 0, 0, 0, 1, 1]
+    assert [r.passes for r in recs] == [0, 0, 1, 1, 1, 1, 2, 2]
+    assert [r.after_backward for r in recs] == [False, False, False, True, True, True, False, True]
+    assert [r.order for r in recs] == [0, 1, 2, 3, 4, 5, 6, 8]
+    assert by["Functional.linear.5.backward"].key == "Functional.linear.0.backward"
+    assert by["Functional.linear.9.backward"].key == "Functional.linear.1.backward"
+    assert [row.key for row in by["Functional.linear.9.backward"].rows] == \
+        ["Functional.linear.1.backward.input.0", "Functional.linear.1.backward.output.0"]
+    assert by["Functional.embedding.0.forward"].key == "Functional.embedding.0.forward"
+    m = by["Module.model.layers.1.mlp.MLP.forward.0"]
+    assert m.module == "model.layers.1.mlp" and m.layer == 1 and m.is_module and m.base == "MLP"
+    assert by["Functional.linear.5.backward"].base == "linear" and not by["Functional.linear.5.backward"].is_module
+    assert by["Functional.embedding.0.forward"].layer is None and by["Functional.embedding.0.forward"].module is None
+    assert by["Module.model.layers.1.mlp.MLP.parameters_grad"].direction == "parameters_grad"
+    assert reader.tensor_dir == str(tmp_path / "r" / "dump_tensor_data")
+
+
+def test_reader_scopes_from_construct_json(tmp_path):
+    data = {
+        "Functional.linear.0.forward": {"input_args": [tensor()], "output": [tensor()]},
+        "Functional.relu.0.forward": {"input_args": [tensor()], "output": [tensor()]},
+        "Torch.add.0.forward": {"input_args": [tensor()], "output": [tensor()]},
+    }
+    construct = {"Torch.add.0.forward": "optimizer", "Functional.relu.0.forward": "Cell.net.2.ReLU.forward.0",
+                 "Functional.linear.0.forward": "Module.model.layers.4.mlp.MLP.forward.0"}
+    path = write_dump(tmp_path / "c", data, construct)
+    by = {r.name: r for r in R.Reader(path, level="mix")}
+    assert by["Functional.linear.0.forward"].scope == "Module.model.layers.4.mlp.MLP.forward.0"
+    assert by["Functional.linear.0.forward"].layer == 4
+    assert by["Functional.relu.0.forward"].scope == "Cell.net.2.ReLU.forward.0"
+    assert by["Torch.add.0.forward"].scope == "" and by["Torch.add.0.forward"].layer is None
+    for level, construct_on in (("L1", True), ("mix", False)):  # L1 has none; or not asked for
+        assert {r.scope for r in R.Reader(path, level=level, construct=construct_on)} == {""}
+    assert {r.scope for r in R.Reader(path, level="L0")} != {""}
+
+
+def test_construct_reads_ahead_in_a_bounded_window(tmp_path, monkeypatch):
+    monkeypatch.setattr(R, "WINDOW", 2)
+    p = tmp_path / "construct.json"
+    p.write_text(json.dumps({f"k{i}": f"p{i}" for i in range(6)}))
+    c = R.Construct(str(p))
+    assert c.get("k3") == "p3" and c.get("k2") == "p2"  # k2 waited in the window
+    assert c.get("k0") is None  # fell out of the window of 2 (the oldest goes first)
+    assert c.get("k5") == "p5" and c.get("k4") == "p4" and c.get("k1") is None
+    assert R.Construct(str(tmp_path / "none.json")).get("k1") is None
+
+
+def test_a_broken_construct_json_is_not_used(tmp_path):
+    p = tmp_path / "construct.json"
+    p.write_text('{"a": "Module.x.X.forward.0", "b": 5}')
+    assert R.Construct(str(p)).get("a") is None
+    p.write_text('{"a": "Module.x.X.forward.0", "b": "Module.y')
+    assert R.Construct(str(p)).get("a") is None
+
+
+def test_record_tensors_and_files(tmp_path):
+    data = {"Functional.linear.0.forward": {
+        "input_args": [tensor(data_name="Functional.linear.0.forward.input.0.pt"), {"type": "int", "value": 3}],
+        "input_kwargs": {"bias": tensor(dtype=None)},
+        "output": [tensor()]}}
+    (r,) = list(R.Reader(write_dump(tmp_path / "f", data)))
+    ins = r.inputs
+    assert [x.name for x in ins] == ["Functional.linear.0.forward.input.0", "Functional.linear.0.forward.input.bias"]
+    assert [x.name for x in r.outputs] == ["Functional.linear.0.forward.output.0"]
+    assert r.file_of(ins[0]) == str(tmp_path / "f" / "dump_tensor_data" / "Functional.linear.0.forward.input.0.pt")
+    assert r.file_of(r.outputs[0]) is None  # statistics only
+    assert ins[1].bad and r.file_of(ins[1]) is None and r.unread == [f"input.bias {ins[1].bad}"]
+    assert R._part("Functional.linear.0.forward", "Functional.linear.0.forward") == "the record"
+    assert R._part("Other.row", "Functional.linear.0.forward") == "Other.row"
+
+
+def test_reader_names_the_file_of_a_broken_dump(tmp_path):
+    p = tmp_path / "dump.json"
+    p.write_text('{"task": "statistics", "data": {"Functional.linear.0.forward": {"output": [')
+    reader = R.Reader(str(p))
+    with pytest.raises(R.DumpError) as e:
+        list(reader)
+    assert e.value.path == str(p)
