@@ -592,3 +592,210 @@ def test_reader_names_the_file_of_a_broken_dump(tmp_path):
     with pytest.raises(R.DumpError) as e:
         list(reader)
     assert e.value.path == str(p)
+
+
+# ----------------------------------------------------------------------------- coverage.py, in detail
+
+from verl_pdbg_conf.compare.pipeline.coverage import MAX_REGIONS, Tally  # noqa: E402
+
+
+def scope(path: str) -> str:
+    return f"Module.{path}.M.forward.0"
+
+
+def settle(records, family=None) -> dict:
+    """One side's coverage from (record, paired) pairs."""
+    t = Tally()
+    t.family = family or {}
+    for r, paired in records:
+        t.record(r, paired)
+    return t.settle()
+
+
+def test_own_scope_and_own_module_name_a_record_by_its_own_run():
+    s = settle([(rec("op", scope=scope("golden.name"), own_scope=scope("own.name")), False),
+                (rec("m", module="other.name", own_module="own.mod"), True)])
+    assert s["uncompared_records"] == {"own.name": 1} and s["paired_modules"] == 1
+    assert s["uncompared_modules"] == {}
+
+
+def test_unreadable_records_are_counted_and_never_paired():
+    s = settle([(rec("a", unread=["x"]), True), (rec("b", unread=["y"]), True),
+                (rec("m", module="model.layers.0", unread=["z"]), True)])
+    assert s["unreadable_records"] == 3 and s["paired_records"] == 0 and s["paired_modules"] == 0
+    assert s["uncompared_records"] == {}  # said as unreadable, not as a region
+    assert s["uncompared_modules"] == {"model.layers.*": 1}
+
+
+def test_calls_of_a_fused_module_and_its_parts():
+    """A fused record counts each part; calls of a paired module with none in the other run are a region."""
+    qkv = dict(module="model.layers.0.attn.qkv", parts=["model.layers.0.attn.qkv", "model.layers.0.attn.k"])
+    s = settle([(rec("a", **qkv), True), (rec("b", **qkv), False), (rec("c", **qkv), True)])
+    assert s["records"] == 6 and s["paired_records"] == 4 and s["paired_modules"] == 2
+    assert s["uncompared_records"] == {"model.layers.*.attn.qkv (its calls)": 1, "model.layers.*.attn.k (its calls)": 1}
+    assert s["uncompared_modules"] == {} and s["compared_records"] == 4
+    s = settle([(rec("b", **qkv), False), (rec("x", module="model.layers.0.attn.k.inner"), False)])
+    assert s["paired_modules"] == 0 and s["uncompared_modules"] == {"model.layers.*.attn.qkv": 1,
+                                                                    "model.layers.*.attn.k": 1,
+                                                                    "model.layers.*.attn.k.inner": 1}
+    # paired once, then a call unpaired: still paired
+    s = settle([(rec("a", **qkv), True), (rec("b", **qkv), False)])
+    assert s["paired_modules"] == 2 and s["uncompared_modules"] == {}
+
+
+def test_a_module_record_is_never_a_loose_record():
+    s = settle([(rec("m", module="lm_head"), False)])
+    assert s["uncompared_records"] == {} and s["uncompared_modules"] == {"lm_head": 1}
+
+
+def test_wrappers_and_the_nearest_recorded_module():
+    # FSDP's wrapper two levels up of a paired module: accounted for, its records enclosed
+    s = settle([(rec("w", module="model.layers.0"), False), (rec("w2", module="model.layers.0"), False),
+                (rec("m", module="model.layers.0.mlp"), True)])
+    assert s["accounted_modules"] == 1 and s["uncompared_modules"] == {} and s["compared_records"] == 3
+    # inside: the nearest recorded module enclosing it is paired, however far up
+    s = settle([(rec("l", module="model.layers.0"), True), (rec("x", module="model.layers.0.mlp.act"), False)])
+    assert s["uncompared_modules"] == {} and s["accounted_modules"] == 1 and s["compared_records"] == 2
+    s = settle([(rec("l", module="model"), True), (rec("x", module="model.x"), False)])
+    assert s["uncompared_modules"] == {} and s["accounted_modules"] == 1
+    # the nearest recorded one decides, not one further up
+    s = settle([(rec("l", module="model"), True), (rec("u", module="model.layers"), False),
+                (rec("x", module="model.layers.x.y"), False), (rec("z", module="model.layers.z"), False)])
+    assert s["uncompared_modules"] == {"model.layers.x.y": 1, "model.layers.z": 1}  # model.layers: inside model
+    assert s["accounted_modules"] == 1 and s["modules"] == 4 and s["compared_records"] == 2
+
+
+def test_a_family_module_runs_where_the_other_runs_one_module_does():
+    recs = [(rec("e0", module="a.experts.0"), False), (rec("a", module="a"), False),
+            (rec("b", module="b"), True), (rec("e1", module="a.experts.1"), False)]
+    s = settle(recs, family={"a.experts.0": "b.experts", "a.experts.1": "b.experts"})
+    assert s["uncompared_modules"] == {"a": 1} and s["accounted_modules"] == 2 and s["compared_records"] == 3
+    s = settle(recs, family={"a.experts.0": "c.experts"})  # the one module's enclosing one is not paired
+    assert s["uncompared_modules"] == {"a": 1, "a.experts.*": 2}
+    s = settle([(rec("e0", module="b.experts.0"), True)], family={"b.experts.0": "x"})
+    assert s["paired_modules"] == 1 and s["accounted_modules"] == 0
+
+
+def test_a_module_whose_calls_all_lie_in_compared_gaps_is_accounted_for():
+    def side(bracketed_calls: int, own_module=False):
+        c = Coverage()
+        c.pair(rec("p", module="model"), rec("p", module="model"))
+        extra = {"own_module": "decoder.core"} if own_module else {}
+        core = [rec(f"c{i}", module="decoder.x" if own_module else "decoder.core", **extra) for i in range(2)]
+        for r in core:
+            c.pair(r, None)
+        c.boundary(SimpleNamespace(target=core[:bracketed_calls], golden=[]))
+        return c.finish()["target"]
+    assert side(2)["uncompared_modules"] == {} and side(2)["accounted_modules"] == 1
+    assert side(1)["uncompared_modules"] == {"decoder.core": 1}
+    assert side(2, own_module=True)["uncompared_modules"] == {}
+
+
+def test_gap_records_count_once_each():
+    c = Coverage()
+    c.pair(rec("a"), rec("a"))
+    loose = [rec(f"x{i}", scope=scope("lm_head")) for i in range(3)]
+    for r in loose:
+        c.pair(r, None)
+    c.pair(rec("fused"), None)
+    c.boundary(SimpleNamespace(target=[rec("fused")], golden=[]))
+    t = c.finish()["target"]
+    assert t["compared_records"] == 2 and t["records"] == 5
+    assert t["uncompared_records"] == {"lm_head": 3}  # the gap's record taken off the loose ones
+    c.boundary(SimpleNamespace(target=[loose[0]], golden=[]))
+    assert c.finish()["target"]["uncompared_records"] == {"lm_head": 2}
+
+
+def test_regions_emptied_by_gaps_are_not_said():
+    c = Coverage()
+    c.pair(rec("a"), rec("a"))
+    c.pair(rec("o", scope=scope("first")), None)
+    c.pair(rec("p", scope=scope("second")), None)
+    c.boundary(SimpleNamespace(target=[rec("o", scope=scope("first"))], golden=[]))
+    assert c.finish()["target"]["uncompared_records"] == {"second": 1}
+
+
+def test_loose_records_inside_compared_modules_are_enclosed():
+    s = settle([(rec("m", module="model.mlp"), True), (rec("a", module="model.mlp.act"), False),
+                (rec("op", scope=scope("model.mlp.act")), False),  # in an accounted module
+                (rec("op2", scope=scope("model.mlp.unrecorded")), False),  # in no recorded module, under a paired one
+                (rec("op3", scope=scope("model.mlp")), False)])
+    assert s["uncompared_records"] == {} and s["compared_records"] == 5
+    s = settle([(rec("m", module="model.mlp"), False), (rec("op2", scope=scope("model.mlp.unrecorded")), False)])
+    assert s["uncompared_records"] == {"model.mlp.unrecorded": 1}
+
+
+def test_regions_and_modules_off_are_counted_per_kind_most_first():
+    s = settle([(rec("a", scope=scope("model.layers.0.foo")), False), (rec("b", scope=scope("model.layers.1.foo")), False),
+                (rec("c", scope=scope("a_first")), False),
+                (rec("m", module="model.layers.0.bar"), False), (rec("n", module="model.layers.1.bar"), False)])
+    assert list(s["uncompared_records"].items()) == [("model.layers.*.foo", 2), ("a_first", 1)]
+    assert s["uncompared_modules"] == {"model.layers.*.bar": 2}
+    many = settle([(rec(f"r{i}", scope=scope(f"region{i:03d}")), False) for i in range(MAX_REGIONS + 5)])
+    assert len(many["uncompared_records"]) == MAX_REGIONS
+
+
+def test_nothing_recorded_is_all_compared():
+    cov = Coverage().finish()
+    assert cov["target"]["share"] == 1.0 and cov["golden"]["share"] == 1.0 and cov["full"]
+    assert cov["minimum"] == 0.99 and Coverage().finish(0.5)["minimum"] == 0.5
+
+
+def test_a_sharded_golden_record_is_not_compared():
+    c = Coverage()
+    c.pair(rec("a"), rec("a", sharded=True))
+    assert c.finish()["target"]["paired_records"] == 0 and c.finish()["golden"]["paired_records"] == 0
+
+
+def test_late_pairing_undoes_golden_only_exactly():
+    def golden():
+        return rec("g", module="model.qkv", own_module="model.qkv", unread=["bad"], local=["partial sum"],
+                   parts=["model.qkv", "model.k"])
+
+    direct = Coverage()
+    direct.pair(rec("t", module="model.qkv"), golden())
+    late = Coverage()
+    held = [golden()]
+    late.golden_only(held)
+    late.late(held)
+    late.pair(rec("t", module="model.qkv"), golden())
+    assert late.finish() == direct.finish()
+    assert direct.finish()["golden"]["records"] == 2 and direct.finish()["golden"]["unreadable_records"] == 2
+
+
+def test_coverage_text_says_each_side():
+    c = Coverage()
+    c.pair(rec("m", module="model.mlp"), rec("m", module="model.mlp"))
+    c.pair(rec("x", module="lm_head"), None)
+    c.pair(rec("b", unread=["bad"]), rec("b"))
+    c.pair(rec("l", local=["partial sum"]), rec("l", local=["partial sum"]))
+    c.golden_only([rec(f"g{i}", scope=scope(f"only{i}")) for i in range(10)])
+    c.golden_only([rec("u", unread=["x"]), rec("v", unread=["y"])])
+    c.golden_only([rec("w", local=["rank-local index"]), rec("w2", local=["rank-local index"])])
+    text = coverage_text(c.finish())
+    assert text == (
+        "target 50% of 4 records compared, 1/2 modules paired; golden 11.8% of 17 records compared, 1/1 modules "
+        "paired; 1 record of the target could not be read (dump-value): not compared; 1 record of the target "
+        "holds a partial sum of each rank's own (compared only with the same of a run split alike); "
+        "not compared in target: lm_head (1 module); "
+        "2 records of the golden could not be read (dump-value): not compared; "
+        "1 record of the golden holds a partial sum of each rank's own (compared only with the same of a run split "
+        "alike); 2 records of the golden hold a rank-local index of each rank's own (compared only with the same of "
+        "a run split alike); "
+        "not compared in golden: (outside any module) (3 records), only0 (1 record), only1 (1 record), "
+        "only2 (1 record), only3 (1 record), only4 (1 record)"), text
+
+
+def test_coverage_text_counts_regions_past_eight():
+    c = Coverage()
+    for i in range(10):
+        c.pair(rec(f"m{i}", module=f"mod{i}"), None)
+    c.pair(rec("r", scope=scope("lm_head")), None)
+    c.pair(rec("s", scope=scope("lm_head")), None)
+    text = coverage_text(c.finish())
+    assert text == ("target 0% of 12 records compared, 0/10 modules paired; golden 100% of 0 records compared; "
+                    "not compared in target: " + ", ".join(f"mod{i} (1 module)" for i in range(8)) + " and 2 more")
+    c = Coverage()
+    c.pair(rec("r", scope=scope("lm_head")), None)
+    c.pair(rec("s", scope=scope("lm_head")), None)
+    assert coverage_text(c.finish()).endswith("not compared in target: lm_head (2 records)")
