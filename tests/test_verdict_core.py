@@ -799,3 +799,226 @@ def test_coverage_text_counts_regions_past_eight():
     c.pair(rec("r", scope=scope("lm_head")), None)
     c.pair(rec("s", scope=scope("lm_head")), None)
     assert coverage_text(c.finish()).endswith("not compared in target: lm_head (2 records)")
+
+
+# ----------------------------------------------------------------------------- dumpread.py: what a reader is told
+
+from verl_pdbg_conf.compare import dumpread as DR  # noqa: E402
+
+
+@pytest.mark.parametrize("value,said", [
+    (None, "null"), ([1, 2], "a list of 2"), ({"a": 1}, "a mapping of 1"), ("x", 'the text "x"'),
+    (True, "the boolean True"), (1.5, "the number 1.5"), ("y" * 50, 'the text "' + "y" * 39 + '...'),
+    (10 ** 45, "the number " + str(10 ** 45)[:40] + "..."),
+])
+def test_show(value, said):
+    assert DR.show(value) == said
+
+
+def test_said_of_is_bounded():
+    assert DR.said_of(["a", "b"]) == "a; b"
+    assert DR.said_of(list("abcd")) == "a; b; c; d"
+    assert DR.said_of(list("abcdef"), sep=" | ") == "a | b | c | d | and 2 more"
+
+
+@pytest.mark.parametrize("stat,value,dtype,said", [
+    ("Max", 1.5, F32, ""), ("Max", 3, I64, ""), ("Mean", None, I64, ""),
+    ("Max", True, "torch.bool", ""), ("Min", False, "torch.bool", ""),
+    ("Mean", True, "torch.bool", "Mean is the boolean True, not a number"),
+    ("Max", True, F32, "Max is the boolean True, not a number"),
+    ("Norm", "1.5", F32, 'Norm is the text "1.5", not a number'),
+    ("Norm", " NaN ", F32, 'Norm is the text " NaN ", not a number (msprobe writes a non-finite statistic as the '
+                          "JSON literal NaN or Infinity, not as text)"),
+    ("Max", "-Infinity", F32, 'Max is the text "-Infinity", not a number (msprobe writes a non-finite statistic as '
+                              "the JSON literal NaN or Infinity, not as text)"),
+    ("Max", [1], F32, "Max is a list of 1, not a number"),
+])
+def test_stat_problem(stat, value, dtype, said):
+    assert DR.stat_problem(stat, value, dtype) == said
+
+
+def test_tensor_problem_names_the_first_field():
+    good = tensor()
+    assert DR.tensor_problem(good) == ""
+    assert DR.tensor_problem({**good, "dtype": 3}) == "dtype is the number 3, not text"
+    assert DR.tensor_problem({**good, "shape": [2, -1]}) == "shape is a list of 2, not a list of sizes"
+    assert DR.tensor_problem({**good, "shape": [2.0]}) == "shape is a list of 1, not a list of sizes"
+    assert DR.tensor_problem({**good, "Min": "x", "Norm": "y"}) == 'Min is the text "x", not a number'
+    assert DR.tensor_problem({**good, "md5": 5}) == "md5 is the number 5, not text"
+    assert DR.tensor_problem({**good, "md5": "ab12"}) == ""
+    assert DR.tensor_problem({**good, "data_name": 7}) == "data_name is the number 7, not a file name"
+    assert DR.tensor_problem({**good, "data_name": "a.pt"}) == ""
+    assert DR.tensor_problem({**good, "shape": []}) == ""
+
+
+@pytest.mark.parametrize("name,split", [
+    ("Functional.linear.3.forward", ("Functional.linear", "3.forward", "forward")),
+    ("Module.blocks.3.fc.Linear.forward.0", ("Module.blocks.3.fc.Linear", "forward.0", "forward")),
+    ("Functional.linear.3.backward", ("Functional.linear", "3.backward", "backward")),
+    ("Module.fc.Linear.parameters_grad", ("Module.fc.Linear", "parameters_grad", "parameters_grad")),
+    ("Module.fc.Linear.parameters_grad.2", ("Module.fc.Linear.parameters_grad", "parameters_grad",
+                                            "parameters_grad")),
+    ("parameters_grad", ("", "parameters_grad", "parameters_grad")),
+    ("forward", ("", ".forward", "forward")), ("x.forward", ("", "x.forward", "forward")), ("a.b.c", ("", "", "")),
+])
+def test_split_record(name, split):
+    assert DR.split_record(name) == split
+
+
+def test_rows_of_each_kind_of_argument():
+    rec = {
+        "input_args": [tensor(2.0), {"type": "torch.Size", "value": [2, 3]}, {"type": "slice", "value": [0, 4, None]},
+                       {"type": "ellipsis", "value": "..."}, [tensor(3.0), None], {"type": "int", "value": 5}],
+        "input_kwargs": {"group": {"type": "torch.ProcessGroup", "group_ranks": [0, 1]},
+                         "src": {"type": "int", "value": 1}, "flag": {"type": "bool", "value": True}},
+        "output": [tensor(1.0)],
+        "parameters": {"weight": tensor(4.0)},
+    }
+    rows = DR.rows_of("Functional.op.0.forward", rec)
+    got = [(r.name.split("forward.")[1], r.state, r.dtype, r.shape, r.stats) for r in rows]
+    assert got == [
+        ("input.0", "input", F32, [2], (2.0,) * 4),
+        ("input.1", "input", "torch.Size", "[2, 3]", (None,) * 4),
+        ("input.2", "input", "slice", "[0, 4, None]", (None,) * 4),
+        ("input.3", "input", "ellipsis", "[]", ("...",) * 4),
+        ("input.4.0", "input", F32, [2], (3.0,) * 4),
+        ("input.4.1", "input", None, None, (None,) * 4),
+        ("input.5", "input", "<class 'int'>", "[]", (5,) * 4),
+        ("input.group", "input", "torch.ProcessGroup", "[]", ("[0, 1]",) * 4),
+        ("input.src", "input", "int", "[]", ("1",) * 4),
+        ("input.flag", "input", "<class 'bool'>", "[]", (True,) * 4),
+        ("parameters.weight", "parameters", F32, [2], (4.0,) * 4),
+        ("output.0", "output", F32, [2], (1.0,) * 4),
+    ]
+    assert all(r.direction == "forward" and r.record == "Functional.op.0.forward" and not r.bad for r in rows)
+    assert [r.data_name for r in rows][:2] == ["-1", "-1"]
+
+
+def test_rows_of_gradients_files_and_odd_records():
+    g = DR.rows_of("Module.fc.Linear.parameters_grad", {"weight": [tensor(1.0)], "bias": [tensor(2.0)]})
+    assert [(r.name, r.state, r.direction) for r in g] == [
+        ("Module.fc.Linear.parameters_grad.weight", "parameters_grad", "parameters_grad"),
+        ("Module.fc.Linear.parameters_grad.bias", "parameters_grad", "parameters_grad")]
+    f = DR.rows_of("Functional.op.0.forward", {"output": [tensor(data_name="Functional.op.0.forward.output.0.pt")]})
+    assert f[0].name == "Functional.op.0.forward.output.0" and f[0].data_name == "Functional.op.0.forward.output.0.pt"
+    (bad,) = DR.rows_of("Functional.op.0.forward", "garbage")
+    assert bad.bad == 'is the text "garbage", not a record (a mapping of inputs and outputs)' and bad.state == "input"
+    (bad,) = DR.rows_of("Functional.op.0.forward", {"output": 12})
+    assert bad.bad == "is the number 12, not a tensor, a value or a list of them"
+    (bad,) = DR.rows_of("Functional.op.0.forward", {"output": [{"type": "int", "data_name": 3}]})
+    assert bad.bad == "data_name is the number 3, not a file name" and bad.name == "Functional.op.0.forward.output.0"
+    p2p = DR.rows_of("Distributed.isend.0.forward", {"input_args": [{"class_type": "torch.distributed.P2POp",
+                                                                     "tensor": tensor(7.0)}]})
+    assert [(r.name, r.stats) for r in p2p] == [("Distributed.isend.0.forward.input.0", (7.0,) * 4)]
+    (empty,) = DR.rows_of("Distributed.isend.0.forward", {"input_args": [{"class_type": "torch.distributed.P2POp",
+                                                                          "tensor": 5}]})
+    assert empty.dtype == "<class 'NoneType'>" and empty.stats == (None,) * 4
+    (null_dtype,) = DR.rows_of("Functional.op.0.forward", {"output": [{**tensor(), "dtype": None}]})
+    assert null_dtype.bad == "dtype is null, not text"
+    deep = {"output": [[[[1]]]]}
+    for _ in range(DR.MAX_DEPTH):
+        deep = {"output": [deep["output"]]}
+    with pytest.raises(DR.DumpError, match="deeper than 50"):
+        DR.rows_of("Functional.op.0.forward", deep)
+    assert DR.rows_of("Functional.op.0.backward", {"input": [tensor()]})[0].direction == "backward"
+    assert DR.rows_of("Functional.op.0.forward", {"input": [tensor()]}, "backward")[0].direction == "backward"
+
+
+def test_summary_mode():
+    assert DR.summary_mode("F.x.0.forward", {"output": [tensor()]}) == "statistics"
+    assert DR.summary_mode("F.x.0.forward", {"output": [{**tensor(), "md5": "ab"}]}) == "md5"
+    assert DR.summary_mode("F.x.0.forward", {"output": [{"type": "int", "value": 1}]}) is None
+    assert DR.summary_mode("F.x.0.forward", {"output": [{**tensor(), "Max": "x"}, tensor()]}) == "statistics"
+
+
+def test_key_counter_renumbers_backward_calls_per_op():
+    k = DR.KeyCounter()
+    assert k.record_prefix("Functional.linear.7.backward") == ("Functional.linear.0.backward", "backward")
+    assert k.record_prefix("Functional.relu.3.backward") == ("Functional.relu.0.backward", "backward")
+    assert k.record_prefix("Functional.linear.2.backward") == ("Functional.linear.1.backward", "backward")
+    assert k.record_prefix("Module.fc.Linear.backward.4") == ("Module.fc.Linear.backward.0", "backward")
+    assert k.record_prefix("Functional.linear.9.forward") == ("Functional.linear.9.forward", "forward")
+    assert k.record_prefix("backward") == ("backward", "backward") and k.backward == {"Functional.linear": 2,
+                                                                                     "Functional.relu": 1,
+                                                                                     "Module.fc.Linear": 1}
+
+
+@pytest.mark.parametrize("key,parent,said", [
+    ("a", None, ""), ("a", "Module.x.X.forward.0", ""), ("megatron_micro_step_number", 3, ""),
+    ("opt", [None, 2], ""), ("opt", ["ok", 2], ""),
+    ("a", 3, "a: its enclosing call is the number 3, not a call name or null"),
+    ("opt", [1, 2], "opt: its enclosing call is a list of 2, not a call name or null"),
+    ("opt", ["ok", "2"], "opt: its enclosing call is a list of 2, not a call name or null"),
+    ("opt", ["ok", 2, 3], "opt: its enclosing call is a list of 3, not a call name or null"),
+    ("other", 3, "other: its enclosing call is the number 3, not a call name or null"),
+])
+def test_construct_entry(key, parent, said):
+    assert DR._construct_entry(key, parent) == said
+
+
+@pytest.mark.parametrize("entry,said", [
+    ([["F.a.0.forward"], ["File x.py, line 1, in f"]], ""), ([[], "File x.py, line 1, in f"], ""),
+    ([["a"]], "entry k is a list of 1, not [[call names], [frames]]"),
+    (["a", ["f"]], "entry k is a list of 2, not [[call names], [frames]]"),
+    ([["a"], 3], "entry k is a list of 2, not [[call names], [frames]]"),
+    ([[1], ["f"]], "entry k holds a call name that is the number 1, not text"),
+    ([["a"], [None]], "entry k holds a frame that is null, not text"),
+])
+def test_stack_entry(entry, said):
+    assert DR._stack_entry("k", entry) == said
+
+
+def test_check_items_reads_each_file_once(tmp_path):
+    p = tmp_path / "construct.json"
+    p.write_text('{"a": null, "b": 3}')
+    assert DR.check_items(str(p)) == "b: its enclosing call is the number 3, not a call name or null"
+    s = tmp_path / "odd.json"
+    s.write_text('{"k": [["a"], [1]]}')
+    assert DR.check_items(str(s), "stack.json") == "entry k holds a frame that is the number 1, not text"
+    assert DR.check_items(str(tmp_path / "none.json"), "stack.json") == ""
+    bad = tmp_path / "stack.json"
+    bad.write_bytes(b'{"k": "\xff"}')
+    assert DR.check_items(str(bad)) == "is not UTF-8 text"
+    bad.write_text('[1]')
+    assert DR.check_items(str(bad)) == "is not a JSON object"
+    bad.write_text('{"k": [[], []] "j": 1}')
+    assert DR.check_items(str(bad)).startswith("is not valid JSON (expected ',' or '}' near byte")
+    d = tmp_path / "dir" / "stack.json"
+    d.mkdir(parents=True)
+    assert DR.check_items(str(d)).startswith("cannot be read (")
+
+
+def test_dump_reader_head_and_stream(tmp_path):
+    data = {f"Functional.x.{i}.forward": {"output": [{"type": "int", "value": i}]} for i in range(3)}
+    data["Functional.y.0.forward"] = {"output": [tensor()]}
+    p = write_dump(tmp_path / "h", data)
+    r = DR.DumpReader(p, chunk=7)
+    head = r.head()
+    assert head == {"summary_mode": "statistics", "task": "statistics", "level": "mix", "framework": "pytorch",
+                    "dump_data_dir": None}
+    assert [n for n, _ in r.records()] == list(data)
+    r = DR.DumpReader(p)
+    assert r.head(limit=2) == {"summary_mode": None, "task": "statistics", "level": "mix", "framework": "pytorch",
+                               "dump_data_dir": None}
+    assert len(list(r.records())) == 4
+    broken = tmp_path / "b.json"
+    broken.write_text('{"task": 3, "data": {}}')
+    r = DR.DumpReader(str(broken))
+    assert r.head() == {}
+    with pytest.raises(DR.DumpError, match="has a task that is the number 3, not text"):
+        list(r.records())
+    for text, said in (('[]', "is not a JSON object"), ('{"task": "x"}', 'has no "data" mapping'),
+                       ('{"data": {"a": 1} "b": 2}', "expected ',' or '}'"), ('{"data": {"a" 1}}', "expected ':'"),
+                       ('{"data": {"a"', "expected ':', found 'end of file'"),
+                       ('{"data": {"a": [1, 2', "truncated"), ('{"data": {"a": 1' + "0" * 5000 + "}}",
+                                                                 "JSON cannot give Python"),
+                       ('{"data": {"a": ' + "[" * 100000 + "}}", "recursion")):
+        broken.write_text(text)
+        with pytest.raises(DR.DumpError) as e:
+            list(DR.DumpReader(str(broken), chunk=5).records())
+        assert said in str(e.value), (text[:30], str(e.value))
+    broken.write_text('{"data": {"a": 12345678901234567890}}')
+    assert list(DR.DumpReader(str(broken), chunk=3).records()) == [("a", 12345678901234567890)]
+    broken.write_text('{"data": {"a": 1}, "tail": true}')
+    r = DR.DumpReader(str(broken), chunk=2)
+    assert list(r.records()) == [("a", 1)] and r.header == {"tail": True}
