@@ -1022,3 +1022,111 @@ def test_dump_reader_head_and_stream(tmp_path):
     broken.write_text('{"data": {"a": 1}, "tail": true}')
     r = DR.DumpReader(str(broken), chunk=2)
     assert list(r.records()) == [("a", 1)] and r.header == {"tail": True}
+
+
+def tokens(tmp_path, doc) -> tuple:
+    p = tmp_path / "tokens.json"
+    p.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    return DR.read_tokens(str(p))
+
+
+REQ = {"request": "r1", "positions": [0, 1], "token_ids": [5, 6], "rows": [0, 2]}
+
+
+def test_read_tokens_keeps_what_is_of_the_runtimes_shape(tmp_path):
+    doc = {"dtype": "torch.bfloat16", "error": None, "architectures": ["Qwen2ForCausalLM"],
+           "hf_config": {"num_hidden_layers": 2, "n_routed_experts": 4, "x": None, "scoring_func": "softmax"},
+           "requests": [{**REQ, "routed_experts": [[[0, 3], [1, 2]], [[3, 0], [2, 1]]]}],
+           "sampled": {"r1": {"token_ids": [7], "logprob": -0.5, "logprob_logits": None}},
+           "calls": [{"input_ids": [[1, 2]], "attention_mask": [[1, True]], "position_ids": [[0, 1]],
+                      "next_logprobs": [[-0.1, None]]}], "ignored": 1}
+    out, said = tokens(tmp_path, doc)
+    assert said == []
+    assert out == {"dtype": "torch.bfloat16", "architectures": ["Qwen2ForCausalLM"],
+                   "hf_config": {"num_hidden_layers": 2, "n_routed_experts": 4, "scoring_func": "softmax"},
+                   "requests": doc["requests"], "sampled": doc["sampled"], "calls": doc["calls"]}
+
+
+@pytest.mark.parametrize("doc,said", [
+    ({"dtype": 3, "error": ["e"]}, ["dtype is the number 3, not text", "error is a list of 1, not text"]),
+    ({"architectures": "Qwen2"}, ['architectures is the text "Qwen2", not a list of class names']),
+    ({"architectures": ["A", 1]}, ["architectures is a list of 2, not a list of class names"]),
+    ({"hf_config": [1]}, ["hf_config is a list of 1, not a mapping"]),
+    ({"hf_config": {"a": [1], "b": 1}}, ["hf_config's a is not a scalar"]),
+    ({"hf_config": {"a": [1], "c": {}, "b": 1}}, ["hf_config's a, c are not a scalar"]),
+    ({"requests": "x"}, ['requests is the text "x", not a list: none of it is compared']),
+    ({"requests": [3]}, ["requests[0] is the number 3, not a request (a mapping): not compared"]),
+    ({"requests": [{**REQ, "request": 1}]}, ["requests[0].request is the number 1, not a request id (text): "
+                                             "not compared"]),
+    ({"requests": [{**REQ, "positions": [0, -1]}]}, ["requests[0] (request r1): positions[1] is the number -1, not a "
+                                                     "position: not compared"]),
+    ({"requests": [{**REQ, "token_ids": "ab"}]}, ['requests[0] (request r1): token_ids is the text "ab", not a list '
+                                                  "of integers: not compared"]),
+    ({"requests": [{**REQ, "token_ids": [5]}]}, ["requests[0] (request r1): 2 positions but 1 token ids: not "
+                                                 "compared"]),
+    ({"requests": [{**REQ, "rows": [0]}]}, ["requests[0] (request r1): rows is a list of 1, not [first row, end]: "
+                                            "not compared"]),
+    ({"requests": [{**REQ, "rows": [0, -2]}]}, ["requests[0] (request r1): rows is a list of 2, not [first row, "
+                                                "end]: not compared"]),
+    ({"sampled": [1]}, ["sampled is a list of 1, not a mapping of requests: no sampled token is compared"]),
+    ({"sampled": {"r": 1}}, ['sampled["r"] is the number 1, not a mapping: its sampled token is not compared']),
+    ({"sampled": {"r": {"token_ids": [1.5]}}}, ['sampled["r"].token_ids[0] is the number 1.5, not a position: its '
+                                                "sampled token is not compared"]),
+    ({"sampled": {"r": {"token_ids": [1], "logprob": "x"}}}, ['sampled["r"].logprob is the text "x", not a number: '
+                                                              "not compared"]),
+    ({"calls": [1]}, ["calls[0] is the number 1, not a forward's record (a mapping): not compared"]),
+    ({"calls": [{"input_ids": 1}]}, ["calls[0].input_ids is the number 1, not rows of token ids: not compared"]),
+    ({"calls": [{"input_ids": [1]}]}, ["calls[0].input_ids[0] is the number 1, not a row of token ids: not "
+                                       "compared"]),
+    ({"calls": [{"input_ids": [[-1]]}]}, ["calls[0].input_ids[0][0] is the number -1, not token ids: not compared"]),
+    ({"calls": [{"input_ids": [[1]], "attention_mask": [[0.5]]}]}, ["calls[0].attention_mask[0][0] is the number 0.5, "
+                                                                    "not 0 or 1: not compared"]),
+    ({"calls": [{"input_ids": [[1]], "position_ids": [[-1]]}]}, ["calls[0].position_ids[0][0] is the number -1, not "
+                                                                 "positions: not compared"]),
+    ({"calls": [{"input_ids": [[1]], "next_logprobs": [["x"]]}]}, ['calls[0].next_logprobs[0][0] is the text "x", '
+                                                                   "not log-probs: not compared"]),
+])
+def test_read_tokens_says_what_it_left_out(tmp_path, doc, said):
+    assert tokens(tmp_path, doc)[1] == said
+
+
+def test_read_tokens_of_no_token_record(tmp_path):
+    assert tokens(tmp_path, "[1]") == (None, ["is a list of 1, not a token record (a mapping)"])
+    assert tokens(tmp_path, '{"a": ') == (None, ["is not valid JSON (Expecting value): truncated or overwritten"])
+    assert tokens(tmp_path, "[" * 100000) == (None, ["is not valid JSON (RecursionError): truncated or overwritten"])
+    (tmp_path / "tokens.json").write_bytes(b"\xff")
+    assert DR.read_tokens(str(tmp_path / "tokens.json")) == (None, ["is not UTF-8 text"])
+    with pytest.raises(FileNotFoundError):
+        DR.read_tokens(str(tmp_path / "none.json"))
+    out, said = tokens(tmp_path, {"requests": [REQ, 3]})
+    assert out["requests"] == [REQ, None]
+
+
+@pytest.mark.parametrize("routed,experts,layers,said", [
+    ([[[0, 1]], [[1, 0]]], 4, 1, ""),
+    ([[[0, 1]]], 4, 1, "is a list of 1, not one entry per position (2)"),
+    ("x", 4, 1, 'is the text "x", not one entry per position (2)'),
+    ([[[0, 1]], []], 4, 1, "[1] is a list of 0, not [layers][top_k] expert numbers"),
+    ([[[0, 1]], [[]]], 4, 1, "[1] is a list of 1, not [layers][top_k] expert numbers"),
+    ([[[0, 1]], [3]], 4, 1, "[1] is a list of 1, not [layers][top_k] expert numbers"),
+    ([[[0, 1]], [[1]]], 4, 1, "[1] is not [1 layers][2], the shape of its first entry"),
+    ([[[0, 1]], [[1, 0], [1, 0]]], 4, 1, "[1] is not [1 layers][2], the shape of its first entry"),
+    ([[[0, 4]], [[1, 0]]], 4, 1, "[0][0] holds the number 4, not an expert number below the model's 4"),
+    ([[[0, -1]], [[1, 0]]], None, 1, "[0][0] holds the number -1, not an expert number"),
+    ([[[0, 1.0]], [[1, 0]]], None, None, "[0][0] holds the number 1.0, not an expert number"),
+    ([[[0, 9]], [[1, 0]]], None, None, ""),
+    ([[[0, 1]], [[1, 0]]], 4, 2, "holds 1 layers, the model 2: routing records for some layers only"),
+])
+def test_routed_experts(routed, experts, layers, said):
+    assert DR._routed(routed, 2, experts, layers) == said
+
+
+def test_routing_that_is_not_of_its_shape_is_left_out(tmp_path):
+    req = {**REQ, "routed_experts": [[[0, 9]], [[1, 0]]]}
+    out, said = tokens(tmp_path, {"hf_config": {"num_local_experts": 4, "num_hidden_layers": 1}, "requests": [req]})
+    assert said == ["requests[0] (request r1): routed_experts [0][0] holds the number 9, not an expert number below "
+                    "the model's 4: its routing is read from the router logits"]
+    assert out["requests"] == [REQ]
+    out, said = tokens(tmp_path, {"hf_config": {"num_local_experts": 4, "num_hidden_layers": "1"}, "requests": [
+        {**REQ, "routed_experts": [[[0, 1]], [[1, 0]]]}]})
+    assert said == [] and "routed_experts" in out["requests"][0]
