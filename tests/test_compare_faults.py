@@ -206,6 +206,7 @@ def test_unwritable_output(open_dir, nothing_read):
         shutil.copytree(EXAMPLE / src, side)
     ro = open_dir / "ro"
     ro.mkdir(mode=0o555)
+    import matplotlib  # noqa: F401 - imported before privileges drop: the child may not read the venv (--html needs it)
 
     def refused(argv):
         err = io.StringIO()
