@@ -379,6 +379,8 @@ def test_an_empty_dtype_pairs_as_msprobe_writes_none():
     for t, g in ((row(dtype=""), row(dtype="None")), (row(dtype="None"), row(dtype=""))):
         assert judge().row(t, g).reason == Rule.DTYPE  # paired (not unmatched), and said to differ
         assert judge().like(t, row(dtype=I64)) and judge().row(t, row(dtype=I64)).reason == Rule.UNMATCHED
+        # paired, so held to its size: other element counts are apart
+        assert not judge().like(row(dtype=t.dtype, shape=(2,)), row(dtype=g.dtype, shape=(3,)))
 
 
 def test_exact_rows_with_no_number_to_measure():
