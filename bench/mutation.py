@@ -83,6 +83,7 @@ def workdir(module: str) -> Path:
 
 
 def run_module(module: str) -> dict:
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
     d = workdir(module)
     t0 = time.time()
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -108,7 +109,7 @@ def run_module(module: str) -> dict:
         "survived": len(survived), "equivalent": len(equivalent), "not_checked": sum(1 for s in status.values()
                                                                                      if s in ("no tests", "skipped")),
         "score": round(killed / judged, 4) if judged else None,
-        "survivors": {n: diffs[n] for n in live}, "seconds": round(time.time() - t0),
+        "survivors": {n: diffs[n] for n in live}, "seconds": round(time.time() - t0), "commit": commit.strip(),
     }
     if run.returncode != 0 or not killed:
         result["error"] = (run.stdout + run.stderr)[-2000:]
