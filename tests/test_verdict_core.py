@@ -496,6 +496,7 @@ def test_layer_of_path():
     assert R.layer_of_path("0.module") is None
     assert R.layer_of_path("lm_head") is None and R.layer_of_path("") is None and R.layer_of_path(None) is None
     assert R.layer_of_path("model.layers.12") == 12
+    assert R.layer_of_path("layers.7") == 7 and R.layer_of_path("1.layers.2") == 2
 
 
 def test_reader_counts_minibatches_passes_and_names(tmp_path):
@@ -510,16 +511,18 @@ def test_reader_counts_minibatches_passes_and_names(tmp_path):
         "Torch.optimizer_step.0.forward": {"input_args": [tensor()]},
         "Functional.embedding.2.forward": {"input_args": [tensor(1, I64)], "output": [tensor()]},
         "no_direction_here": {"output": [tensor()]},
+        "Functional.linear.6.backward": {"input": [tensor()], "output": [tensor()]},
+        "Functional.embedding.3.forward": {"input_args": [tensor(1, I64)], "output": [tensor()]},
         "Module.model.layers.1.mlp.MLP.parameters_grad": {"weight": [tensor()]},
     }
     reader = R.Reader(write_dump(tmp_path / "r", data))
     recs = list(reader)
     by = {r.name: r for r in recs}
     assert "no_direction_here" not in by and reader.records == len(data)
-    assert [r.minibatch for r in recs] == [0, 0, 0, 0, 0, 0, 1, 1]
-    assert [r.passes for r in recs] == [0, 0, 1, 1, 1, 1, 2, 2]
-    assert [r.after_backward for r in recs] == [False, False, False, True, True, True, False, True]
-    assert [r.order for r in recs] == [0, 1, 2, 3, 4, 5, 6, 8]
+    assert [r.minibatch for r in recs] == [0, 0, 0, 0, 0, 0, 1, 1, 2, 2]
+    assert [r.passes for r in recs] == [0, 0, 1, 1, 1, 1, 2, 2, 3, 3]
+    assert [r.after_backward for r in recs] == [False, False, False, True, True, True, False, True, False, True]
+    assert [r.order for r in recs] == [0, 1, 2, 3, 4, 5, 6, 8, 9, 10]
     assert by["Functional.linear.5.backward"].key == "Functional.linear.0.backward"
     assert by["Functional.linear.9.backward"].key == "Functional.linear.1.backward"
     assert [row.key for row in by["Functional.linear.9.backward"].rows] == \
@@ -1132,3 +1135,42 @@ def test_routing_that_is_not_of_its_shape_is_left_out(tmp_path):
     out, said = tokens(tmp_path, {"hf_config": {"num_local_experts": 4, "num_hidden_layers": "1"}, "requests": [
         {**REQ, "routed_experts": [[[0, 1]], [[1, 0]]]}]})
     assert said == [] and "routed_experts" in out["requests"][0]
+
+
+def test_reader_hands_unreadable_records_to_its_caller(tmp_path):
+    data = {"Functional.linear.0.forward": {"output": [{**tensor(), "Max": "x"}]},
+            "Functional.relu.0.forward": {"output": [tensor()]}}
+    path = write_dump(tmp_path / "u", data)
+    said: list = []
+    reader = R.Reader(path, unread=said)
+    assert len(list(reader)) == 2 and reader.unread is said
+    assert said == [(path, "Functional.linear.0.forward", ['output.0 Max is the text "x", not a number'])]
+
+
+def test_reader_places_api_calls_by_their_stack(tmp_path):
+    from verl_pdbg_conf.compare.pipeline.stacks import Stacks
+
+    data = {"Module.model.M.forward.0": {"output": [tensor()]},
+            "Functional.linear.0.forward": {"output": [tensor()]}}
+    path = write_dump(tmp_path / "s", data)
+    frame = "File /src/model.py, line 12, in forward, y = self.fc(x)"
+    (tmp_path / "s" / "stack.json").write_text(json.dumps({
+        "0": [["Functional.linear.0.forward"], [frame]], "1": [["Module.model.M.forward.0"], [frame]]}))
+    by = {r.name: r for r in R.Reader(path, stacks=Stacks(str(tmp_path / "s" / "stack.json")))}
+    assert "model.py:12" in by["Functional.linear.0.forward"].site
+    assert by["Module.model.M.forward.0"].site == ""  # a module is placed by its path, not its stack
+
+
+def test_a_construct_json_broken_after_its_check_is_dropped(tmp_path):
+    """Fault injection: the file is overwritten between its check and its reading."""
+    p = tmp_path / "construct.json"
+    p.write_text(json.dumps({"a": "Module.x.X.forward.0"}))
+    c = R.Construct(str(p))
+    p.write_text('{"a": ')
+    assert c.get("a") is None and c.get("a") is None
+
+
+def test_no_file_for_an_unreadable_row():
+    r = R.Record("F.x.0.forward", "F.x.0.forward", "F.x", "forward", [], tensor_dir="/d")
+    assert r.file_of(row(data_name="a.pt", bad="why")) is None
+    assert r.file_of(row(data_name="a.pt")) == "/d/a.pt" and r.file_of(row(data_name="")) is None
