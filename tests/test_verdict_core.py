@@ -1174,3 +1174,51 @@ def test_no_file_for_an_unreadable_row():
     r = R.Record("F.x.0.forward", "F.x.0.forward", "F.x", "forward", [], tensor_dir="/d")
     assert r.file_of(row(data_name="a.pt", bad="why")) is None
     assert r.file_of(row(data_name="a.pt")) == "/d/a.pt" and r.file_of(row(data_name="")) is None
+
+
+def test_late_pairing_undoes_golden_only_in_every_case():
+    """golden_only then late then pair is the same as pair alone: for a record paired whole (a fused one with
+    parts, under its own module name), one unreadable without parts, and one held apart inside a paired module."""
+    def same(t, make_g, compared=True):
+        direct, late = Coverage(), Coverage()
+        for c in (direct, late):
+            c.pair(rec("p", module="model"), rec("p", module="model"))
+            c.golden_only([rec(f"o{i}", scope=scope("lm_head")) for i in range(3)])
+        held = [make_g()]
+        late.golden_only(held)
+        late.late(held)
+        direct.pair(t, make_g(), compared)
+        late.pair(t, make_g(), compared)
+        assert late.finish() == direct.finish()
+        return direct.finish()["golden"]
+
+    g = same(rec("t", module="model.sub"), lambda: rec("g", module="x.other", own_module="model.sub",
+                                                       parts=["model.sub", "model.sub.k"]))
+    assert g["paired_records"] == 3 and g["uncompared_records"] == {"lm_head": 3}
+    g = same(rec("t", module="model.sub"), lambda: rec("g", module="model.sub", unread=["bad"]))  # late: modules
+    assert g["unreadable_records"] == 1
+    g = same(rec("t", module="model.sub"), lambda: rec("g", module="model.sub"), compared=False)
+    assert g["compared_records"] == 2 and g["records"] == 5
+
+
+def test_parts_of_an_unpaired_fused_call_are_counted_inside_a_paired_module():
+    qkv = dict(module="model.qkv", parts=["model.qkv", "model.k"])
+    s = settle([(rec("m", module="model"), True), (rec("a", **qkv), False), (rec("b", **qkv), False)]
+               + [(rec(f"o{i}", scope=scope("lm_head")), False) for i in range(3)])
+    assert s["records"] == 8 and s["compared_records"] == 5 and s["accounted_modules"] == 2
+
+
+def test_calls_regions_add_up_per_kind():
+    s = settle([(rec(f"{i}{j}", module=f"model.layers.{i}.qkv"), j == 0) for i in range(2) for j in range(3)])
+    assert s["uncompared_records"] == {"model.layers.*.qkv (its calls)": 4}
+
+
+def test_coverage_text_plurals_and_the_eighth_region():
+    def text(n_modules, kinds=1):
+        c = Coverage()
+        for i in range(n_modules):
+            c.pair(rec(f"m{i}", module=f"mod{i % kinds}.x{i}" if kinds > 1 else f"layers.{i}"), None)
+        return coverage_text(c.finish())
+    assert text(2).endswith("not compared in target: layers.* (2 modules)")
+    assert text(8, kinds=8).endswith("mod7.x7 (1 module)")
+    assert text(9, kinds=9).endswith("mod7.x7 (1 module) and 1 more")
