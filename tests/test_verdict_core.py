@@ -1222,3 +1222,61 @@ def test_coverage_text_plurals_and_the_eighth_region():
     assert text(2).endswith("not compared in target: layers.* (2 modules)")
     assert text(8, kinds=8).endswith("mod7.x7 (1 module)")
     assert text(9, kinds=9).endswith("mod7.x7 (1 module) and 1 more")
+
+
+def test_rows_of_collective_peers_md5_and_file_names():
+    rec = {"input_kwargs": {k: {"type": "int", "value": 3} for k in ("dst", "group_src", "group_dst")},
+           "output": [{**tensor(), "md5": "ab12", "data_name": "Functional.op.0.forward.output.7.pt"}]}
+    rows = DR.rows_of("Functional.op.0.forward", rec)
+    assert [(r.name.rsplit(".", 1)[-1], r.dtype, r.stats) for r in rows[:3]] == \
+        [(k, "int", ("3",) * 4) for k in ("dst", "group_src", "group_dst")]
+    assert rows[3].md5 == "ab12" and rows[3].name == "Functional.op.0.forward.output.7"  # named by its file
+    # msprobe's order: inputs, parameters, outputs; an unreadable or null output keeps an output's place
+    rows = DR.rows_of("Functional.op.0.forward", {"input": [tensor()], "output": [None, 5, {"type": "int",
+                                                                                           "data_name": 1}]})
+    assert [r.state for r in rows] == ["input", "output", "output", "output"]
+    rows = DR.rows_of("Functional.op.0.forward", {"output": [None, 5], "input": [tensor()]})
+    assert [r.state for r in rows] == ["input", "output", "output"]
+    rows = DR.rows_of("Functional.op.0.forward", {"output": {"a": tensor()}, "input": [tensor()]})
+    assert [r.state for r in rows] == ["input", "output"]
+    bad = DR.rows_of("Functional.op.0.forward", {"output": [5]})[0]
+    assert (bad.dtype, bad.data_name, bad.stats) == ("", "-1", (None,) * 4)
+    none = DR.rows_of("Functional.op.0.forward", {"output": [None]})[0]
+    assert (none.dtype, none.data_name) == (None, "-1")
+
+
+def test_nesting_is_bounded_for_mappings_and_lists():
+    nested = tensor()
+    for _ in range(DR.MAX_DEPTH - 1):
+        nested = {"k": nested}
+    assert len(DR.rows_of("Functional.op.0.forward", {"output": nested})) == 1
+    with pytest.raises(DR.DumpError):
+        DR.rows_of("Functional.op.0.forward", {"output": {"k": {"k": nested}}})
+    listed = [tensor()]
+    for _ in range(DR.MAX_DEPTH - 1):
+        listed = [listed]
+    assert len(DR.rows_of("Functional.op.0.forward", {"output": listed})) == 1
+
+
+def test_tokens_ids_and_positions_are_never_negative(tmp_path):
+    assert tokens(tmp_path, {"requests": [{**REQ, "token_ids": [5, -1]}]})[1] == [
+        "requests[0] (request r1): token_ids[1] is the number -1, not a position: not compared"]
+    assert tokens(tmp_path, {"calls": [{"input_ids": [[0, 1]]}]})[1] == []
+    out, said = tokens(tmp_path, {"sampled": {"a": 1, "b": 2, "c": {"token_ids": [1], "logprob": "x"}}})
+    assert len(said) == 3 and out == {"sampled": {"c": {"token_ids": [1], "logprob": None, "logprob_logits": None}}}
+
+
+def test_routing_layers_from_the_model_config(tmp_path):
+    req = {**REQ, "routed_experts": [[[0, 1]], [[1, 0]]]}
+    out, said = tokens(tmp_path, {"hf_config": {"num_local_experts": 4, "num_hidden_layers": 2}, "requests": [req]})
+    assert said == ["requests[0] (request r1): routed_experts holds 1 layers, the model 2: routing records for some "
+                    "layers only: its routing is read from the router logits"]
+
+
+def test_check_items_of_an_empty_or_spaced_object(tmp_path):
+    p = tmp_path / "construct.json"
+    p.write_text("{}")
+    assert DR.check_items(str(p)) == "" and DR.check_items(str(p)) == ""
+    p.write_text('  {"a":null,"b":"Module.x.X.forward.0"}')
+    assert DR.check_items(str(p)) == "" and list(DR.iter_items(str(p))) == [("a", None),
+                                                                            ("b", "Module.x.X.forward.0")]
