@@ -1280,3 +1280,28 @@ def test_check_items_of_an_empty_or_spaced_object(tmp_path):
     p.write_text('  {"a":null,"b":"Module.x.X.forward.0"}')
     assert DR.check_items(str(p)) == "" and list(DR.iter_items(str(p))) == [("a", None),
                                                                             ("b", "Module.x.X.forward.0")]
+
+
+def test_reader_details_said_exactly(tmp_path):
+    assert DR.show("y" * 38) == 'the text "' + "y" * 38 + '"' and DR.show("y" * 39).endswith("y...")
+    good = tensor()
+    assert DR.tensor_problem({**good, "shape": [0, 2]}) == ""
+    assert DR.tensor_problem({**tensor(dtype="torch.bool"), "Max": True, "Min": False}) == ""
+    rows = DR.rows_of("Functional.op.0.forward", {"output": [tensor()]})
+    assert rows[0].key == rows[0].name
+    out, said = tokens(tmp_path, {"sampled": {"a": {"token_ids": [-1]}, "b": {"token_ids": [1], "logprob": 0}}})
+    assert out == {"sampled": {"b": {"token_ids": [1], "logprob": 0, "logprob_logits": None}}} and len(said) == 1
+    odd = {f"k{i}": [i] for i in range(6)}
+    assert tokens(tmp_path, {"hf_config": odd})[1] == ["hf_config's k0, k1, k2, k3, k4 are not a scalar"]
+    data = {f"Functional.x.{i}.forward": {"output": [{"type": "int", "value": i}]} for i in range(3)}
+    data["Functional.y.0.forward"] = {"output": [tensor()]}
+    assert DR.DumpReader(write_dump(tmp_path / "h", data)).head(limit=3)["summary_mode"] is None
+    p = tmp_path / "b.json"
+    for text, said in (("[]", "is not a JSON object: not an msprobe dump"),
+                       ('{"task": "x"}', 'has no "data" mapping: not an msprobe dump'),
+                       ('{"data": {"a": ' + "[" * 100000 + "}}",
+                        "nests JSON deeper than Python's recursion limit: not an msprobe dump")):
+        p.write_text(text)
+        with pytest.raises(DR.DumpError) as e:
+            list(DR.DumpReader(str(p)).records())
+        assert str(e.value) == said
