@@ -126,6 +126,19 @@ def test_an_unreadable_value_is_not_compared(runs, case, side):
     assert {p["status"] for p in doc["pairs"] if p is not pair} == {"same"}
 
 
+@pytest.mark.parametrize("sides", [("target",), ("target", "golden")])
+def test_an_unreadable_row_is_never_judged(runs, sides):
+    """A row that cannot be read is not held to any rule, on one side or both: it is not among the pair's nodes
+    judged (the rest of its record still is), and its record is not compared."""
+    code, before = run_json(*runs, "-j", "1")
+    for side in sides:
+        edit(runs[("target", "golden").index(side)] / STAGE / "dump.json", _set("Norm", "1.5"))
+    code, after = run_json(*runs, "-j", "1")
+    assert code == 3 and pair_of(before)["nodes"] > 1
+    assert pair_of(after)["nodes"] == pair_of(before)["nodes"] - 1
+    assert pair_of(after)["coverage"]["target"]["unreadable_records"] == 1
+
+
 def test_text_report_says_it_without_a_traceback(runs, capsys):
     target, golden = runs
     edit(target / STAGE / "dump.json", _record("garbage"))

@@ -5,15 +5,17 @@ are refused (exit code 2, the path named) before any dump is read; each status g
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
-import os
 import shutil
 from pathlib import Path
 
 import pytest
 
 from compare_cli import run, run_json
+from unprivileged import as_unprivileged, open_dir  # noqa: F401 - a fixture
 from verl_pdbg_conf.compare import cli, engine, runs
 from verl_pdbg_conf.compare.rollout import run as rollout_run
 from verl_pdbg_conf.compare.verdict import ExitCode, Reason, Status, Verdict, exit_code
@@ -197,12 +199,28 @@ def test_rollout_outputs(runs4, tmp_path, capsys, nothing_read):
     _refused(["--rollout", runs4[0], "-o", tmp_path / "o"], capsys, "not with -o")
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
-def test_unwritable_output(runs4, tmp_path, capsys, nothing_read):
-    ro = tmp_path / "ro"
-    ro.mkdir(mode=0o500)
-    _refused([*runs4, "-o", ro], capsys, "not writable")
-    _refused([*runs4, "--html", ro / "r.html"], capsys, "not writable")
+def test_unwritable_output(open_dir, nothing_read):
+    """A folder this user cannot write: refused before any dump is read. Run as a normal user (a forked
+    child dropped to nobody where the suite runs as root, as CI does), so the kernel really refuses."""
+    runs4 = [open_dir / "target", open_dir / "golden"]
+    for side, src in zip(runs4, ("target", "golden")):
+        shutil.copytree(EXAMPLE / src, side)
+    ro = open_dir / "ro"
+    ro.mkdir(mode=0o555)
+    import matplotlib  # noqa: F401 - imported before privileges drop: the child may not read the venv (--html needs it)
+
+    def refused(argv):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            code, out = run(argv)
+        return int(code), out, err.getvalue()
+
+    for argv, said in (([*runs4, "-o", ro], f"-o {ro}: this directory is not writable"),
+                       ([*runs4, "-o", ro / "new"], f"-o {ro / 'new'} cannot be created: {ro} is not writable"),
+                       ([*runs4, "--html", ro / "r.html"], f"--html {ro / 'r.html'} is not writable")):
+        code, out, err = as_unprivileged(lambda: refused(argv))
+        assert code == ExitCode.USAGE and out == "" and said in err and "Traceback" not in err, (code, err)
+    assert list(ro.iterdir()) == []
 
 
 def test_msprobe_csv_without_msprobe(runs4, tmp_path, capsys, monkeypatch, nothing_read):

@@ -75,8 +75,14 @@ def test_log_probs_agree_where_unplanted(root, where, runs):
         assert (diff > 1e-5) == bool(got[name]["plant"]), (name, diff)
 
 
+def pairs_of(doc) -> list:
+    """The report's pairs, both stages of every dump here: a loop over them never checks nothing."""
+    assert sorted(p["stage"] for p in doc["pairs"]) == sorted([LOG_PROB, UPDATE]), doc["pairs"]
+    return doc["pairs"]
+
+
 def by_stage(doc) -> dict:
-    return {p["stage"]: p for p in doc["pairs"]}
+    return {p["stage"]: p for p in pairs_of(doc)}
 
 
 def same_but_the_update(doc, code, split: bool):
@@ -104,7 +110,7 @@ def same_but_the_update(doc, code, split: bool):
 def test_same_weights_against_transformers(dumps, target, golden):
     code, doc = compare(dumps / target, dumps / golden)
     same_but_the_update(doc, code, "ep2" in (target, golden))
-    for pair in doc["pairs"]:
+    for pair in pairs_of(doc):
         notes = " ".join(f["message"] for f in pair["findings"] if f["rule"] == "compare-backends")
         assert "mbridge's qwen2_moe table" in notes or "mbridge's qwen3_moe table" in notes, notes
         said = " ".join(f["message"] for f in pair["findings"] if f["rule"] == "compare-modules")
@@ -138,7 +144,7 @@ def test_one_expert_named_by_its_global_index(dumps, run, golden):
     want = manifest(dumps)["runs"][run]
     code, doc = compare(dumps / run, dumps / golden)
     assert code == 1
-    for pair in doc["pairs"]:
+    for pair in pairs_of(doc):
         first = pair["first_divergence"]
         assert pair["status"] == "diverged" and first["layer"] == LAYER, pair
         assert first["module"].startswith(f"decoder.layers.{LAYER}.mlp.experts.local_experts.{want['expert']}."), first
@@ -154,7 +160,7 @@ def test_one_expert_against_fused_experts(dumps, golden):
     layer's MoE block, plain or under FSDP2, and the verdict says why not which expert, in one line."""
     code, doc = compare(dumps / "ep2-expert", dumps / golden)
     assert code == 1
-    for pair in doc["pairs"]:
+    for pair in pairs_of(doc):
         first = pair["first_divergence"]
         assert first["layer"] == LAYER and first["module"] == f"decoder.layers.{LAYER}.mlp", first
         assert "expert" not in first
@@ -171,7 +177,7 @@ def test_one_expert_against_experts_run_one_at_a_time(dumps, target, golden, mod
     the rollout compare names it: the golden's module of it and the index."""
     code, doc = compare(dumps / target, dumps / golden)
     assert code == 1
-    for pair in doc["pairs"]:
+    for pair in pairs_of(doc):
         first = pair["first_divergence"]
         assert pair["status"] == "diverged" and first["layer"] == LAYER and first["kind"] == "output", first
         assert first["module"] == module and first["expert"] == 5, first
@@ -187,7 +193,7 @@ def test_qwen2_moe_expert_change_says_where_it_may_be(root):
     inside them, and why their index cannot be said."""
     code, doc = compare(root / "qwen2_moe" / "ep2-expert", root / "qwen2_moe" / "hf")
     assert code == 1 and len(doc["pairs"]) == 2
-    for pair in doc["pairs"]:
+    for pair in pairs_of(doc):
         first = pair["first_divergence"]
         assert pair["status"] == "diverged" and first["layer"] == LAYER, pair
         assert first["module"].endswith(f"layers.{LAYER}.mlp") and first.get("expert") is None, first
@@ -201,7 +207,7 @@ def test_qwen2_moe_expert_change_says_where_it_may_be(root):
 def test_router_change_is_named(dumps, target, golden, module):
     code, doc = compare(dumps / target, dumps / golden)
     assert code == 1
-    for pair in doc["pairs"]:
+    for pair in pairs_of(doc):
         first = pair["first_divergence"]
         assert pair["status"] == "diverged" and first["module"] == module and first["layer"] == LAYER, first
 
@@ -233,17 +239,17 @@ def test_l0_same_weights_against_transformers(root):
 
 def test_l0_one_expert(root):
     code, doc = compare(root / "L0" / "ep2-expert", root / "L0" / "hf")
-    assert code == 1 and {p["first_divergence"]["module"] for p in doc["pairs"]} == {f"decoder.layers.{LAYER}.mlp"}
+    assert code == 1 and {p["first_divergence"]["module"] for p in pairs_of(doc)} == {f"decoder.layers.{LAYER}.mlp"}
     # experts run one at a time: at L0 no call names its expert (module calls only), and the verdict says so
     code, doc = compare(root / "L0" / "ep2-expert", root / "L0" / "hfloop")
     assert code == 1
-    for pair in doc["pairs"]:
+    for pair in pairs_of(doc):
         first = pair["first_divergence"]
         assert first["module"] == f"decoder.layers.{LAYER}.mlp" and "expert" not in first, first
         assert "which index cannot be said: the one module's calls name no index at this level" in first["note"]
     code, doc = compare(root / "L0" / "ep2-expert", root / "L0" / "ep2")
     assert code == 1
-    for pair in doc["pairs"]:
+    for pair in pairs_of(doc):
         first = pair["first_divergence"]
         assert first["expert"] == 5 and first["module"] == f"decoder.layers.{LAYER}.mlp.experts.local_experts.5.linear_fc2"
 
@@ -265,7 +271,7 @@ def test_qwen2_moe_shared_expert_same_weights(root, target, golden):
 def test_qwen2_moe_change_is_named(root, target, golden, module, expert):
     code, doc = compare(root / "qwen2_moe" / target, root / "qwen2_moe" / golden)
     assert code == 1
-    for pair in doc["pairs"]:
+    for pair in pairs_of(doc):
         first = pair["first_divergence"]
         assert first["module"] == module and first.get("expert") == expert, first
 
@@ -280,7 +286,7 @@ def test_verl_expert_parallel_same_weights(dumps, target, golden):
     code, doc = compare(dumps / target, dumps / golden)
     assert code in (0, 3) and len(doc["pairs"]) == 2, [(p["stage"], p["status"], p["first_divergence"])
                                                        for p in doc["pairs"]]
-    for pair in doc["pairs"]:
+    for pair in pairs_of(doc):
         assert pair["status"] in ("same", "partial") and pair["first_divergence"] is None, pair
         # the experts compared (at the MoE block, or expert by expert): no module left out
         assert not any(c["uncompared_modules"] for c in (pair["coverage"]["target"], pair["coverage"]["golden"]))
@@ -299,6 +305,6 @@ def test_verl_expert_parallel_same_weights(dumps, target, golden):
 def test_verl_expert_parallel_change_is_named(dumps, golden, module, expert):
     code, doc = compare(dumps / "vep2-expert", dumps / golden)
     assert code == 1
-    for pair in doc["pairs"]:
+    for pair in pairs_of(doc):
         first = pair["first_divergence"]
         assert pair["status"] == "diverged" and first["module"] == module and first.get("expert") == expert, first

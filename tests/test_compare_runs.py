@@ -107,7 +107,7 @@ def test_dtype_change_is_named_in_every_pair_mix(runs, pool, tmp_path):
     # without the dtype rule the threshold alone still lands in blocks.3 (bf16 rounding is ~1e-3)
     cmp = compare_runs(str(runs / "mix" / "dtype"), str(runs / "mix" / "golden"),
                        CompareOptions(out_dir=str(tmp_path / "b"), ignore_dtype=True), pool=pool)
-    assert all(p.analysis.first.module == "blocks.3.fc" for p in cmp.pairs)
+    assert cmp.pairs and all(p.analysis.first.module == "blocks.3.fc" for p in cmp.pairs)
 
 
 def test_identical_runs_name_nothing(runs, pool, tmp_path):
@@ -131,7 +131,7 @@ def test_l0_tensor_task(runs, pool, tmp_path):
         assert f.value == pytest.approx(0.01, rel=1e-3)  # from msprobe's l2norm columns
     cmp = compare_runs(str(runs / "l0" / "scaled"), str(runs / "l0" / "golden"),
                        CompareOptions(out_dir=str(tmp_path / "c"), metric="Cosine", threshold=0), pool=pool)
-    assert all(p.analysis.first.module == "blocks.3.fc" for p in cmp.pairs)
+    assert cmp.pairs and all(p.analysis.first.module == "blocks.3.fc" for p in cmp.pairs)
     cmp = compare_runs(str(runs / "l0" / "dtype"), str(runs / "l0" / "golden"),
                        CompareOptions(out_dir=str(tmp_path / "d")), pool=pool)
     assert [p.analysis.first.name for p in cmp.pairs] == ["Module.blocks.3.fc.Linear.forward.0.input.0"] * 3
@@ -365,7 +365,7 @@ def test_dtype_aware(runs, pool, tmp_path):
     # a 1 % weight change is still found above bf16's rounding step
     cmp = compare_runs(str(runs / "mix" / "scaled"), str(runs / "mix" / "golden"), CompareOptions(dtype_aware=True),
                        pool=pool)
-    assert all(p.analysis.first.module == "blocks.3.fc" for p in cmp.pairs)
+    assert cmp.pairs and all(p.analysis.first.module == "blocks.3.fc" for p in cmp.pairs)
 def _pointed_inside(root: Path, scratch: Path) -> list[tuple[str, str]]:
     """Paths inside root for an output option: directly, through a symlink, through `..`."""
     dump = next(root.rglob("dump.json"))

@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
+from unprivileged import open_dir  # noqa: F401 - a fixture
+from unprivileged import as_unprivileged as _as_unprivileged
 from verl_pdbg_conf.cli import main
 from verl_pdbg_conf.context import Options
 from verl_pdbg_conf.core.findings import Severity
@@ -29,8 +29,6 @@ from verl_pdbg_conf.validate import validate_files
 
 ROOT = Path(__file__).resolve().parents[1]
 GOOD_JSON = ROOT / "tests" / "examples" / "verl" / "configs" / "statistics_l1.json"
-IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
-NOBODY = 65534
 CONFIG_PATH_LINE, SAVE_PATH_LINE = 7, 4
 
 
@@ -51,18 +49,11 @@ def conf(config_path: str = "config.json", save_path: str = "outputs/profile") -
 
 
 @pytest.fixture
-def launch_dir():
-    """A launch directory anyone can traverse (pytest's tmp_path is 0700 under root, which the
-    unprivileged child could not enter), holding a valid msprobe config.json."""
-    d = Path(tempfile.mkdtemp(prefix="verl-pdbg-fs-"))
-    d.chmod(0o755)
-    shutil.copy(GOOD_JSON, d / "config.json")
-    (d / "config.json").chmod(0o644)
-    yield d
-    for p in d.rglob("*"):  # undo chmod 000 and the like so the tree can be removed
-        if not p.is_symlink():
-            p.chmod(0o755 if p.is_dir() else 0o644)
-    shutil.rmtree(d, ignore_errors=True)
+def launch_dir(open_dir):
+    """A launch directory anyone can traverse (unprivileged.open_dir), holding a valid msprobe config.json."""
+    shutil.copy(GOOD_JSON, open_dir / "config.json")
+    (open_dir / "config.json").chmod(0o644)
+    return open_dir
 
 
 def write_conf(d: Path, text: str, name: str = "conf.yaml") -> Path:
@@ -92,42 +83,10 @@ def tree_state(d: Path) -> dict:
 # ------------------------------------------------------------------ running unprivileged
 
 def as_unprivileged(fn):
-    """fn() run with the permissions of a normal user: directly when not root, else in a forked
-    child that drops to uid/gid 65534 (nobody). Returns fn's result (it must pickle)."""
-    if not IS_ROOT:
-        return fn()
-    if not hasattr(os, "fork"):
-        pytest.skip("running as root without os.fork: cannot drop privileges to test permissions honestly")
-    validate_files([str(GOOD_JSON)])  # import everything now: the child cannot read /root's site-packages
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child
-        try:
-            os.close(r)
-            os.setgroups([])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-        except OSError as e:
-            result = ("no-drop", f"{type(e).__name__}: {e}")
-        else:
-            try:
-                result = ("ok", fn())
-            except BaseException as e:  # noqa: BLE001 - reported to the parent
-                result = ("error", f"{type(e).__name__}: {e}")
-        try:
-            with os.fdopen(w, "wb") as fh:
-                fh.write(pickle.dumps(result))
-        finally:
-            os._exit(0)
-    os.close(w)
-    with os.fdopen(r, "rb") as fh:
-        data = fh.read()
-    os.waitpid(pid, 0)
-    kind, value = pickle.loads(data)
-    if kind == "no-drop":
-        pytest.skip(f"running as root and cannot drop to uid {NOBODY} here ({value}): not testable honestly")
-    assert kind == "ok", value
-    return value
+    """unprivileged.as_unprivileged, with the validator imported first (the child cannot read /root's
+    site-packages)."""
+    validate_files([str(GOOD_JSON)])
+    return _as_unprivileged(fn)
 
 
 # ------------------------------------------------------------------ config_path
