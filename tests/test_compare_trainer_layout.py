@@ -11,6 +11,7 @@ from pathlib import Path
 
 from verl_pdbg_conf.compare.parallel import probe
 from verl_pdbg_conf.compare.parallel.kinds import DATA, TENSOR
+from verl_pdbg_conf.compare.options import CompareOptions
 from verl_pdbg_conf.compare.runs import compare_runs
 
 
@@ -68,7 +69,7 @@ def test_ranks_of_an_l1_run_with_their_own_rows_are_data_parallel(tmp_path):
     same = [write(tmp_path / "copy", r, rank_records(30, 60, 1.0, 4)) for r in (0, 1)]
     assert DATA.from_dumps(same)[0] == 1
     write(tmp_path / "ws1", 0, rank_records(60, 60, 2.0, 8))
-    cmp = compare_runs(str(tmp_path / "ws2"), str(tmp_path / "ws1"), jobs=1)
+    cmp = compare_runs(str(tmp_path / "ws2"), str(tmp_path / "ws1"), CompareOptions(jobs=1))
     said = " ".join(f.message for f in cmp.findings)
     assert "data-parallel size 2" in said and "tensor-parallel" not in said, said
     (pair,) = cmp.pairs

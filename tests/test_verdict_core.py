@@ -61,7 +61,7 @@ def test_exit_code_values_and_words():
                              ExitCode.ERROR)] == [0, 1, 2, 3, 4]
     assert [str(s) for s in Status] == ["pending", "same", "diverged", "partial", "mismatch", "error"]
     assert [str(r) for r in Reason] == ["dump-missing", "dump-empty", "dump-corrupt", "compare-mismatch",
-                                        "compare-metric", "compare-coverage", "compare-failed"]
+                                        "compare-data", "compare-metric", "compare-coverage", "compare-failed"]
     assert f"{Status.SAME}/{Reason.FAILED}" == "same/compare-failed"
 
 
