@@ -146,7 +146,8 @@ def run_cli(argv: list[str], extra: tuple = ()) -> tuple[int | None, str, str, s
     tb, code = "", None
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
-            code = main([*argv, "--format", "json", "-j", "1", *extra])
+            jobs = [] if "--rollout" in argv else ["-j", "1"]  # --rollout refuses -j (options.MODES_OF)
+            code = main([*argv, "--format", "json", *jobs, *extra])
         except SystemExit as e:
             tb = f"SystemExit({e.code!r}) escaped main()"
         except KeyboardInterrupt:

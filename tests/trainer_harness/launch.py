@@ -132,6 +132,18 @@ def environment(spec: Spec, overlay: Path) -> dict:
     return env
 
 
+# Ray waits a hard-coded 30 s for its own raylet to register (ray/_private/node.py); on a loaded 2-core machine
+# it can take longer, before verl has run a line: that start, and only that, is tried again.
+RAY_START_RETRIES = 2
+RAY_START_TIMEOUT = "The current node timed out during startup"
+
+
+def ray_start_timed_out(log_path: Path, start: int) -> bool:
+    with open(log_path, errors="replace") as fh:
+        fh.seek(start)
+        return RAY_START_TIMEOUT in fh.read()
+
+
 def prepare_out(out: Path) -> None:
     """--out is new, empty, or an earlier run of this harness (then replaced); anything else is refused."""
     if out.exists() and any(out.iterdir()):
@@ -170,12 +182,18 @@ def execute(spec: Spec, venv: Path, out: Path, timeout: float = 1800) -> dict:
         log.write("$ " + " ".join(command) + "\n")
         log.flush()
         t0 = time.monotonic()
-        try:
-            proc = subprocess.run(command, cwd=out, env=environment(spec, overlay), stdout=log,
-                                  stderr=subprocess.STDOUT, timeout=timeout)
-            rc = proc.returncode
-        except subprocess.TimeoutExpired:
-            rc = "timeout"
+        for attempt in range(1 + RAY_START_RETRIES):
+            start = log.tell()
+            try:
+                proc = subprocess.run(command, cwd=out, env=environment(spec, overlay), stdout=log,
+                                      stderr=subprocess.STDOUT, timeout=timeout)
+                rc = proc.returncode
+            except subprocess.TimeoutExpired:
+                rc = "timeout"
+            if rc == 0 or not ray_start_timed_out(log_path, start):
+                break
+            log.write(f"\n$ (Ray's node did not start within its 30 s: attempt {attempt + 2})\n")
+            log.flush()
         trained = time.monotonic() - t0
     text = log_path.read_text(errors="replace")
     result = {"command": ["python", "-m", "verl.trainer.main_ppo", *ov], "returncode": rc, "log": str(log_path),
