@@ -5,7 +5,9 @@ surviving mutant broke (bench/mutation.py); they run in milliseconds, so mutatio
 from __future__ import annotations
 
 import json
+import locale
 import math
+import tracemalloc
 from types import SimpleNamespace
 
 import pytest
@@ -1417,7 +1419,6 @@ def test_the_reader_holds_a_chunk_not_the_file(tmp_path):
     data = {f"Functional.x.{i}.forward": {"output": [tensor(float(i))]} for i in range(20000)}
     p = write_dump(tmp_path / "big", data)
     size = (tmp_path / "big" / "dump.json").stat().st_size
-    import tracemalloc
     tracemalloc.start()
     try:
         first = next(iter(DR.DumpReader(p, chunk=1 << 12).records()))
@@ -1430,7 +1431,6 @@ def test_the_reader_holds_a_chunk_not_the_file(tmp_path):
 @pytest.fixture
 def ascii_locale():
     """A process whose locale is not UTF-8 (LC_CTYPE=C): what open() would decode with, left to itself."""
-    import locale
     was = locale.setlocale(locale.LC_CTYPE)
     locale.setlocale(locale.LC_CTYPE, "C")
     try:
