@@ -5,7 +5,9 @@ surviving mutant broke (bench/mutation.py); they run in milliseconds, so mutatio
 from __future__ import annotations
 
 import json
+import locale
 import math
+import tracemalloc
 from types import SimpleNamespace
 
 import pytest
@@ -1305,3 +1307,166 @@ def test_reader_details_said_exactly(tmp_path):
         with pytest.raises(DR.DumpError) as e:
             list(DR.DumpReader(str(p)).records())
         assert str(e.value) == said
+
+
+# ----------------------------------------------------------------------------- dumpread: the survivors' rules
+
+def test_a_size_before_the_first_tensor_does_not_decide_the_summary_mode():
+    """msprobe's md5_find looks for a tensor's md5: a torch.Size argument (Torch.zeros' size) has none."""
+    rec = {"input_args": [{"type": "torch.Size", "value": [2, 3]}], "output": [{**tensor(), "md5": "ab"}]}
+    assert DR.summary_mode("Torch.zeros.0.forward", rec) == "md5"
+    group = {"input_kwargs": {"group": {"type": "torch.ProcessGroup", "group_ranks": [0]}}, "output": [tensor()]}
+    assert DR.summary_mode("Distributed.all_reduce.0.forward", group) == "statistics"
+
+
+def test_every_row_of_a_state_keeps_the_states_place():
+    """reorder_index: inputs, parameters, outputs, whatever an output is (a value, null, unreadable)."""
+    weight = {"parameters": {"weight": tensor(5.0)}}
+    for output, part in (({"type": "int", "value": 3}, "output.0"), (None, "output.0"), (5, "output.0"),
+                         ([{"class_type": "torch.distributed.P2POp", "tensor": tensor(7.0)}], "output.0")):
+        rows = DR.rows_of("Functional.op.0.forward", {"output": output if type(output) is list else [output],
+                                                      **weight})
+        assert [(r.name.split("forward.")[1], r.state) for r in rows] == [
+            ("parameters.weight", "parameters"), (part, "output")], output
+
+
+def test_an_unreadable_row_is_named_for_its_place():
+    (arg,) = DR.rows_of("Functional.op.0.forward", {"input_args": [5]})
+    assert (arg.name, arg.key, arg.record) == ("Functional.op.0.forward.input.0", "Functional.op.0.forward.input.0",
+                                               "Functional.op.0.forward")
+    (rec,) = DR.rows_of("Functional.op.0.forward", 5)
+    assert (rec.name, rec.bad) == ("Functional.op.0.forward",
+                                   "is the number 5, not a record (a mapping of inputs and outputs)")
+
+
+def test_a_list_holding_a_mapping_of_tensors_is_walked():
+    """op_item_parse: a list element without a "type" is a container, a P2POp one (even with a "type") its
+    tensor, whatever else it holds."""
+    rows = DR.rows_of("Functional.op.0.forward", {"input_args": [{"a": tensor(1.0), "b": tensor(2.0)}]})
+    assert [(r.name.split("forward.")[1], r.dtype, r.stats[0]) for r in rows] == [("input.0.a", F32, 1.0),
+                                                                                   ("input.0.b", F32, 2.0)]
+    p2p = {"class_type": "torch.distributed.P2POp", "type": "torch.distributed.P2POp", "tensor": tensor(7.0),
+           "op": "isend", "peer": 1}
+    (row_,) = DR.rows_of("Distributed.batch_isend_irecv.0.forward", {"input_args": [[p2p]]})
+    assert (row_.name.split("forward.")[1], row_.dtype, row_.shape, row_.stats, row_.state) == (
+        "input.0.0", F32, [2], (7.0,) * 4, "input")
+
+
+@pytest.mark.parametrize("name,split", [
+    # msprobe's split_data_name_components on names of two and three parts
+    ("a.parameters_grad", ("a", "parameters_grad", "parameters_grad")),
+    ("parameters_grad.0", ("parameters_grad", "parameters_grad", "parameters_grad")),
+    ("linear.3.forward", ("linear", "3.forward", "forward")),
+    ("M.forward.0", ("M", "forward.0", "forward")),
+])
+def test_split_record_of_short_names(name, split):
+    assert DR.split_record(name) == split
+
+
+@pytest.mark.parametrize("name", ["parameters_grad", "parameters_grad.0", "a.parameters_grad",
+                                  "Module.fc.Linear.parameters_grad.1"])
+def test_a_gradient_record_of_any_length_is_read_as_one(name):
+    rows = DR.rows_of(name, {"weight": [tensor(1.0)], "step": [{"type": "int", "value": 3}]})
+    assert [(r.name, r.state, r.direction, r.stats[0]) for r in rows] == [
+        (f"{name}.weight", "parameters_grad", "parameters_grad", 1.0),
+        (f"{name}.step", "parameters_grad", "parameters_grad", 3)]
+    (value,) = DR.rows_of(name, [{"type": "int", "value": 1}])  # a list straight under the record: its name
+    assert (value.name, value.dtype, value.stats) == (name, "<class 'int'>", (1,) * 4)
+
+
+def test_nesting_is_bounded_at_exactly_max_depth():
+    """A tensor MAX_DEPTH levels down is read, one more is refused, in a call's record and a gradient's."""
+    def nest(levels):
+        d = tensor()
+        for _ in range(levels):
+            d = {"k": d}
+        return d
+    assert len(DR.rows_of("Functional.op.0.forward", {"output": nest(DR.MAX_DEPTH)})) == 1
+    with pytest.raises(DR.DumpError, match="deeper than 50"):
+        DR.rows_of("Functional.op.0.forward", {"output": nest(DR.MAX_DEPTH + 1)})
+    assert len(DR.rows_of("M.parameters_grad", nest(DR.MAX_DEPTH))) == 1
+    with pytest.raises(DR.DumpError, match="deeper than 50"):
+        DR.rows_of("M.parameters_grad", nest(DR.MAX_DEPTH + 1))
+    listed = tensor()
+    for _ in range(DR.MAX_DEPTH + 1):  # the innermost list MAX_DEPTH levels down
+        listed = [listed]
+    assert len(DR.rows_of("Functional.op.0.forward", {"output": listed})) == 1
+    with pytest.raises(DR.DumpError, match="deeper than 50"):
+        DR.rows_of("Functional.op.0.forward", {"output": [listed]})
+
+
+@pytest.mark.parametrize("chunk", [5, DR.CHUNK])
+def test_dump_json_of_any_spacing_reads_the_same(tmp_path, chunk):
+    """json.dump's separators, or none, and blanks before the object: the same header and records."""
+    data = {f"Functional.x.{i}.forward": {"output": [tensor(float(i))]} for i in range(3)}
+    doc = {"task": "statistics", "level": "L1", "framework": "pytorch", "data": data, "dump_data_dir": None}
+    p = tmp_path / "dump.json"
+    for text in (json.dumps(doc, separators=(",", ":")), "\n  " + json.dumps(doc, indent=1)):
+        p.write_text(text)
+        r = DR.DumpReader(str(p), chunk=chunk)
+        assert list(r.records()) == list(data.items()) and r.header == {k: v for k, v in doc.items() if k != "data"}
+        assert dict(DR.iter_items(str(p), chunk=chunk)) == doc
+
+
+def test_a_dump_cut_off_after_a_number_is_refused(tmp_path):
+    p = tmp_path / "dump.json"
+    p.write_text('{"data": {}, "n": 12')
+    with pytest.raises(DR.DumpError, match="expected ',' or '}'"):
+        list(DR.DumpReader(str(p)).records())
+
+
+def test_the_reader_holds_a_chunk_not_the_file(tmp_path):
+    data = {f"Functional.x.{i}.forward": {"output": [tensor(float(i))]} for i in range(20000)}
+    p = write_dump(tmp_path / "big", data)
+    size = (tmp_path / "big" / "dump.json").stat().st_size
+    tracemalloc.start()
+    try:
+        first = next(iter(DR.DumpReader(p, chunk=1 << 12).records()))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert first[0] == "Functional.x.0.forward" and size > 1 << 20 and peak < size // 8, (peak, size)
+
+
+@pytest.fixture
+def ascii_locale():
+    """A process whose locale is not UTF-8 (LC_CTYPE=C): what open() would decode with, left to itself."""
+    was = locale.setlocale(locale.LC_CTYPE)
+    locale.setlocale(locale.LC_CTYPE, "C")
+    try:
+        yield
+    finally:
+        locale.setlocale(locale.LC_CTYPE, was)
+
+
+def test_files_are_read_as_utf8_whatever_the_locale(tmp_path, ascii_locale):
+    name = "Module.blöcke.0.Linear.forward.0"
+    p = tmp_path / "dump.json"
+    p.write_text(json.dumps({"task": "statistics", "data": {name: {"output": [tensor()]}}}, ensure_ascii=False),
+                 encoding="utf-8")
+    assert [n for n, _ in DR.DumpReader(str(p)).records()] == [name]
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "construct.json").write_text(json.dumps({name: "Module.straße.M.forward.0"},
+                                                              ensure_ascii=False), encoding="utf-8")
+    assert list(DR.iter_items(str(tmp_path / "d" / "construct.json"))) == [(name, "Module.straße.M.forward.0")]
+    (tmp_path / "tokens.json").write_text(json.dumps({"engine": "vLLM ü"}, ensure_ascii=False), encoding="utf-8")
+    assert DR.read_tokens(str(tmp_path / "tokens.json")) == ({"engine": "vLLM ü"}, [])
+
+
+def test_layers_from_the_stack_counted_per_pass_of_the_dumps_first_op(tmp_path):
+    """No embedding in the dump: a pass is a call of its first op, so a line called once per layer in each of
+    two passes gives layers 0, 1, 0, 1 (not four layers of one pass)."""
+    from verl_pdbg_conf.compare.pipeline.stacks import Stacks
+
+    names = ["Functional.conv2d.0.forward", "Functional.linear.0.forward", "Functional.linear.1.forward",
+             "Functional.conv2d.1.forward", "Functional.linear.2.forward", "Functional.linear.3.forward"]
+    path = write_dump(tmp_path / "p", {n: {"output": [tensor()]} for n in names}, level="L1")
+    loop = ["File /src/model.py, line 30, in forward, for layer in self.layers:",
+            "File /src/train.py, line 5, in main, model(x)"]
+    (tmp_path / "p" / "stack.json").write_text(json.dumps({
+        "0": [[n for n in names if "conv2d" in n], ["File /src/model.py, line 20, in forward, x = self.conv(x)",
+                                                    loop[1]]],
+        "1": [[n for n in names if "linear" in n], ["File /src/model.py, line 8, in forward, x = self.fc(x)",
+                                                    *loop]]}))
+    got = [(r.name, r.layer) for r in R.Reader(path, stacks=Stacks(str(tmp_path / "p" / "stack.json")))]
+    assert [layer for _, layer in got if "linear" in _] == [0, 1, 0, 1]

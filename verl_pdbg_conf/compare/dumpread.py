@@ -269,9 +269,10 @@ def check_items(path: str, kind: str = "") -> str:
 
 
 def summary_mode(name: str, rec) -> str | None:
-    """md5 or statistics, as the record's first tensor says (msprobe's md5_find); None where it holds none."""
+    """md5 or statistics, as the record's first tensor says (msprobe's md5_find); None where it holds none.
+    A torch.Size or a process group (its shape text, not a list) is a value: msprobe writes no md5 for one."""
     for row in rows_of(name, rec):
-        if row.dtype and row.dtype.startswith("torch.") and not row.bad:
+        if type(row.shape) is list and row.dtype.startswith("torch.") and not row.bad:
             return "md5" if row.md5 is not None else "statistics"
     return None
 
