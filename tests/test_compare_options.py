@@ -112,3 +112,16 @@ def test_format_in_every_mode(mode, ranked, capsys):
     assert code == ExitCode.DIVERGED and out.split()[0] in ("target", "run", "step"), out[:200]
     with pytest.raises(json.JSONDecodeError):
         json.loads(out)
+
+
+def test_each_bad_number_has_its_own_message(capsys):
+    """--threshold, --top and -j each say what they take (they once shared one line)."""
+    from verl_pdbg_conf.compare.cli import main
+
+    said = {}
+    for flag, value in (("--threshold", "-1"), ("--top", "-2"), ("-j", "0")):
+        assert main([str(EXAMPLES / "compare" / "target"), str(EXAMPLES / "compare" / "golden"), flag, value]) == 2
+        said[flag] = capsys.readouterr().err.strip()
+    assert said == {"--threshold": "verl-pdbg-compare: error: --threshold -1.0: a fraction >= 0",
+                    "--top": "verl-pdbg-compare: error: --top -2: a count of nodes >= 0 (0 lists none)",
+                    "-j": "verl-pdbg-compare: error: -j/--jobs 0: a number of worker processes >= 1"}

@@ -126,8 +126,10 @@ class CompareOptions:
     def __post_init__(self):
         if not isinstance(self.threshold, (int, float)) or math.isnan(self.threshold) or self.threshold < 0:
             raise UsageError(f"--threshold {self.threshold!r}: a fraction >= 0")
-        if self.top < 0 or (self.jobs is not None and self.jobs < 1):
-            raise UsageError("--top must be >= 0, --jobs >= 1")
+        if self.top < 0:
+            raise UsageError(f"--top {self.top}: a count of nodes >= 0 (0 lists none)")
+        if self.jobs is not None and self.jobs < 1:
+            raise UsageError(f"-j/--jobs {self.jobs}: a number of worker processes >= 1")
         if not 0.0 <= self.min_coverage <= 1.0:
             raise UsageError(f"--min-coverage {self.min_coverage!r}: a share from 0 to 1")
         if self.metric not in METRICS:
