@@ -31,7 +31,7 @@ EQUIVALENT = ROOT / "bench" / "mutation-equivalent.md"
 # module -> (its file, the tests that hold its behaviour: fast ones, in-process)
 MODULES = {
     "verdict": ("verl_pdbg_conf/compare/verdict.py",
-                ["tests/test_verdict_core.py"]),
+                ["tests/test_verdict_core.py", "tests/test_compare_decide.py"]),
     "judge": ("verl_pdbg_conf/compare/judge.py",
               ["tests/test_verdict_core.py", "tests/test_compare_bad_values.py"]),
     "records": ("verl_pdbg_conf/compare/records.py",
