@@ -17,6 +17,7 @@ from verl_pdbg_conf.compare.nodes import METRICS, Analysis
 from verl_pdbg_conf.compare.options import PairOptions
 from verl_pdbg_conf.compare.parallel.replica import Replica
 from verl_pdbg_conf.compare.pipeline.run import run_pipeline
+from verl_pdbg_conf.compare.rollout import trainers
 from verl_pdbg_conf.compare.verdict import FAULT_HINT, Reason, failure
 
 
@@ -104,6 +105,9 @@ def _compare(job: PairJob, task: str, level: str, streams: tuple) -> PairOutcome
         return PairOutcome(error="holds no records", rule=Reason.DUMP_EMPTY, path=empty,
                            hint="the stage ran no hooked API or module (config.json scope/list/level, or the "
                            "stage's model was not resolved)")
+    swapped = trainers.instead(job, task, level, an, notes)  # calls holding other rows: token by token
+    if swapped is not None:
+        an, notes = swapped
     if an.tokens:
         return PairOutcome(error=an.tokens, rule=Reason.MISMATCH, path=job.target,
                            hint="collect both with the same token layout (verl: use_remove_padding and the "

@@ -1,0 +1,296 @@
+"""Two trainer runs token by token: the rollout's token walk (walk.py) with a trainer on both sides.
+
+Where two runs' calls of a stage hold other rows (world size 2 against 1: verl's balance_batch deals rows to
+ranks by length, each micro-batch is padded to its own longest row; use_remove_padding: the rows are packed
+into one), no record of one is the other's, and per-call statistics can never be compared. With tensors and
+each rank's token record (tokens.json: every forward's input ids, mask, positions), every token is known:
+a token is keyed by its row's real tokens and its position, all calls and ranks of a side pooled, and each
+paired record's per-token rows (hidden states [B, L, H] padded, [1, T, H] packed, [B * L, H] flat) are
+compared at the real tokens both sides hold.
+
+Records pair by call: a forward of the same code path runs the same ops in the same order, so the k-th call
+of an op (direction kept: a backward record belongs to its forward's call) within one forward is the other
+run's k-th of that op within its forward, wherever each run's forward sat. An op whose calls are not a whole
+number per forward on a side (once per stage: verl's token count and its all-reduce), or not as many per
+forward on both sides (the packing ops of use_remove_padding), has no counterpart: counted, never judged.
+A tensor that is not per-token (a weight, a mask [B, 1, L, L], a scalar) is not compared here."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+
+from verl_pdbg_conf.compare import judge as J
+from verl_pdbg_conf.compare.dumpread import DumpError, read_tokens
+from verl_pdbg_conf.compare.records import Reader, Record
+from verl_pdbg_conf.compare.rollout.dumps import TOKENS
+from verl_pdbg_conf.compare.rollout.tokens import Sequence, trainer_sequences
+from verl_pdbg_conf.compare.rollout.walk import Walk, cell, pick
+
+
+@dataclass
+class Side:
+    """One side's ranks: per rank its records by (op, direction) in order, its forwards' token record, and
+    per op how many calls one forward makes (None: not a whole number per forward)."""
+
+    paths: tuple
+    records: list[dict] = field(default_factory=list)  # per rank: (op, direction) -> [Record]
+    calls: list[list] = field(default_factory=list)  # per rank: tokens.json's calls
+    per_call: dict = field(default_factory=dict)  # (op, direction) -> calls per forward, alike on every rank
+    every: list[Record] = field(default_factory=list)  # all records of all ranks
+    unread: int = 0  # records with a value that cannot be read
+    why: str = ""  # why the side cannot be compared token by token ("" where it can)
+
+    def sequences(self) -> list[tuple[int, Sequence]]:
+        return [(r, s) for r, calls in enumerate(self.calls) for s in trainer_sequences(calls)]
+
+    def layout(self) -> list:
+        """The token ids of every call, rank after rank: two sides alike here hold the same rows per call."""
+        return [c.get("input_ids") if c else None for calls in self.calls for c in calls]
+
+
+def read_side(paths: tuple, level: str, stacks_of) -> Side:
+    """Each rank's records and token record; `why` says what keeps the side from a token compare."""
+    side = Side(tuple(paths))
+    for path in paths:
+        d = os.path.dirname(path)
+        try:
+            doc, _said = read_tokens(os.path.join(d, TOKENS))
+        except OSError:
+            doc = None
+        calls = (doc or {}).get("calls") or []
+        if doc is None or doc.get("engine") != "trainer" or not calls or any(c is None for c in calls):
+            side.why = f"{d} holds no readable trainer token record ({TOKENS})"
+            return side
+        by: dict = {}
+        try:
+            for rec in Reader(path, level, stacks_of(path, level)):
+                by.setdefault((rec.op, rec.direction), []).append(rec)
+                side.every.append(rec)
+                side.unread += bool(rec.unread)
+        except (OSError, DumpError, UnicodeDecodeError) as e:
+            side.why = f"{path} cannot be read ({e})"
+            return side
+        side.records.append(by)
+        side.calls.append(calls)
+    for key in {k for by in side.records for k in by}:
+        counts = {len(by.get(key, ())) / len(calls) for by, calls in zip(side.records, side.calls)}
+        n = counts.pop() if len(counts) == 1 else 0.0
+        side.per_call[key] = int(n) if n == int(n) and n > 0 else None
+    return side
+
+
+@dataclass
+class Result:
+    """What the token compare did, as data: counts, and the first divergence (a point and its error)."""
+
+    tokens: int = 0  # token pairs compared (at least one point)
+    sequences: int = 0  # sequence pairs
+    target_alone: int = 0  # sequences of one side with no twin in the other
+    golden_alone: int = 0
+    records: int = 0  # target records with at least one per-token row compared
+    target_records: int = 0
+    golden_records: int = 0
+    golden_compared: int = 0
+    hit: tuple = (set(), set())  # (name, order) of the records of each side with a per-token row compared
+    unpaired: dict = field(default_factory=dict)  # op -> records of it with no counterpart (both sides)
+    untoken: int = 0  # paired records holding no per-token row
+    skipped: int = 0  # cells not compared: a value not readable, a row neither side explains
+    unread: int = 0  # records with a value that cannot be read
+    first: tuple | None = None  # (order, target Record, row, golden row, error, tokens over the limit)
+    points: list = field(default_factory=list)  # (order, target Record, row, golden row, worst error, reason)
+
+
+def _pair_sequences(t: list, g: list) -> tuple[list, int, int]:
+    """Sequences of the same tokens paired, in order where several hold the same (n samples alike)."""
+    free: dict = {}
+    for item in g:
+        free.setdefault(tuple(item[1].tokens), []).append(item)
+    pairs, alone = [], 0
+    for item in t:
+        mates = free.get(tuple(item[1].tokens))
+        if mates:
+            pairs.append((item, mates.pop(0)))
+        else:
+            alone += 1
+    return pairs, alone, sum(len(v) for v in free.values())
+
+
+def _shapes(calls: list) -> list:
+    return [(len(c["input_ids"]), len(c["input_ids"][0]) if c["input_ids"] else 0) for c in calls]
+
+
+def compare(t: Side, g: Side, walk: Walk) -> Result:
+    res = Result(target_records=len(t.every), golden_records=len(g.every), unread=t.unread + g.unread)
+    pairs, res.target_alone, res.golden_alone = _pair_sequences(t.sequences(), g.sequences())
+    res.sequences = len(pairs)
+    keys = [k for k, n in t.per_call.items() if n and g.per_call.get(k) == n]
+    for side in (t, g):
+        for k, n in side.per_call.items():
+            if k not in keys:
+                op = f"{k[0]} ({k[1]})"
+                res.unpaired[op] = res.unpaired.get(op, 0) + sum(len(by.get(k, ())) for by in side.records)
+    tshape, gshape = [_shapes(c) for c in t.calls], [_shapes(c) for c in g.calls]
+    compared_tokens: set = set()
+    res.hit = (set(), set())
+    hit = res.hit
+    for key in keys:
+        n = t.per_call[key]
+        for k in range(n):
+            first = t.records[0][key][k]
+            for io in ("input", "output"):
+                for i in range(len(first.tensors(io))):
+                    _point(t, g, key, n, k, io, i, pairs, tshape, gshape, walk, res, compared_tokens, hit)
+    res.records, res.golden_compared = len(res.hit[0]), len(res.hit[1])
+    paired = sum(t.per_call[k] * len(calls) for k in keys for calls in t.calls)
+    res.untoken = paired - res.records
+    res.tokens = len(compared_tokens)
+    return res
+
+
+def _point(t, g, key, n, k, io, i, pairs, tshape, gshape, walk, res, compared_tokens, hit) -> None:
+    """One point (the k-th call of an op within a forward, its io's i-th tensor) at every token pair."""
+    worst, over, rows, order = -1.0, 0, None, None
+    bad = ""
+    for ti, ((rt, st), (rg, sg)) in enumerate(pairs):
+        for p, ((ct, bt, xt), (cg, bg, xg)) in enumerate(zip(st.at, sg.at)):
+            trec, grec = t.records[rt][key][ct * n + k], g.records[rg][key][cg * n + k]
+            ta, ga = pick(walk.tensors, trec, io, i), pick(walk.tensors, grec, io, i)
+            if ta is None or ga is None:
+                bad = bad or ("unread" if _unreadable(trec, io, i) or _unreadable(grec, io, i) else "none")
+                break  # this point holds no tensor (statistics only) or one that cannot be loaded
+            a, b = cell(ta, bt, xt, tshape[rt][ct]), cell(ga, bg, xg, gshape[rg][cg])
+            if a is None or b is None:
+                break  # not a per-token tensor in this call (a weight, a 4-D mask, a scalar)
+            said, err = walk.judge(a, b, walk.threshold)
+            if said is None:
+                res.skipped += 1
+                continue
+            compared_tokens.add((ti, p))
+            hit[0].add((trec.tensor_dir, trec.order))
+            hit[1].add((grec.tensor_dir, grec.order))
+            if rows is None:
+                rows = (trec.tensors(io)[i], grec.tensors(io)[i])
+                order = t.records[0][key][k].order
+            value = err if math.isfinite(err) else math.inf
+            if value > worst:
+                worst = value
+            if said.reason not in (J.Rule.AGREE, "") and said.reason != J.Rule.APART:
+                over += 1
+    if bad == "unread":
+        res.skipped += 1
+    if rows is None:
+        return
+    rec = t.records[0][key][k]
+    res.points.append((order, rec, rows[0], rows[1], worst, over))
+    if over and (res.first is None or order < res.first[0]):
+        res.first = (order, rec, rows[0], rows[1], worst, over)
+
+
+def _unreadable(rec: Record, io: str, i: int) -> bool:
+    rows = rec.tensors(io)
+    return i < len(rows) and bool(rows[i].bad)
+
+
+GAP_COMPARED = 64  # records of one side between two compared ones, compared at them (pipeline/run.py's rule)
+
+
+def _coverage(side: Side, hit: set, minimum: float) -> dict:
+    """A side's records as coverage.py's data: compared (a per-token row compared), or lying between two
+    compared records of one forward within GAP_COMPARED (compared at them: a packing op, a weight's all-gather);
+    the rest counted by op."""
+    compared, loose = 0, {}
+    for by in _by_rank(side):
+        marks = [(r.tensor_dir, r.order) in hit for r in by]
+        at = [i for i, m in enumerate(marks) if m]
+        inside = set()
+        for a, b in zip(at, at[1:]):
+            if b - a - 1 <= GAP_COMPARED:
+                inside.update(range(a + 1, b))
+        for i, r in enumerate(by):
+            if r.unread:
+                continue
+            if marks[i] or i in inside:
+                compared += 1
+            else:
+                loose[r.op] = loose.get(r.op, 0) + 1
+    n = len(side.every)
+    return {"records": n, "compared_records": compared, "unreadable_records": side.unread, "rank_own_records": {},
+            "paired_records": compared, "share": compared / n if n else 1.0, "modules": 0, "paired_modules": 0,
+            "accounted_modules": 0, "uncompared_modules": {},
+            "uncompared_records": dict(sorted(loose.items(), key=lambda kv: -kv[1])[:32])}
+
+
+def _by_rank(side: Side) -> list[list[Record]]:
+    out: dict = {}
+    for r in side.every:
+        out.setdefault(r.tensor_dir, []).append(r)
+    return [sorted(v, key=lambda r: r.order) for v in out.values()]
+
+
+def instead(job, task: str, level: str, an, notes: list):
+    """The pair compared token by token where its calls hold other rows and both sides have tensors and token
+    records: (Analysis, notes) to use instead of the record-by-record ones, or None (compared as it was)."""
+    if task != "tensor" or not (an.fed or an.tokens or not (an.coverage or {}).get("full", True)):
+        return None
+    from verl_pdbg_conf.compare.pipeline.sides import stacks_of
+
+    t = read_side(job.target_replica.group or (job.target,), level, stacks_of)
+    g = read_side(job.golden_replica.group or (job.golden,), level, stacks_of)
+    if t.why or g.why or t.layout() == g.layout():
+        return None
+    o = job.options
+    res = compare(t, g, Walk(o.threshold))
+    return analysis(res, t, g, task, o), [_note(res, t, g)] + [n for n in notes if n.rule.startswith("dump-")]
+
+
+def analysis(res: Result, t: Side, g: Side, task: str, options):
+    """The token compare's Analysis, built as the pipeline's collector builds one."""
+    from verl_pdbg_conf.compare.judge import Decision, Rule
+    from verl_pdbg_conf.compare.pipeline.collecting import Collector, label_of, node
+
+    coll = Collector(task, options.top, options.keep_nodes)
+    f_order = res.first[0] if res.first else None
+    for order, rec, row, grow, worst, over in sorted(res.points, key=lambda p: p[0]):
+        coll.add(order, row, grow, Decision(Rule.THRESHOLD if over else Rule.AGREE, worst), rec, label_of(rec),
+                 order == f_order)
+    an = coll.finish()
+    if res.first:
+        order, rec, row, grow, worst, over = res.first
+        an.first = node(order, row, grow, worst, Rule.THRESHOLD, rec, label_of(rec))
+        an.first.note = (f"token by token: {over} of the {res.tokens} tokens compared are past the limit here, "
+                         "no point before it is past the limit at any token")
+    tc, gc = _coverage(t, res.hit[0], options.min_coverage), _coverage(g, res.hit[1], options.min_coverage)
+    full = all(s["share"] >= options.min_coverage and not s["unreadable_records"] for s in (tc, gc)) \
+        and res.tokens > 0 and not res.target_alone and not res.golden_alone
+    an.coverage = {"target": tc, "golden": gc, "minimum": options.min_coverage, "full": full,
+                   "tokens": token_counts(res)}
+    return an
+
+
+def token_counts(res: Result) -> dict:
+    """How much the token compare compared, as data (the verdict's figures)."""
+    return {"tokens": res.tokens, "sequences": res.sequences, "target_sequences_alone": res.target_alone,
+            "golden_sequences_alone": res.golden_alone, "target_records_compared": res.records,
+            "golden_records_compared": res.golden_compared, "records_not_paired": dict(res.unpaired),
+            "paired_records_without_token_rows": res.untoken, "cells_not_compared": res.skipped}
+
+
+def _note(res: Result, t: Side, g: Side):
+    from verl_pdbg_conf.compare.verdict import Note
+
+    alone = ""
+    if res.target_alone or res.golden_alone:
+        alone = (f"; {res.target_alone} sequence(s) of the target and {res.golden_alone} of the golden hold tokens "
+                 "the other run's calls do not: not compared")
+    unpaired = sum(res.unpaired.values())
+    ops = ", ".join(f"{op} {n}" for op, n in sorted(res.unpaired.items(), key=lambda kv: -kv[1])[:6])
+    return Note("compare-tokens",
+                f"the runs' calls hold other rows ({len(t.layout())} call(s) on {len(t.paths)} rank(s) against "
+                f"{len(g.layout())} on {len(g.paths)}): compared token by token, {res.tokens} token(s) of "
+                f"{res.sequences} sequence(s) at {res.records} target and {res.golden_compared} golden record(s) "
+                f"holding per-token rows{alone}; {unpaired} record(s) with no counterpart call"
+                + (f" ({ops})" if ops else "") + f", {res.untoken} paired record(s) hold no per-token row (weights, "
+                f"masks, counts), {res.skipped} row(s) not readable or of no number: not compared",
+                "tokens keyed by their row's real tokens and position, every call and rank of a side pooled")
