@@ -96,7 +96,9 @@ class Result:
     hit: tuple = (set(), set())  # (name, order) of the records of each side with a per-token row compared
     unpaired: dict = field(default_factory=dict)  # op -> records of it with no counterpart (both sides)
     untoken: int = 0  # paired records holding no per-token row
-    skipped: int = 0  # cells not compared: a value not readable, a row neither side explains
+    skipped: int = 0  # token rows not compared: non-finite alike, or no number
+    apart: int = 0  # token rows of other sizes on the two sides (a mask's row over its call's columns)
+    unread_points: int = 0  # points whose tensor file cannot be read on a side
     unread: int = 0  # records with a value that cannot be read
     first: tuple | None = None  # (order, target Record, row, golden row, error, tokens over the limit)
     points: list = field(default_factory=list)  # (order, target Record, row, golden row, worst error, reason)
@@ -163,9 +165,12 @@ def _point(t, g, key, n, k, io, i, pairs, tshape, gshape, walk, res, compared_to
             a, b = cell(ta, bt, xt, tshape[rt][ct]), cell(ga, bg, xg, gshape[rg][cg])
             if a is None or b is None:
                 break  # not a per-token tensor in this call (a weight, a 4-D mask, a scalar)
+            if a.numel() != b.numel():
+                res.apart += 1  # a row over its call's columns (a mask's): no token's own
+                continue
             said, err = walk.judge(a, b, walk.threshold)
             if said is None:
-                res.skipped += 1
+                res.skipped += 1  # non-finite alike, or no number
                 continue
             compared_tokens.add((ti, p))
             hit[0].add((trec.tensor_dir, trec.order))
@@ -179,7 +184,7 @@ def _point(t, g, key, n, k, io, i, pairs, tshape, gshape, walk, res, compared_to
             if said.reason not in (J.Rule.AGREE, "") and said.reason != J.Rule.APART:
                 over += 1
     if bad == "unread":
-        res.skipped += 1
+        res.unread_points += 1
     if rows is None:
         return
     rec = t.records[0][key][k]
@@ -274,7 +279,8 @@ def token_counts(res: Result) -> dict:
     return {"tokens": res.tokens, "sequences": res.sequences, "target_sequences_alone": res.target_alone,
             "golden_sequences_alone": res.golden_alone, "target_records_compared": res.records,
             "golden_records_compared": res.golden_compared, "records_not_paired": dict(res.unpaired),
-            "paired_records_without_token_rows": res.untoken, "cells_not_compared": res.skipped}
+            "paired_records_without_token_rows": res.untoken, "rows_not_compared": res.skipped,
+            "rows_of_other_sizes": res.apart, "points_not_readable": res.unread_points}
 
 
 def _note(res: Result, t: Side, g: Side):
@@ -292,5 +298,7 @@ def _note(res: Result, t: Side, g: Side):
                 f"{res.sequences} sequence(s) at {res.records} target and {res.golden_compared} golden record(s) "
                 f"holding per-token rows{alone}; {unpaired} record(s) with no counterpart call"
                 + (f" ({ops})" if ops else "") + f", {res.untoken} paired record(s) hold no per-token row (weights, "
-                f"masks, counts), {res.skipped} row(s) not readable or of no number: not compared",
+                f"masks, counts), {res.apart} token row(s) of other sizes (a mask's row over its call's columns), "
+                f"{res.skipped} non-finite alike or of no number and {res.unread_points} tensor(s) not readable: "
+                "not compared",
                 "tokens keyed by their row's real tokens and position, every call and rank of a side pooled")
