@@ -194,8 +194,9 @@ def _point(t, g, key, n, k, io, i, pairs, tshape, gshape, walk, res, compared_to
 
 
 def _unreadable(rec: Record, io: str, i: int) -> bool:
+    """The row is unreadable in dump.json, or names a tensor file that does not load (Walk's Tensors: None)."""
     rows = rec.tensors(io)
-    return i < len(rows) and bool(rows[i].bad)
+    return i < len(rows) and (bool(rows[i].bad) or rec.file_of(rows[i]) is not None)
 
 
 GAP_COMPARED = 64  # records of one side between two compared ones, compared at them (pipeline/run.py's rule)
@@ -268,7 +269,7 @@ def analysis(res: Result, t: Side, g: Side, task: str, options):
                          "no point before it is past the limit at any token")
     tc, gc = _coverage(t, res.hit[0], options.min_coverage), _coverage(g, res.hit[1], options.min_coverage)
     full = all(s["share"] >= options.min_coverage and not s["unreadable_records"] for s in (tc, gc)) \
-        and res.tokens > 0 and not res.target_alone and not res.golden_alone
+        and res.tokens > 0 and not res.target_alone and not res.golden_alone and not res.unread_points
     an.coverage = {"target": tc, "golden": gc, "minimum": options.min_coverage, "full": full,
                    "tokens": token_counts(res)}
     return an
