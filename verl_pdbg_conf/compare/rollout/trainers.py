@@ -66,7 +66,9 @@ def read_side(paths: tuple, level: str, stacks_of) -> Side:
         by: dict = {}
         try:
             for rec in Reader(path, level, stacks_of(path, level)):
-                by.setdefault((rec.op, rec.direction), []).append(rec)
+                # an op's calls from one line of code: the same op run elsewhere (once per stage, or on one
+                # side's own path) is another key
+                by.setdefault((rec.op, rec.site, rec.direction), []).append(rec)
                 side.every.append(rec)
                 side.unread += bool(rec.unread)
         except (OSError, DumpError, UnicodeDecodeError) as e:
@@ -131,7 +133,7 @@ def compare(t: Side, g: Side, walk: Walk) -> Result:
     for side in (t, g):
         for k, n in side.per_call.items():
             if k not in keys:
-                op = f"{k[0]} ({k[1]})"
+                op = f"{k[0]} ({k[2]})"
                 res.unpaired[op] = res.unpaired.get(op, 0) + sum(len(by.get(k, ())) for by in side.records)
     tshape, gshape = [_shapes(c) for c in t.calls], [_shapes(c) for c in g.calls]
     compared_tokens: set = set()
@@ -162,7 +164,7 @@ def _point(t, g, key, n, k, io, i, pairs, tshape, gshape, walk, res, compared_to
             if ta is None or ga is None:
                 bad = bad or ("unread" if _unreadable(trec, io, i) or _unreadable(grec, io, i) else "none")
                 break  # this point holds no tensor (statistics only) or one that cannot be loaded
-            a, b = cell(ta, bt, xt, tshape[rt][ct]), cell(ga, bg, xg, gshape[rg][cg])
+            a, b = token_row(ta, bt, xt, tshape[rt][ct]), token_row(ga, bg, xg, gshape[rg][cg])
             if a is None or b is None:
                 break  # not a per-token tensor in this call (a weight, a 4-D mask, a scalar)
             if a.numel() != b.numel():
@@ -193,6 +195,28 @@ def _point(t, g, key, n, k, io, i, pairs, tshape, gshape, walk, res, compared_to
         res.first = (order, rec, rows[0], rows[1], worst, over)
 
 
+def token_row(t, b: int, s: int, bs: tuple):
+    """Token (b, s)'s row of a tensor of the call of (batch, seq) `bs`: walk.cell's [B, L, ...] and [B * L, ...],
+    or attention's heads first [B, heads, L, d] (every head's row; not scores [B, heads, L, L], whose rows run
+    over the call's own columns)."""
+    got = cell(t, b, s, bs)
+    if got is None and t is not None and t.dim() == 4 and tuple(t.shape[:1]) + tuple(t.shape[2:3]) == tuple(bs) \
+            and t.shape[3] != bs[1] and t.shape[1] != bs[1]:
+        got = t[b, :, s]
+    return got
+
+
+def per_token(shape, calls: list) -> bool:
+    """A tensor of this shape (dump.json's) holds rows of one of these calls' tokens (token_row's layouts)."""
+    if type(shape) is not list or not shape:
+        return False
+    for bsz, n in calls:
+        if shape[:2] == [bsz, n] or (shape[0] == bsz * n != bsz) or \
+                (len(shape) == 4 and shape[0] == bsz and shape[2] == n and n not in (shape[1], shape[3])):
+            return True
+    return False
+
+
 def _unreadable(rec: Record, io: str, i: int) -> bool:
     """The row is unreadable in dump.json, or names a tensor file that does not load (Walk's Tensors: None)."""
     rows = rec.tensors(io)
@@ -202,12 +226,17 @@ def _unreadable(rec: Record, io: str, i: int) -> bool:
 GAP_COMPARED = 64  # records of one side between two compared ones, compared at them (pipeline/run.py's rule)
 
 
-def _coverage(side: Side, hit: set, minimum: float) -> dict:
-    """A side's records as coverage.py's data: compared (a per-token row compared), or lying between two
-    compared records of one forward within GAP_COMPARED (compared at them: a packing op, a weight's all-gather);
-    the rest counted by op."""
-    compared, loose = 0, {}
-    for by in _by_rank(side):
+def _coverage(side: Side, hit: set) -> dict:
+    """A side's token records (those holding a per-token row of one of its rank's calls) as coverage.py's data:
+    compared (a per-token row compared), or lying between two compared records of one rank within
+    GAP_COMPARED (compared at them: a packing op, attention's scores over the call's columns); the rest counted
+    by op. Records holding no token's row (weights, the optimizer's, counts, one token's alone) are outside a
+    token compare: counted apart."""
+    compared, records, outside, loose = 0, 0, 0, {}
+    for path, calls in zip(side.paths, side.calls):
+        tdir = os.path.join(os.path.dirname(path), "dump_tensor_data")
+        by = sorted((r for r in side.every if r.tensor_dir == tdir), key=lambda r: r.order)
+        shapes = _shapes(calls)
         marks = [(r.tensor_dir, r.order) in hit for r in by]
         at = [i for i, m in enumerate(marks) if m]
         inside = set()
@@ -215,24 +244,22 @@ def _coverage(side: Side, hit: set, minimum: float) -> dict:
             if b - a - 1 <= GAP_COMPARED:
                 inside.update(range(a + 1, b))
         for i, r in enumerate(by):
+            if not marks[i] and not r.unread and \
+                    not any(per_token(row.shape, shapes) for row in r.rows if row.state in ("input", "output")):
+                outside += 1
+                continue
+            records += 1
             if r.unread:
                 continue
             if marks[i] or i in inside:
                 compared += 1
             else:
                 loose[r.op] = loose.get(r.op, 0) + 1
-    n = len(side.every)
-    return {"records": n, "compared_records": compared, "unreadable_records": side.unread, "rank_own_records": {},
-            "paired_records": compared, "share": compared / n if n else 1.0, "modules": 0, "paired_modules": 0,
-            "accounted_modules": 0, "uncompared_modules": {},
-            "uncompared_records": dict(sorted(loose.items(), key=lambda kv: -kv[1])[:32])}
-
-
-def _by_rank(side: Side) -> list[list[Record]]:
-    out: dict = {}
-    for r in side.every:
-        out.setdefault(r.tensor_dir, []).append(r)
-    return [sorted(v, key=lambda r: r.order) for v in out.values()]
+    return {"records": records, "compared_records": compared, "unreadable_records": side.unread,
+            "rank_own_records": {}, "paired_records": compared, "share": compared / records if records else 1.0,
+            "modules": 0, "paired_modules": 0, "accounted_modules": 0, "uncompared_modules": {},
+            "uncompared_records": dict(sorted(loose.items(), key=lambda kv: -kv[1])[:32]),
+            "records_without_token_rows": outside}
 
 
 def instead(job, task: str, level: str, an, notes: list):
@@ -248,7 +275,8 @@ def instead(job, task: str, level: str, an, notes: list):
         return None
     o = job.options
     res = compare(t, g, Walk(o.threshold))
-    return analysis(res, t, g, task, o), [_note(res, t, g)] + [n for n in notes if n.rule.startswith("dump-")]
+    an = analysis(res, t, g, task, o)
+    return an, [_note(res, t, g, an.coverage)] + [n for n in notes if n.rule.startswith("dump-")]
 
 
 def analysis(res: Result, t: Side, g: Side, task: str, options):
@@ -267,7 +295,7 @@ def analysis(res: Result, t: Side, g: Side, task: str, options):
         an.first = node(order, row, grow, worst, Rule.THRESHOLD, rec, label_of(rec))
         an.first.note = (f"token by token: {over} of the {res.tokens} tokens compared are past the limit here, "
                          "no point before it is past the limit at any token")
-    tc, gc = _coverage(t, res.hit[0], options.min_coverage), _coverage(g, res.hit[1], options.min_coverage)
+    tc, gc = _coverage(t, res.hit[0]), _coverage(g, res.hit[1])
     full = all(s["share"] >= options.min_coverage and not s["unreadable_records"] for s in (tc, gc)) \
         and res.tokens > 0 and not res.target_alone and not res.golden_alone and not res.unread_points
     an.coverage = {"target": tc, "golden": gc, "minimum": options.min_coverage, "full": full,
@@ -284,7 +312,7 @@ def token_counts(res: Result) -> dict:
             "rows_of_other_sizes": res.apart, "points_not_readable": res.unread_points}
 
 
-def _note(res: Result, t: Side, g: Side):
+def _note(res: Result, t: Side, g: Side, cov: dict):
     from verl_pdbg_conf.compare.verdict import Note
 
     alone = ""
@@ -297,9 +325,12 @@ def _note(res: Result, t: Side, g: Side):
                 f"the runs' calls hold other rows ({len(t.layout())} call(s) on {len(t.paths)} rank(s) against "
                 f"{len(g.layout())} on {len(g.paths)}): compared token by token, {res.tokens} token(s) of "
                 f"{res.sequences} sequence(s) at {res.records} target and {res.golden_compared} golden record(s) "
-                f"holding per-token rows{alone}; {unpaired} record(s) with no counterpart call"
+                f"holding per-token rows{alone}; {cov['target']['records_without_token_rows']} target and "
+                f"{cov['golden']['records_without_token_rows']} golden record(s) hold no token's row (weights, the "
+                f"optimizer's, counts, one token's alone): outside a token compare; {unpaired} record(s) with no "
+                "counterpart call"
                 + (f" ({ops})" if ops else "") + f", {res.untoken} paired record(s) hold no per-token row (weights, "
-                f"masks, counts), {res.apart} token row(s) of other sizes (a mask's row over its call's columns), "
+                f"scores over the call's columns), {res.apart} token row(s) of other sizes (a mask's row over its call's columns), "
                 f"{res.skipped} non-finite alike or of no number and {res.unread_points} tensor(s) not readable: "
                 "not compared",
                 "tokens keyed by their row's real tokens and position, every call and rank of a side pooled")
