@@ -120,12 +120,18 @@ def test_tensors_world_size_2_against_1_is_same_token_by_token(runs):
 
 def test_tensors_remove_padding_against_padded_is_no_divergence_token_by_token(runs):
     code, doc = compare(runs("t_rmpad"), runs("t_ws1"))
-    # measured: every token of every paired record agrees; verl's own log-prob ops after the model differ by
-    # layout (roll, gather of the packed path; narrow of the padded one) and have no record after them: partial
+    # measured: every token of every paired record agrees. In the log-prob stage verl's own ops after the model
+    # differ by layout (roll, gather, sub of the packed path; lt of the padded one) and the last call's have no
+    # record after them: partial (98.4% and 99.4% of the token records); the update is same
     assert code == 3 and {p["stage"] for p in doc["pairs"]} == STAGES, doc["pairs"]
+    pairs = by_stage(doc)
+    log_prob, update = pairs["actor_compute_log_prob"], pairs["actor_update"]
+    assert (log_prob["status"], log_prob["reason"], log_prob["first_divergence"]) == \
+        ("partial", "compare-coverage", None), log_prob
+    assert min(log_prob["coverage"][k]["share"] for k in ("target", "golden")) > 0.98, log_prob["coverage"]
+    assert "Torch.gather" in log_prob["coverage"]["target"]["uncompared_records"], log_prob["coverage"]
+    assert update["status"] == "same", update
     for p in doc["pairs"]:
-        assert (p["status"], p["reason"], p["first_divergence"]) == ("partial", "compare-coverage", None), p
-        assert p["coverage"]["target"]["share"] > 0.95 and p["coverage"]["golden"]["share"] > 0.95, p
         tokens_said(p)
 
 

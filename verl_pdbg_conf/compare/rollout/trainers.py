@@ -238,14 +238,15 @@ def _coverage(side: Side, hit: set) -> dict:
         by = sorted((r for r in side.every if r.tensor_dir == tdir), key=lambda r: r.order)
         shapes = _shapes(calls)
         marks = [(r.tensor_dir, r.order) in hit for r in by]
+        token = [m or bool(r.unread) or any(per_token(row.shape, shapes) for row in r.rows
+                                            if row.state in ("input", "output")) for m, r in zip(marks, by)]
         at = [i for i, m in enumerate(marks) if m]
         inside = set()
-        for a, b in zip(at, at[1:]):
-            if b - a - 1 <= GAP_COMPARED:
+        for a, b in zip(at, at[1:]):  # a gap's length in token records: those outside it are not its
+            if sum(token[a + 1:b]) <= GAP_COMPARED:
                 inside.update(range(a + 1, b))
         for i, r in enumerate(by):
-            if not marks[i] and not r.unread and \
-                    not any(per_token(row.shape, shapes) for row in r.rows if row.state in ("input", "output")):
+            if not token[i]:
                 outside += 1
                 continue
             records += 1
