@@ -13,7 +13,10 @@ of an op (direction kept: a backward record belongs to its forward's call) withi
 run's k-th of that op within its forward, wherever each run's forward sat. An op whose calls are not a whole
 number per forward on a side (once per stage: verl's token count and its all-reduce), or not as many per
 forward on both sides (the packing ops of use_remove_padding), has no counterpart: counted, never judged.
-A tensor that is not per-token (a weight, a mask [B, 1, L, L], a scalar) is not compared here."""
+A tensor that is not per-token (a weight, a mask [B, 1, L, L], a scalar) is not compared here. Nor is a
+sequence's last token: what it computes for a next token (verl's labels, the ids rolled by one over the call)
+pairs it with whatever follows it in its call, another sequence's first token or padding, and nothing of it
+reaches the log-probs or the loss."""
 
 from __future__ import annotations
 
@@ -121,8 +124,32 @@ def _pair_sequences(t: list, g: list) -> tuple[list, int, int]:
     return pairs, alone, sum(len(v) for v in free.values())
 
 
+@dataclass(frozen=True)
+class Grid:
+    """A call's token layout: (batch, seq) of its ids, and each real token's index among the call's real tokens
+    in row-major order (the unpadded layout [tokens, ...] verl computes its log-probs and entropy in)."""
+
+    batch: int
+    seq: int
+    real: dict  # (b, s) -> index
+
+    @property
+    def bs(self) -> tuple:
+        return self.batch, self.seq
+
+
+def _grid(call: dict) -> Grid:
+    ids, mask = call["input_ids"], call.get("attention_mask")
+    real: dict = {}
+    for b, row in enumerate(ids):
+        for s in range(len(row)):
+            if mask is None or (b < len(mask) and s < len(mask[b]) and mask[b][s]):
+                real[(b, s)] = len(real)
+    return Grid(len(ids), len(ids[0]) if ids else 0, real)
+
+
 def _shapes(calls: list) -> list:
-    return [(len(c["input_ids"]), len(c["input_ids"][0]) if c["input_ids"] else 0) for c in calls]
+    return [_grid(c) for c in calls]
 
 
 def compare(t: Side, g: Side, walk: Walk) -> Result:
@@ -158,7 +185,7 @@ def _point(t, g, key, n, k, io, i, pairs, tshape, gshape, walk, res, compared_to
     worst, over, rows, order = -1.0, 0, None, None
     bad = ""
     for ti, ((rt, st), (rg, sg)) in enumerate(pairs):
-        for p, ((ct, bt, xt), (cg, bg, xg)) in enumerate(zip(st.at, sg.at)):
+        for p, ((ct, bt, xt), (cg, bg, xg)) in enumerate(zip(st.at[:-1], sg.at[:-1])):
             trec, grec = t.records[rt][key][ct * n + k], g.records[rg][key][cg * n + k]
             ta, ga = pick(walk.tensors, trec, io, i), pick(walk.tensors, grec, io, i)
             if ta is None or ga is None:
@@ -195,23 +222,28 @@ def _point(t, g, key, n, k, io, i, pairs, tshape, gshape, walk, res, compared_to
         res.first = (order, rec, rows[0], rows[1], worst, over)
 
 
-def token_row(t, b: int, s: int, bs: tuple):
-    """Token (b, s)'s row of a tensor of the call of (batch, seq) `bs`: walk.cell's [B, L, ...] and [B * L, ...],
-    or attention's heads first [B, heads, L, d] (every head's row; not scores [B, heads, L, L], whose rows run
-    over the call's own columns)."""
+def token_row(t, b: int, s: int, grid: Grid):
+    """Token (b, s)'s row of a tensor of a call laid out as `grid`: walk.cell's [B, L, ...] and [B * L, ...],
+    attention's heads first [B, heads, L, d] (every head's row; not scores [B, heads, L, L], whose rows run
+    over the call's own columns), or the call's real tokens alone [tokens, ...] (padding removed)."""
+    bs = grid.bs
     got = cell(t, b, s, bs)
     if got is None and t is not None and t.dim() == 4 and tuple(t.shape[:1]) + tuple(t.shape[2:3]) == tuple(bs) \
             and t.shape[3] != bs[1] and t.shape[1] != bs[1]:
         got = t[b, :, s]
+    if got is None and t is not None and t.dim() >= 1 and t.shape[0] == len(grid.real) != grid.batch \
+            and (b, s) in grid.real:
+        got = t[grid.real[(b, s)]]
     return got
 
 
-def per_token(shape, calls: list) -> bool:
+def per_token(shape, grids: list) -> bool:
     """A tensor of this shape (dump.json's) holds rows of one of these calls' tokens (token_row's layouts)."""
     if type(shape) is not list or not shape:
         return False
-    for bsz, n in calls:
-        if shape[:2] == [bsz, n] or (shape[0] == bsz * n != bsz) or \
+    for g in grids:
+        bsz, n = g.bs
+        if shape[:2] == [bsz, n] or (shape[0] == bsz * n != bsz) or shape[0] == len(g.real) != bsz or \
                 (len(shape) == 4 and shape[0] == bsz and shape[2] == n and n not in (shape[1], shape[3])):
             return True
     return False
@@ -228,9 +260,9 @@ GAP_COMPARED = 64  # records of one side between two compared ones, compared at 
 
 def _coverage(side: Side, hit: set) -> dict:
     """A side's token records (those holding a per-token row of one of its rank's calls) as coverage.py's data:
-    compared (a per-token row compared), or lying between two compared records of one rank within
-    GAP_COMPARED (compared at them: a packing op, attention's scores over the call's columns); the rest counted
-    by op. Records holding no token's row (weights, the optimizer's, counts, one token's alone) are outside a
+    compared (a per-token row compared), or lying in a gap of one rank of up to GAP_COMPARED token records
+    before a compared record (compared at it: a packing op, attention's scores over the call's columns); the
+    rest counted by op. Records holding no token's row (weights, the optimizer's, counts, one token's alone) are outside a
     token compare: counted apart."""
     compared, records, outside, loose = 0, 0, 0, {}
     for path, calls in zip(side.paths, side.calls):
@@ -240,9 +272,11 @@ def _coverage(side: Side, hit: set) -> dict:
         marks = [(r.tensor_dir, r.order) in hit for r in by]
         token = [m or bool(r.unread) or any(per_token(row.shape, shapes) for row in r.rows
                                             if row.state in ("input", "output")) for m, r in zip(marks, by)]
-        at = [i for i, m in enumerate(marks) if m]
+        # a gap before the first compared record, or between two, is compared at the one after it (as the
+        # pipeline's are); one after the last has none after it. Its length counts token records only
+        at = [-1] + [i for i, m in enumerate(marks) if m]
         inside = set()
-        for a, b in zip(at, at[1:]):  # a gap's length in token records: those outside it are not its
+        for a, b in zip(at, at[1:]):
             if sum(token[a + 1:b]) <= GAP_COMPARED:
                 inside.update(range(a + 1, b))
         for i, r in enumerate(by):
@@ -334,4 +368,5 @@ def _note(res: Result, t: Side, g: Side, cov: dict):
                 f"scores over the call's columns), {res.apart} token row(s) of other sizes (a mask's row over its call's columns), "
                 f"{res.skipped} non-finite alike or of no number and {res.unread_points} tensor(s) not readable: "
                 "not compared",
-                "tokens keyed by their row's real tokens and position, every call and rank of a side pooled")
+                "tokens keyed by their row's real tokens and position, every call and rank of a side pooled; "
+                "each sequence's last token is left out (its next token is whatever follows it in its call)")
