@@ -34,13 +34,14 @@ from verl_pdbg_conf.compare.rollout.walk import Walk, cell, pick
 
 @dataclass
 class Side:
-    """One side's ranks: per rank its records by (op, direction) in order, its forwards' token record, and
-    per op how many calls one forward makes (None: not a whole number per forward)."""
+    """One side's ranks: per rank its records by (op, calling line, direction) in order, its forwards' token
+    record, and per such key how many calls one forward makes (None: not a whole number per forward, or not as
+    many on every rank)."""
 
     paths: tuple
-    records: list[dict] = field(default_factory=list)  # per rank: (op, direction) -> [Record]
+    records: list[dict] = field(default_factory=list)  # per rank: (op, site, direction) -> [Record]
     calls: list[list] = field(default_factory=list)  # per rank: tokens.json's calls
-    per_call: dict = field(default_factory=dict)  # (op, direction) -> calls per forward, alike on every rank
+    per_call: dict = field(default_factory=dict)  # (op, site, direction) -> calls per forward, or None
     every: list[Record] = field(default_factory=list)  # all records of all ranks
     unread: int = 0  # records with a value that cannot be read
     why: str = ""  # why the side cannot be compared token by token ("" where it can)
@@ -98,7 +99,8 @@ class Result:
     target_records: int = 0
     golden_records: int = 0
     golden_compared: int = 0
-    hit: tuple = (set(), set())  # (name, order) of the records of each side with a per-token row compared
+    # (tensor folder, order) of the records of each side with a per-token row compared
+    hit: tuple = field(default_factory=lambda: (set(), set()))
     unpaired: dict = field(default_factory=dict)  # op -> records of it with no counterpart (both sides)
     untoken: int = 0  # paired records holding no per-token row
     skipped: int = 0  # token rows not compared: non-finite alike, or no number
@@ -106,7 +108,7 @@ class Result:
     unread_points: int = 0  # points whose tensor file cannot be read on a side
     unread: int = 0  # records with a value that cannot be read
     first: tuple | None = None  # (order, target Record, row, golden row, error, tokens over the limit)
-    points: list = field(default_factory=list)  # (order, target Record, row, golden row, worst error, reason)
+    points: list = field(default_factory=list)  # (order, target Record, row, golden row, worst error, tokens over)
 
 
 def _pair_sequences(t: list, g: list) -> tuple[list, int, int]:
@@ -164,7 +166,6 @@ def compare(t: Side, g: Side, walk: Walk) -> Result:
                 res.unpaired[op] = res.unpaired.get(op, 0) + sum(len(by.get(k, ())) for by in side.records)
     tshape, gshape = [_shapes(c) for c in t.calls], [_shapes(c) for c in g.calls]
     compared_tokens: set = set()
-    res.hit = (set(), set())
     hit = res.hit
     for key in keys:
         n = t.per_call[key]
@@ -310,6 +311,8 @@ def instead(job, task: str, level: str, an, notes: list):
         return None
     o = job.options
     res = compare(t, g, Walk(o.threshold))
+    if not res.tokens:
+        return None  # no token of one run is the other's: other data, as the record-by-record compare says
     an = analysis(res, t, g, task, o)
     return an, [_note(res, t, g, an.coverage)] + [n for n in notes if n.rule.startswith("dump-")]
 
