@@ -300,8 +300,10 @@ def _coverage(side: Side, hit: set) -> dict:
 
 def instead(job, task: str, level: str, an, notes: list):
     """The pair compared token by token where its calls hold other rows and both sides have tensors and token
-    records: (Analysis, notes) to use instead of the record-by-record ones, or None (compared as it was)."""
-    if task != "tensor" or not (an.fed or an.tokens or not (an.coverage or {}).get("full", True)):
+    records: (Analysis, notes) to use instead of the record-by-record ones, or None (compared as it was).
+    Whatever the record-by-record verdict: records of other rows neither agree nor part for a reason of their
+    own (compare-data, partial; a per-call sum of other rows taken for a divergence)."""
+    if task != "tensor":
         return None
     from verl_pdbg_conf.compare.pipeline.sides import stacks_of
 
