@@ -125,3 +125,19 @@ def test_an_unreadable_tensor_is_counted_and_keeps_the_pair_from_same(dumps, tmp
     assert res.unread_points == 1 and res.first is None
     an = trainers.analysis(res, t, g, "tensor", PairOptions())
     assert an.coverage["full"] is False and an.coverage["tokens"]["points_not_readable"] == 1
+
+
+def test_calls_of_the_same_tokens_are_compared_token_by_token_only_where_other_rows_were_claimed(dumps):
+    """plant and two hold the same token ids per call: their record-by-record verdict stands, unless it claimed
+    the runs were handed other rows (compare-data), which the token records then check."""
+    from verl_pdbg_conf.compare.engine import PairJob
+    from verl_pdbg_conf.compare.nodes import Analysis
+
+    stage = "actor_compute_log_prob"
+    job = PairJob(rank(dumps, "plant", stage), rank(dumps, "two", stage))
+    assert trainers.instead(job, "tensor", "L1", Analysis("tensor"), []) is None
+    an, notes = trainers.instead(job, "tensor", "L1", Analysis("tensor", fed="an input differs"), [])
+    assert an.first.layer == 1 and an.first.kind == "output" and not an.fed
+    assert "the same token ids" in notes[0].message
+    # statistics only: never token by token
+    assert trainers.instead(job, "statistics", "L1", Analysis("statistics", fed="an input differs"), []) is None

@@ -173,7 +173,8 @@ def compare(t: Side, g: Side, walk: Walk) -> Result:
             first = t.records[0][key][k]
             for io in ("input", "output"):
                 for i in range(len(first.tensors(io))):
-                    _point(t, g, key, n, k, io, i, pairs, tshape, gshape, walk, res, compared_tokens, hit)
+                    if _by_token(t, tshape, key, n, k, io, i) and _by_token(g, gshape, key, n, k, io, i):
+                        _point(t, g, key, n, k, io, i, pairs, tshape, gshape, walk, res, compared_tokens, hit)
     res.records, res.golden_compared = len(res.hit[0]), len(res.hit[1])
     paired = sum(t.per_call[k] * len(calls) for k in keys for calls in t.calls)
     res.untoken = paired - res.records
@@ -250,6 +251,17 @@ def per_token(shape, grids: list) -> bool:
     return False
 
 
+def _by_token(side: Side, grids: list, key, n: int, k: int, io: str, i: int) -> bool:
+    """The point's tensor is laid out by tokens in every call of it on every rank (dump.json's shapes): a weight
+    whose first axis happens to match one call's token count does not match them all."""
+    for by, calls in zip(side.records, grids):
+        for c, grid in enumerate(calls):
+            rows = by[key][c * n + k].tensors(io)
+            if i >= len(rows) or (not rows[i].bad and not per_token(rows[i].shape, [grid])):
+                return False
+    return True
+
+
 def _unreadable(rec: Record, io: str, i: int) -> bool:
     """The row is unreadable in dump.json, or names a tensor file that does not load (Walk's Tensors: None)."""
     rows = rec.tensors(io)
@@ -302,15 +314,16 @@ def instead(job, task: str, level: str, an, notes: list):
     """The pair compared token by token where its calls hold other rows and both sides have tensors and token
     records: (Analysis, notes) to use instead of the record-by-record ones, or None (compared as it was).
     Whatever the record-by-record verdict: records of other rows neither agree nor part for a reason of their
-    own (compare-data, partial; a per-call sum of other rows taken for a divergence)."""
+    own (compare-data, partial; a per-call sum of other rows taken for a divergence). Where the calls hold the
+    same token ids, only a record-by-record verdict of other rows (compare-data, a token layout) is checked so."""
     if task != "tensor":
         return None
     from verl_pdbg_conf.compare.pipeline.sides import stacks_of
 
     t = read_side(job.target_replica.group or (job.target,), level, stacks_of)
     g = read_side(job.golden_replica.group or (job.golden,), level, stacks_of)
-    if t.why or g.why or t.layout() == g.layout():
-        return None
+    if t.why or g.why or (t.layout() == g.layout() and not (an.fed or an.tokens)):
+        return None  # the same token ids in the same calls: record by record holds, unless it said otherwise
     o = job.options
     res = compare(t, g, Walk(o.threshold))
     if not res.tokens:
@@ -361,9 +374,11 @@ def _note(res: Result, t: Side, g: Side, cov: dict):
                  "the other run's calls do not: not compared")
     unpaired = sum(res.unpaired.values())
     ops = ", ".join(f"{op} {n}" for op, n in sorted(res.unpaired.items(), key=lambda kv: -kv[1])[:6])
+    said = (f"the runs' calls hold other rows ({len(t.layout())} call(s) on {len(t.paths)} rank(s) against "
+            f"{len(g.layout())} on {len(g.paths)})" if t.layout() != g.layout() else
+            "the runs' calls hold the same token ids, though record by record an input seemed to differ")
     return Note("compare-tokens",
-                f"the runs' calls hold other rows ({len(t.layout())} call(s) on {len(t.paths)} rank(s) against "
-                f"{len(g.layout())} on {len(g.paths)}): compared token by token, {res.tokens} token(s) of "
+                f"{said}: compared token by token, {res.tokens} token(s) of "
                 f"{res.sequences} sequence(s) at {res.records} target and {res.golden_compared} golden record(s) "
                 f"holding per-token rows{alone}; {cov['target']['records_without_token_rows']} target and "
                 f"{cov['golden']['records_without_token_rows']} golden record(s) hold no token's row (weights, the "
