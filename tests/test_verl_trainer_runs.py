@@ -141,6 +141,15 @@ def test_tensors_a_planted_layer_is_named_token_by_token(runs):
             assert f["name"].startswith("Functional.linear.") and "modeling_qwen2.py:46" in f["where"], f
             assert 0.005 < f["value"] < 0.02, f
             tokens_said(p)
+    # one layout: record by record the tensor pair blames an equal input of verl's mask builder (compare-data);
+    # the token records show the same token ids per call, and the planted layer is named on each rank
+    code, doc = compare(runs("t_ws2plant"), runs("t_ws2"))
+    assert code == 1 and len(doc["pairs"]) == 4, doc["pairs"]
+    for p in doc["pairs"]:
+        f = p["first_divergence"]
+        assert p["status"] == "diverged" and f["layer"] == 1 and "modeling_qwen2.py:46" in f["where"], p
+        (said,) = [x["message"] for x in p["findings"] if x["rule"] == "compare-tokens"]
+        assert "the same token ids" in said, said
 
 
 def test_remove_padding_against_padded_is_no_divergence(runs):
