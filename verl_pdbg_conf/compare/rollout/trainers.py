@@ -275,8 +275,8 @@ def _coverage(side: Side, hit: set) -> dict:
     """A side's token records (those holding a per-token row of one of its rank's calls) as coverage.py's data:
     compared (a per-token row compared), or lying in a gap of one rank of up to GAP_COMPARED token records
     before a compared record (compared at it: a packing op, attention's scores over the call's columns); the
-    rest counted by op. Records holding no token's row (weights, the optimizer's, counts, one token's alone) are outside a
-    token compare: counted apart."""
+    rest counted by op. Records holding no token's row (weights, the optimizer's, counts, one token's alone)
+    are outside a token compare: counted apart."""
     compared, records, outside, loose = 0, 0, 0, {}
     for path, calls in zip(side.paths, side.calls):
         tdir = os.path.join(os.path.dirname(path), "dump_tensor_data")
@@ -385,7 +385,8 @@ def _note(res: Result, t: Side, g: Side, cov: dict):
                 f"optimizer's, counts, one token's alone): outside a token compare; {unpaired} record(s) with no "
                 "counterpart call"
                 + (f" ({ops})" if ops else "") + f", {res.untoken} paired record(s) hold no per-token row (weights, "
-                f"scores over the call's columns), {res.apart} token row(s) of other sizes (a mask's row over its call's columns), "
+                f"scores over the call's columns), {res.apart} token row(s) of other sizes (a mask's row over its "
+                "call's columns), "
                 f"{res.skipped} non-finite alike or of no number and {res.unread_points} tensor(s) not readable: "
                 "not compared",
                 "tokens keyed by their row's real tokens and position, every call and rank of a side pooled; "
