@@ -54,8 +54,8 @@ class Side:
         return [c.get("input_ids") if c else None for calls in self.calls for c in calls]
 
 
-def read_side(paths: tuple, level: str, stacks_of) -> Side:
-    """Each rank's records and token record; `why` says what keeps the side from a token compare."""
+def read_calls(paths: tuple) -> Side:
+    """Each rank's token record (the calls), read before any dump: `why` says where there is none."""
     side = Side(tuple(paths))
     for path in paths:
         d = os.path.dirname(path)
@@ -67,6 +67,17 @@ def read_side(paths: tuple, level: str, stacks_of) -> Side:
         if doc is None or doc.get("engine") != "trainer" or not calls or any(c is None for c in calls):
             side.why = f"{d} holds no readable trainer token record ({TOKENS})"
             return side
+        side.calls.append(calls)
+    return side
+
+
+def read_side(paths: tuple, level: str, stacks_of, side: Side | None = None) -> Side:
+    """Each rank's records and token record (`side`: its token records read already); `why` says what keeps
+    the side from a token compare."""
+    side = side or read_calls(paths)
+    if side.why:
+        return side
+    for path in paths:
         by: dict = {}
         try:
             for rec in Reader(path, level, stacks_of(path, level)):
@@ -79,7 +90,6 @@ def read_side(paths: tuple, level: str, stacks_of) -> Side:
             side.why = f"{path} cannot be read ({e})"
             return side
         side.records.append(by)
-        side.calls.append(calls)
     for key in {k for by in side.records for k in by}:
         counts = {len(by.get(key, ())) / len(calls) for by, calls in zip(side.records, side.calls)}
         n = counts.pop() if len(counts) == 1 else 0.0
@@ -320,10 +330,12 @@ def instead(job, task: str, level: str, an, notes: list):
         return None
     from verl_pdbg_conf.compare.pipeline.sides import stacks_of
 
-    t = read_side(job.target_replica.group or (job.target,), level, stacks_of)
-    g = read_side(job.golden_replica.group or (job.golden,), level, stacks_of)
+    t, g = read_calls(job.target_replica.group or (job.target,)), read_calls(job.golden_replica.group or (job.golden,))
     if t.why or g.why or (t.layout() == g.layout() and not (an.fed or an.tokens)):
         return None  # the same token ids in the same calls: record by record holds, unless it said otherwise
+    t, g = read_side(t.paths, level, stacks_of, t), read_side(g.paths, level, stacks_of, g)
+    if t.why or g.why:
+        return None
     o = job.options
     res = compare(t, g, Walk(o.threshold))
     if not res.tokens:
