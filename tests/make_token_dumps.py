@@ -3,7 +3,7 @@ four sequences, laid out as verl's trainer lays them out at other settings, thro
 profiler (which writes each forward's token record, tokens.json). Run as a subprocess: msprobe wraps torch for
 the life of the process.
 
-    python make_token_dumps.py OUT [RUN ...]
+    python make_token_dumps.py OUT [--level mix] [RUN ...]
 
 Runs (each a save_path OUT/<run>):
   one     one call of the four rows, right-padded to the longest ([4, L]): world size 1, micro-batch 4
@@ -11,7 +11,8 @@ Runs (each a save_path OUT/<run>):
           rows dealt by length, or micro-batch 2)
   packed  two calls, each its rows packed into one row ([1, T], position ids restarting: use_remove_padding)
   plant   as two, layer 1's mlp.down_proj weight x1.01
-The update's loss is the mean over every real token of the batch (the count taken over all calls, as verl's
+Level L1 as precision_debugger_tensor collects (API calls), or mix as precision_debugger_rollout does (module calls
+too). The update's loss is the mean over every real token of the batch (the count taken over all calls, as verl's
 token-mean does with its all-reduced count), so per-token gradients do not depend on the layout."""
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ def batch(rows: list[list[int]], packed: bool):
     return {"input_ids": ids, "attention_mask": mask, "position_ids": pos}, mask.bool()
 
 
-def main(out: str, runs: list[str]) -> None:
+def main(out: str, runs: list[str], level: str = "L1") -> None:
     import torch
     import torch.distributed as dist
 
@@ -101,7 +102,7 @@ def main(out: str, runs: list[str]) -> None:
     config = os.path.join(out, "tensor_l1.json")
     os.makedirs(out, exist_ok=True)
     with open(config, "w") as fh:
-        json.dump(CONFIG, fh)
+        json.dump(dict(CONFIG, level=level), fh)
     total = sum(len(s) for s in SEQS)
     for run in runs:
         model = build()
@@ -127,4 +128,8 @@ def main(out: str, runs: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2:] or list(LAYOUTS))
+    args = sys.argv[2:]
+    lvl = "L1"
+    if args[:1] == ["--level"]:
+        lvl, args = args[1], args[2:]
+    main(sys.argv[1], args or list(LAYOUTS), lvl)

@@ -141,3 +141,17 @@ def test_calls_of_the_same_tokens_are_compared_token_by_token_only_where_other_r
     assert "the same token ids" in notes[0].message
     # statistics only: never token by token
     assert trainers.instead(job, "statistics", "L1", Analysis("statistics", fed="an input differs"), []) is None
+
+
+def test_at_mix_level_the_planted_module_is_named(dumps):
+    """precision_debugger_rollout's level (module calls too): the API call is named by its module."""
+    out = dumps / "mix"
+    subprocess.run([sys.executable, str(HERE / "make_token_dumps.py"), str(out), "--level", "mix", "one", "packed",
+                    "plant"], cwd=dumps, env=ENV, check=True, capture_output=True, timeout=300)
+    cmp = compare_runs(str(out / "packed"), str(out / "one"), CompareOptions(jobs=1))
+    assert cmp.exit_code == ExitCode.SAME
+    assert all(p.analysis.coverage["tokens"]["tokens"] == TOKENS for p in cmp.pairs)
+    cmp = compare_runs(str(out / "plant"), str(out / "one"), CompareOptions(jobs=1))
+    assert cmp.exit_code == ExitCode.DIVERGED
+    for p in cmp.pairs:
+        assert p.analysis.first.module == "layers.1.mlp.down_proj" and p.analysis.first.kind == "output", p.stage
