@@ -99,7 +99,7 @@ def main(out: str, runs: list[str], level: str = "L1") -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-    config = os.path.join(out, "tensor_l1.json")
+    config = os.path.join(out, "config.json")
     os.makedirs(out, exist_ok=True)
     with open(config, "w") as fh:
         json.dump(dict(CONFIG, level=level), fh)
