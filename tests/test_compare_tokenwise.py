@@ -32,8 +32,14 @@ STAGES = ("actor_compute_log_prob", "actor_update")
 @pytest.fixture(scope="module")
 def dumps(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("tokens")
-    subprocess.run([sys.executable, str(HERE / "make_token_dumps.py"), str(out)], cwd=out, env=ENV, check=True,
-                   capture_output=True, timeout=300)
+    maker = [sys.executable, str(HERE / "make_token_dumps.py")]
+    # both levels at once (msprobe's debugger is one per process): L1 under out, mix under out/mix
+    procs = [subprocess.Popen(maker + [str(out)], cwd=out, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT),
+             subprocess.Popen(maker + [str(out / "mix"), "--level", "mix", "one", "packed", "plant"], cwd=out,
+                              env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)]
+    for proc in procs:
+        log, _ = proc.communicate(timeout=300)
+        assert proc.returncode == 0, log.decode(errors="replace")[-3000:]
     return out
 
 
@@ -146,8 +152,6 @@ def test_calls_of_the_same_tokens_are_compared_token_by_token_only_where_other_r
 def test_at_mix_level_the_planted_module_is_named(dumps):
     """precision_debugger_rollout's level (module calls too): the API call is named by its module."""
     out = dumps / "mix"
-    subprocess.run([sys.executable, str(HERE / "make_token_dumps.py"), str(out), "--level", "mix", "one", "packed",
-                    "plant"], cwd=dumps, env=ENV, check=True, capture_output=True, timeout=300)
     cmp = compare_runs(str(out / "packed"), str(out / "one"), CompareOptions(jobs=1))
     assert cmp.exit_code == ExitCode.SAME
     assert all(p.analysis.coverage["tokens"]["tokens"] == TOKENS for p in cmp.pairs)
