@@ -10,7 +10,7 @@ from verl_pdbg_conf.core.findings import Finding, Severity
 from verl_pdbg_conf.compare.nodes import Analysis
 from verl_pdbg_conf.compare.parallel.replica import Replica
 from verl_pdbg_conf.compare.options import CompareOptions
-from verl_pdbg_conf.compare.verdict import ExitCode, Reason, Status, Verdict, exit_code
+from verl_pdbg_conf.compare.verdict import ExitCode, Reason, Status, Verdict, exit_code, finding  # noqa: F401 - its builder, for the run compare's modules
 from verl_pdbg_conf.run.inspect_run import INNER_DIR, RANK_DIR, STAGE_DIR, STEP_DIR, scan
 
 E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
@@ -96,10 +96,6 @@ class Comparison:
         """verdict.exit_code of the pairs (a (step, stage, rank) in one run only: incomplete)."""
         return exit_code((Verdict(p.status, p.reason) for p in self.pairs),
                          one_sided=bool(self.only_in_target or self.only_in_golden))
-
-
-def finding(rule, sev, msg, path, hint="") -> Finding:
-    return Finding(rule, sev, msg, path, 1, 1, "", hint)
 
 
 def collect(root: str) -> list[RankDump]:

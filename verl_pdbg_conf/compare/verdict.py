@@ -14,7 +14,7 @@ import enum
 from dataclasses import dataclass
 from typing import Iterable
 
-from verl_pdbg_conf.core.findings import Severity
+from verl_pdbg_conf.core.findings import Finding, Severity
 
 
 class Status(str, enum.Enum):
@@ -100,6 +100,12 @@ def exit_code(verdicts: Iterable[Verdict], one_sided: bool = False) -> ExitCode:
     if not verdicts or one_sided or any(v.status != Status.SAME for v in verdicts):
         return ExitCode.INCOMPLETE
     return ExitCode.SAME
+
+
+def finding(rule: str, severity: Severity, message: str, file: str, hint: str = "") -> Finding:
+    """The one builder of a compare finding, for both compares: a pair's or a run's, about a file (not a line
+    in it: dumps are data, not text a user edits)."""
+    return Finding(rule, severity, message, file, 1, 1, "", hint)
 
 
 FAULT_HINT = "a fault of verl-pdbg-compare itself, not of the dumps: please report it with this pair's dumps"

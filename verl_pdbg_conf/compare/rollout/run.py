@@ -21,7 +21,7 @@ from verl_pdbg_conf.compare.rollout import table as T
 from verl_pdbg_conf.compare.rollout import tokens as K
 from verl_pdbg_conf.compare.rollout.walk import TokenResult, Walk
 from verl_pdbg_conf.compare.verdict import (FAULT_HINT, Reason, Status, UsageError, Verdict, decide, exit_code,
-                                            failure)
+                                            failure, finding)
 from verl_pdbg_conf.core.findings import Finding, Severity
 
 ROLLOUT, ACTOR = "rollout_generate", "actor_compute_log_prob"
@@ -55,10 +55,6 @@ def _engine_steps(stage_dir: str) -> list[tuple[int, str]]:
     return sorted(found)
 
 
-def _f(rule: str, severity: Severity, message: str, file: str, hint: str = "") -> Finding:
-    return Finding(rule=rule, severity=severity, message=message, file=file, hint=hint)
-
-
 def compare_rollout(actor_root: str, rollout_root: str | None = None,
                     options: CompareOptions = CompareOptions()) -> dict:
     """Per step both stages hold, as `options` say (the ones options.MODES_OF says --rollout honours)."""
@@ -83,7 +79,7 @@ def compare_rollout(actor_root: str, rollout_root: str | None = None,
         if has_r != has_a:
             which, where = (ROLLOUT, r_steps[k]) if has_r else (ACTOR, a_steps[k])
             other = ACTOR if has_r else ROLLOUT
-            findings.append(_f("compare-pairing", Severity.WARNING, f"{k}: {which} is collected but {other} is "
+            findings.append(finding("compare-pairing", Severity.WARNING, f"{k}: {which} is collected but {other} is "
                                "not: nothing to compare it with", where,
                                "collect rollout_generate and actor_compute_log_prob on the same steps"))
     if not keys:
@@ -120,7 +116,7 @@ def _guarded(key: str, rollout_dir: str, actor_dir: str, *options) -> dict:
     except Exception as e:  # noqa: BLE001 - a fault stays in its pair
         pair = _blank(key, rollout_dir, actor_dir)
         pair["reason"] = Reason.FAILED.value
-        pair["findings"] = [_f(Reason.FAILED.value, Severity.ERROR, f"{key}: the compare failed: {failure(e)}",
+        pair["findings"] = [finding(Reason.FAILED.value, Severity.ERROR, f"{key}: the compare failed: {failure(e)}",
                                rollout_dir, FAULT_HINT).to_dict()]
         return pair
 
@@ -141,7 +137,7 @@ def compare_step(key: str, rollout_dir: str, actor_dir: str, threshold: float, d
     try:
         table = E.engine_named(info.get("engine")).facts
     except E.UnknownEngine as e:
-        findings.append(_f("compare-rollout-engine", Severity.ERROR, f"{rollout_dir}: {e}", rollout_dir,
+        findings.append(finding("compare-rollout-engine", Severity.ERROR, f"{rollout_dir}: {e}", rollout_dir,
                            "compare a rollout of a known engine, or add this engine's table "
                            "(docs/compare-rollout.md#another-engine)"))
         refused = decide(refused=Reason.MISMATCH)
@@ -176,7 +172,7 @@ def _unrouted(routing: dict | None, where: str, findings: list[Finding]) -> list
     if not missed:
         return []
     said = "; ".join(f"{m['layer']}: {m['tokens']} token(s), {m['why']}" for m in missed)
-    findings.append(_f("compare-routing", Severity.WARNING, f"routing not compared for: {said}", where,
+    findings.append(finding("compare-routing", Severity.WARNING, f"routing not compared for: {said}", where,
                        "collect both stages' routers at L0 with task tensor (their logits and, on the actor's "
                        "side, the top-k indices): this package's +profiler=precision_debugger_rollout"))
     return sorted({f"routing of {m['layer']}" for m in missed})
@@ -190,7 +186,7 @@ def _misreplayed(routing: dict | None, where: str, findings: list[Finding]) -> N
     wrong = [f"{l['layer']} gets the engine's {l['follows']} ({l['follows_tokens']} of the {l['follows_of']} tokens "
              "routed differently)" for l in rep["layers"] if l["layer"] in rep["misattached"]]
     differ = sum(l["routed_differently"] for l in rep["layers"])
-    findings.append(_f("compare-routing-replay", Severity.ERROR,
+    findings.append(finding("compare-routing-replay", Severity.ERROR,
                        "the actor's routers replay a routing record (they keep experts their own logits rank lower) "
                        f"and route {differ} token-layer(s) otherwise than the engine: "
                        + ("the replay is attached to the wrong layer: " + "; ".join(wrong) if wrong else
@@ -211,7 +207,7 @@ def _read(rollout_dir: str, actor_dir: str, findings: list[Finding]) -> tuple[li
     for k, path in _engine_steps(rollout_dir):
         ranks = _rank_dirs(path)
         if len(ranks) > 1:
-            findings.append(_f("compare-rollout-ranks", Severity.WARNING, f"{path}: {len(ranks)} rank directories; "
+            findings.append(finding("compare-rollout-ranks", Severity.WARNING, f"{path}: {len(ranks)} rank directories; "
                                f"only {sorted(ranks)[0]} is compared (a tensor-parallel engine's shards are not "
                                "combined yet)", path))
         for name in sorted(ranks)[:1]:
@@ -227,12 +223,12 @@ def _refusal(engine, trainer, rollout_dir: str, actor_dir: str, findings: list[F
     mismatch = decide(refused=Reason.MISMATCH)
     if not engine or not trainer:
         where = rollout_dir if not engine else actor_dir
-        findings.append(_f("compare-missing", Severity.ERROR, f"{where}: no rank directory with a dump", where))
+        findings.append(finding("compare-missing", Severity.ERROR, f"{where}: no rank directory with a dump", where))
         return decide(refused=Reason.DUMP_MISSING)
     # a dump that could not be read has said so already; the others decide whether tokens can be told apart
     tasks = {d.task for _, d in engine if d.task} | {d.task for d in trainer if d.task}
     if tasks - {"tensor"}:
-        findings.append(_f("compare-rollout-align", Severity.ERROR, f"cannot align tokens: the dumps hold task "
+        findings.append(finding("compare-rollout-align", Severity.ERROR, f"cannot align tokens: the dumps hold task "
                            f"{', '.join(sorted(str(t) for t in tasks))}; statistics reduce each tensor over every "
                            "token of an engine step (all requests scheduled in it) and of the whole trainer batch, "
                            "so tokens cannot be told apart", rollout_dir, ALIGN_HINT))
@@ -246,7 +242,7 @@ def _align(engine, trainer, rollout_dir: str, actor_dir: str, findings: list[Fin
     """Requests, the actor's sequences (their rows tagged with the rank they came from) and the two paired."""
     requests, problems = K.rollout_requests([(k, d.tokens) for k, d in engine])
     for p in problems:
-        findings.append(_f("compare-tokens", Severity.WARNING, p, rollout_dir,
+        findings.append(finding("compare-tokens", Severity.WARNING, p, rollout_dir,
                            "those tokens are not compared; collect the whole generation"))
     sequences: list[K.Sequence] = []
     for i, d in enumerate(trainer):
@@ -255,12 +251,12 @@ def _align(engine, trainer, rollout_dir: str, actor_dir: str, findings: list[Fin
             sequences.append(seq)
     al = K.align(requests, sequences)
     for r in al.rollout_only:
-        findings.append(_f("compare-rollout-request", Severity.WARNING, f"request {r.id} of the rollout ({len(r.tokens)} "
+        findings.append(finding("compare-rollout-request", Severity.WARNING, f"request {r.id} of the rollout ({len(r.tokens)} "
                            "tokens) has no sequence in the actor's batch holding its tokens", rollout_dir,
                            "the actor ran on other data (another step, a filtered batch), or the rollout dump is "
                            "missing an engine step"))
     for s in al.trainer_only:
-        findings.append(_f("compare-rollout-request", Severity.WARNING, f"an actor sequence of {len(s.tokens)} tokens "
+        findings.append(finding("compare-rollout-request", Severity.WARNING, f"an actor sequence of {len(s.tokens)} tokens "
                            f"(starting {s.tokens[:6]}) is in no rollout request", actor_dir,
                            "the rollout dump misses it: another rank, or an engine step not collected"))
     return requests, sequences, al
@@ -301,7 +297,7 @@ def _unpaired(modules: dict[str, str], results: list[TokenResult], where: str, f
     why = (" (msprobe leaves a model's first child and last module out of its dump where verl is imported: "
            "lm_head in verl's actor)") if any(T.is_logits(c, table) for c in modules.values()) else ""
     said = "; its log-probs are compared from the token records" if compared and len(left) < len(modules) else ""
-    findings.append(_f("compare-rollout-unpaired", Severity.WARNING if left else Severity.INFO,
+    findings.append(finding("compare-rollout-unpaired", Severity.WARNING if left else Severity.INFO,
                        f"engine modules with no counterpart in the actor's dump: {', '.join(modules)}{why}{said}",
                        where, "" if not left else "these modules are not compared"))
     return left
@@ -315,9 +311,9 @@ def _dtypes(info: dict, trainer: list[D.Dump], judge: Walk, where: str) -> list[
     if not engine or not floats or engine in floats:
         return []
     if judge.dtype_aware:
-        return [_f("compare-dtype", Severity.INFO, f"the rollout runs {engine}, the actor {', '.join(sorted(floats))}: "
+        return [finding("compare-dtype", Severity.INFO, f"the rollout runs {engine}, the actor {', '.join(sorted(floats))}: "
                    "judged by growth, the lower precision's rounding is not a divergence", where)]
-    return [_f("compare-dtype", Severity.WARNING, f"the rollout runs {engine}, the actor {', '.join(sorted(floats))}: "
+    return [finding("compare-dtype", Severity.WARNING, f"the rollout runs {engine}, the actor {', '.join(sorted(floats))}: "
                "their rounding differs, and is judged as a divergence", where,
                "add --dtype-aware where the two run in different precisions on purpose")]
 
@@ -406,7 +402,7 @@ def _summarize(pair, results, al, requests, sequences, findings, top, min_covera
             modules[t.gap.module] = modules.get(t.gap.module, 0) + 1
         pair["top"] = [{"module": m, "tokens": n} for m, n in sorted(modules.items(), key=lambda kv: -kv[1])[:top]]
     elif not compared_tokens:
-        findings.append(_f("compare-rollout-align", Severity.ERROR, "no token of the rollout could be aligned with "
+        findings.append(finding("compare-rollout-align", Severity.ERROR, "no token of the rollout could be aligned with "
                            "the actor's forward", pair["target"], ALIGN_HINT))
     pair["findings"] = [f.to_dict() for f in findings]
     return pair
