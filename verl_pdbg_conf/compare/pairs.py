@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from verl_pdbg_conf.core.findings import Finding, Severity
 from verl_pdbg_conf.compare.nodes import Analysis
 from verl_pdbg_conf.compare.parallel.replica import Replica
-from verl_pdbg_conf.compare.options import CompareOptions
+from verl_pdbg_conf.compare.options import RUNS, CompareOptions
 from verl_pdbg_conf.compare.verdict import ExitCode, Reason, Status, Verdict, exit_code, finding  # noqa: F401 - its builder, for the run compare's modules
 from verl_pdbg_conf.run.inspect_run import INNER_DIR, RANK_DIR, STAGE_DIR, STEP_DIR, scan
 
@@ -54,6 +54,7 @@ class Pair:
     log_file: str | None = None
     findings: list[Finding] = field(default_factory=list)
     ran_on: str = ""  # the Ray node that compared it (--ray)
+    name: str = ""  # its name where it is no (step, stage, rank) of two runs: the rollout compare's step_N
 
     @property
     def rank_label(self) -> str:
@@ -62,7 +63,7 @@ class Pair:
 
     @property
     def label(self) -> str:
-        return "/".join((*self.target.key, self.rank_label))
+        return self.name or "/".join((*self.target.key, self.rank_label))
 
 
 @dataclass
@@ -73,6 +74,7 @@ class Comparison:
     options: CompareOptions = CompareOptions()
     temporary: bool = False  # out_dir was made here (no -o): remove_output() deletes it
     reference_rank: int | None = None  # rank against rank in one run (compare_ranks): the golden side's rank
+    mode: str = RUNS  # options.MODES: two runs, --ranks or --rollout (its pairs are steps, token by token)
     pairs: list[Pair] = field(default_factory=list)
     only_in_target: list[RankDump] = field(default_factory=list)
     only_in_golden: list[RankDump] = field(default_factory=list)
@@ -222,4 +224,4 @@ def _pid(r: str) -> int:
 
 
 def pair_dir(out_dir: str, p: Pair) -> str:
-    return os.path.join(out_dir, *p.target.key, p.rank_label)
+    return os.path.join(out_dir, p.name) if p.name else os.path.join(out_dir, *p.target.key, p.rank_label)
