@@ -1,6 +1,6 @@
 """What a comparison says, shared by the run compare (pairs.py) and the rollout compare (rollout/run.py):
-a pair's status, the reason it is not a plain verdict, and the command's exit code computed from the
-pairs in one place.
+a pair's status (decide(), called for both by execute.py), the reason it is not a plain verdict, the
+command's exit code computed from the pairs in one place, and the one builder of their findings.
 
 Exit codes: 0 same (every pair compared whole, none diverged); 1 diverged (at least one pair); 2 usage
 (arguments or output paths refused before any dump was read); 3 incomplete (no divergence, but a pair
