@@ -33,7 +33,7 @@ import compare_engine  # noqa: E402
 def run(tree: str, args: list[str]) -> float:
     env = dict(os.environ, PYTHONPATH=tree)
     t0 = time.perf_counter()
-    jobs = [] if "--rollout" in args else ["-j", "1"]  # the rollout compare takes no -j (it refuses it)
+    jobs = [] if "--rollout" in args else ["-j", "1"]  # --rollout before issue 41 refused -j (one step: one process)
     proc = subprocess.run([sys.executable, "-m", "verl_pdbg_conf.compare.cli", *args, "--format", "json", *jobs],
                           env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     took = time.perf_counter() - t0

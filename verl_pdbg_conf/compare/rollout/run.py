@@ -16,6 +16,7 @@ from verl_pdbg_conf.compare.execute import execute
 from verl_pdbg_conf.compare.nodes import Analysis, TokenPoint, TokenSections
 from verl_pdbg_conf.compare.options import ROLLOUT as MODE, ROLLOUT_METRIC, CompareOptions, PairOptions
 from verl_pdbg_conf.compare.pairs import Comparison, Pair, RankDump
+from verl_pdbg_conf.compare.pipeline.coverage import Counts, counts_of
 from verl_pdbg_conf.install_hints import TORCH_CPU
 from verl_pdbg_conf.compare.rollout import dumps as D
 from verl_pdbg_conf.compare.rollout import engines as E
@@ -342,6 +343,15 @@ def _summarize(sections: TokenSections, rollout_dir: str, results, al, requests,
     compared_tokens = [t for t in results if t.compared]
     points = sum(t.compared for t in results)
     skipped = sum(t.skipped for t in results)
+    # each rollout row and each actor token once: compared, or not (its request or sequence on one side only, a
+    # row past its sequence, a token walked with no point compared); checked by Counts
+    compared_in = {rid: sum(1 for t in results if t.request == rid and t.compared) for rid in requests}
+    rows = Counts("tokens", rollout_tokens, len(compared_tokens),
+                  sum(1 for t in results if not t.compared) + sum(len(r.rows) for r in al.rollout_only)
+                  + sum(1 for req, seq in al.pairs for p in req.rows if p >= len(seq.at)))
+    actor = Counts("tokens", trainer_tokens, len(compared_tokens),
+                   sum(len(seq.tokens) - compared_in[req.id] for req, seq in al.pairs)
+                   + sum(len(s.tokens) for s in al.trainer_only))
     cov_r = len(compared_tokens) / rollout_tokens if rollout_tokens else 0.0
     # the trainer's last token of each sequence is never computed by the engine (nothing samples after it)
     cov_t = len(compared_tokens) / max(1, trainer_tokens - len(sequences)) if sequences else 0.0
@@ -351,7 +361,8 @@ def _summarize(sections: TokenSections, rollout_dir: str, results, al, requests,
                 "requests_aligned": len(al.pairs), "rollout_requests": len(requests),
                 "uncompared_modules": list(uncompared), "unreadable": unread,
                 "trainer_sequences": len(sequences), "minimum": min_coverage,
-                "full": min(cov_r, cov_t) >= min_coverage and not skipped and not uncompared and not unread}
+                "full": min(cov_r, cov_t) >= min_coverage and not skipped and not uncompared and not unread,
+                "counts": counts_of(rows, actor)}
     diverged = [t for t in results if t.gap is not None]
     gaps = [t for t in results if t.logprob_gap is not None]
     by_req: dict[str, list[TokenResult]] = {}
