@@ -108,6 +108,18 @@ def finding(rule: str, severity: Severity, message: str, file: str, hint: str = 
     return Finding(rule, severity, message, file, 1, 1, "", hint)
 
 
+def tally(verdicts: Iterable[Verdict]) -> dict[str, int]:
+    """The pairs by status, and of the errors those the compare itself failed on (reason compare-failed): what
+    each report says of the whole, counted here once."""
+    out = {s.value: 0 for s in Status if s != Status.PENDING}
+    out["failed"] = 0
+    for v in verdicts:
+        if v.status != Status.PENDING:
+            out[v.status.value] += 1
+        out["failed"] += v.reason == Reason.FAILED
+    return out
+
+
 FAULT_HINT = "a fault of verl-pdbg-compare itself, not of the dumps: please report it with this pair's dumps"
 
 

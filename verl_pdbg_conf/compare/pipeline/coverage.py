@@ -102,8 +102,8 @@ class Tally:
             where = _where(r)
             self.loose[where] = self.loose.get(where, 0) + 1
 
-    def settle(self) -> tuple[dict, Counts]:
-        """The side's coverage as data, and its counts."""
+    def settle(self) -> dict:
+        """The side's coverage as data, its Counts under "counts"."""
         paired = {p for p, (ok, _n, _u) in self.modules.items() if ok}
         with_paired_inside = set()
         for p in paired:
@@ -166,7 +166,8 @@ class Tally:
             "accounted_modules": sum(1 for s in status.values() if s in ("wrapper", "inside")),
             "uncompared_modules": dict(sorted(modules_off.items())[:MAX_REGIONS]),
             "uncompared_records": dict(sorted(regions.items(), key=lambda kv: -kv[1])[:MAX_REGIONS]),
-        }, counts
+            "counts": counts,
+        }
 
 
 class Coverage:
@@ -224,7 +225,8 @@ class Coverage:
                         side.boundary += 1
 
     def finish(self, minimum: float = DEFAULT_MIN_COVERAGE) -> dict:
-        (t, tc), (g, gc) = self.target.settle(), self.golden.settle()
+        t, g = self.target.settle(), self.golden.settle()
+        tc, gc = t.pop("counts"), g.pop("counts")
         # a value that could not be read was not compared, whatever share the rest reaches
         full = all(s["share"] >= minimum and not s["uncompared_modules"] and not s["unreadable_records"]
                    for s in (t, g))

@@ -84,7 +84,7 @@ def token_dict(cmp: Comparison) -> dict:
             "metric": f"{ROLLOUT_METRIC} (per token)", "threshold": cmp.threshold,
             "dtype_aware": cmp.options.dtype_aware, "min_coverage": cmp.min_coverage,
             "pairs": [token_pair_dict(p) for p in cmp.pairs], "diagnostics": [f.to_dict() for f in cmp.findings],
-            "exit_code": cmp.exit_code}
+            "statuses": cmp.statuses, "exit_code": cmp.exit_code}
 
 
 def _output_dir(cmp: Comparison) -> str | None:
@@ -137,5 +137,6 @@ def as_dict(cmp: Comparison) -> dict:
         "only_in_target": [side_dict(s) for s in cmp.only_in_target],
         "only_in_golden": [side_dict(s) for s in cmp.only_in_golden],
         "diagnostics": [f.to_dict() for f in cmp.findings],
+        "statuses": cmp.statuses,
         "exit_code": cmp.exit_code,
     }
