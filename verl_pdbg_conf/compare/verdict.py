@@ -114,8 +114,9 @@ def tally(verdicts: Iterable[Verdict]) -> dict[str, int]:
     out = {s.value: 0 for s in Status if s != Status.PENDING}
     out["failed"] = 0
     for v in verdicts:
-        if v.status != Status.PENDING:
-            out[v.status.value] += 1
+        status = Status(v.status)  # a Status, or its value
+        if status != Status.PENDING:
+            out[status.value] += 1
         out["failed"] += v.reason == Reason.FAILED
     return out
 
