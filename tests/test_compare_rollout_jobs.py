@@ -96,3 +96,14 @@ def test_the_job_is_a_module_function(two_steps):
     import pickle
 
     assert pickle.loads(pickle.dumps(rollout_run.compare_job)) is rollout_run.compare_job
+
+
+def test_counts_add_up_in_tokens(two_steps):
+    """Each rollout row and each actor token counted once: the example's 11 rows all compared; the actor's 13
+    tokens, 11 compared and the last of each of its 2 sequences not (nothing samples after it)."""
+    code, doc = run_json("--rollout", two_steps / "step_1", "-j", "1")
+    (p,) = doc["pairs"]
+    assert p["coverage"]["counts"] == {
+        "target": {"unit": "tokens", "total": 11, "compared": 11, "not_compared": 0, "unreadable": 0},
+        "golden": {"unit": "tokens", "total": 13, "compared": 11, "not_compared": 2, "unreadable": 0}}
+    assert doc["statuses"] == {"same": 0, "diverged": 1, "partial": 0, "mismatch": 0, "error": 0, "failed": 0}
