@@ -33,12 +33,15 @@ class PairJob:
 
 @dataclass
 class PairOutcome:
+    """A pair's job's result: an analysis, or nothing compared (`rule` says why; the rollout compare keeps
+    its analysis's counts then), with what is said about it."""
     analysis: Analysis | None = None
     error: str = ""  # why nothing was compared
     rule: Reason | None = None  # the reason, also its finding's rule: dump-corrupt, compare-mismatch...
     path: str = ""  # the file at fault
     hint: str = ""
     notes: list = field(default_factory=list)  # verdict.Note: what is said about a compared pair
+    findings: list = field(default_factory=list)  # findings already named (the rollout's: each names its file)
 
 
 def failed_outcome(job: PairJob, error: str, hint: str = FAULT_HINT) -> PairOutcome:
