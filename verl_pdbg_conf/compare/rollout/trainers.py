@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from verl_pdbg_conf.compare import judge as J
 from verl_pdbg_conf.compare.dumpread import DumpError, read_tokens
+from verl_pdbg_conf.compare.pipeline.coverage import Counts, counts_of
 from verl_pdbg_conf.compare.records import Reader, Record
 from verl_pdbg_conf.compare.rollout.dumps import TOKENS
 from verl_pdbg_conf.compare.rollout.tokens import Sequence, trainer_sequences
@@ -287,7 +288,7 @@ def _coverage(side: Side, hit: set) -> dict:
     before a compared record (compared at it: a packing op, attention's scores over the call's columns); the
     rest counted by op. Records holding no token's row (weights, the optimizer's, counts, one token's alone)
     are outside a token compare: counted apart."""
-    compared, records, outside, loose = 0, 0, 0, {}
+    compared, records, outside, unread, loose = 0, 0, 0, 0, {}
     for path, calls in zip(side.paths, side.calls):
         tdir = os.path.join(os.path.dirname(path), "dump_tensor_data")
         by = sorted((r for r in side.every if r.tensor_dir == tdir), key=lambda r: r.order)
@@ -308,13 +309,15 @@ def _coverage(side: Side, hit: set) -> dict:
                 continue
             records += 1
             if r.unread:
+                unread += 1
                 continue
             if marks[i] or i in inside:
                 compared += 1
             else:
                 loose[r.op] = loose.get(r.op, 0) + 1
-    return {"records": records, "compared_records": compared, "unreadable_records": side.unread,
-            "rank_own_records": {}, "paired_records": compared, "share": compared / records if records else 1.0,
+    counts = Counts("records", records, compared, records - compared - unread, unread)
+    return {"records": records, "compared_records": compared, "unreadable_records": unread,
+            "rank_own_records": {}, "paired_records": compared, "share": counts.share, "counts": counts,
             "modules": 0, "paired_modules": 0, "accounted_modules": 0, "uncompared_modules": {},
             "uncompared_records": dict(sorted(loose.items(), key=lambda kv: -kv[1])[:32]),
             "records_without_token_rows": outside}
@@ -363,7 +366,8 @@ def analysis(res: Result, t: Side, g: Side, task: str, options):
     tc, gc = _coverage(t, res.hit[0]), _coverage(g, res.hit[1])
     full = all(s["share"] >= options.min_coverage and not s["unreadable_records"] for s in (tc, gc)) \
         and res.tokens > 0 and not res.target_alone and not res.golden_alone and not res.unread_points
-    an.coverage = {"target": tc, "golden": gc, "minimum": options.min_coverage, "full": full,
+    counts = counts_of(tc.pop("counts"), gc.pop("counts"))
+    an.coverage = {"target": tc, "golden": gc, "minimum": options.min_coverage, "full": full, "counts": counts,
                    "tokens": token_counts(res)}
     return an
 
