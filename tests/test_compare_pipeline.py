@@ -17,7 +17,7 @@ from verl_pdbg_conf.compare.pipeline.attribution import Attributor
 from verl_pdbg_conf.compare.pipeline.equivalents import EQUIVALENT_OPS, equivalent
 from verl_pdbg_conf.compare.judge import Decision, Rule
 from verl_pdbg_conf.compare.pipeline.locating import spread
-from verl_pdbg_conf.compare.pipeline.pairing import Aligner, Gap, Structure, row_pairs
+from verl_pdbg_conf.compare.pipeline.pairing import Aligner, Structure, Unpaired, row_pairs
 from verl_pdbg_conf.compare.records import Record
 from verl_pdbg_conf.compare.pipeline.stacks import Stacks, layer_count
 
@@ -111,7 +111,7 @@ def test_unrelated_ops_are_not_equivalent():
 def test_structure_difference_said_once_per_module_kind():
     s = Structure()
     for layer in range(6):
-        gap = Gap()
+        gap = Unpaired()
         scope = f"Module.model.layers.{layer}.self_attn.Qwen2Attention.forward.0"
         gap.target = [rec("Functional.scaled_dot_product_attention", layer, scope=scope, layer=layer)]
         gap.golden = [rec(op, 2 * layer + i % 2, scope=scope, layer=layer)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from verl_pdbg_conf.compare.runs import UsageError, as_dict, compare_runs, worker_pool
+from verl_pdbg_conf.compare.modes import UsageError, as_dict, compare_runs, worker_pool
 from verl_pdbg_conf.compare.verdict import ExitCode
 from verl_pdbg_conf.compare.cli import main
 from verl_pdbg_conf.compare.options import CompareOptions
@@ -256,7 +256,7 @@ def test_pairing_rules():
     """pair_up alone: save_paths pair by step and stage strictly; several proc<pid> per side pair by
     sorted pid with a warning; rank<N> by name."""
     from verl_pdbg_conf.core.findings import Severity
-    from verl_pdbg_conf.compare.runs import RankDump, pair_up
+    from verl_pdbg_conf.compare.modes import RankDump, pair_up
 
     def side(key, rank):
         return RankDump(tuple(key.split("/")), rank, f"/x/{key}/{rank}/dump.json")
@@ -403,7 +403,7 @@ def test_no_output_option_writes_inside_an_input(runs, tmp_path, capsys, option)
 def test_default_output_is_removed_and_o_keeps_it(runs, tmp_path, monkeypatch, capsys):
     import tempfile
 
-    from verl_pdbg_conf.compare.report.runs import render_text
+    from verl_pdbg_conf.compare.report.runs_text import render_text
 
     scratch = tmp_path / "tmp"
     scratch.mkdir()

@@ -16,7 +16,7 @@ import pytest
 from verl_pdbg_conf.compare.options import CompareOptions, PairOptions
 from verl_pdbg_conf.compare.rollout import trainers
 from verl_pdbg_conf.compare.rollout.walk import Walk
-from verl_pdbg_conf.compare.runs import compare_runs
+from verl_pdbg_conf.compare.modes import compare_runs
 from verl_pdbg_conf.compare.pipeline.sides import stacks_of
 from verl_pdbg_conf.compare.verdict import ExitCode
 

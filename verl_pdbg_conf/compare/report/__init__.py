@@ -5,7 +5,7 @@ token and request sections, the routing and a token map). `deliver` writes it th
 command was asked, for either: JSON as it is, text for the terminal, and one self-contained HTML page.
 
 - document.py: either compare's document, and its summary.json files under -o
-- runs.py, runs_html.py: the run compare's pairs as text, and as a page (it plots each diverged pair's
+- runs_text.py, runs_html.py: the run compare's pairs as text, and as a page (it plots each diverged pair's
   layers from its analysis, so it is handed the comparison too)
 - rollout.py, pictures.py: the rollout compare's pairs as text, and as a page with inline SVG pictures"""
 
@@ -23,7 +23,7 @@ def text(doc: dict) -> str:
     if doc.get("mode") == ROLLOUT:
         from verl_pdbg_conf.compare.report.rollout import render_text
     else:
-        from verl_pdbg_conf.compare.report.runs import render_text
+        from verl_pdbg_conf.compare.report.runs_text import render_text
     return render_text(doc)
 
 
