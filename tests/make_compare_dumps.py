@@ -65,8 +65,11 @@ def build(variant: str, block: int = PERTURBED, blocks: int = BLOCKS):
     class Net(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.embed = torch.nn.Embedding(VOCAB, WIDTH)
+            # msprobe skips a model's first child and its last module wherever verl is imported, as in every verl
+            # run (module_processor.py): the container first, as an HF model's backbone is, so that the
+            # embedding keeps its record as embed_tokens does under verl; the head, as lm_head, has none
             self.blocks = torch.nn.Sequential(*(Block() for _ in range(blocks)))
+            self.embed = torch.nn.Embedding(VOCAB, WIDTH)
             self.head = torch.nn.Linear(WIDTH, 4)
 
         def forward(self, ids):

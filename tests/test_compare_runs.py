@@ -89,7 +89,8 @@ def test_scaled_weight_is_named_in_every_pair_mix(runs, pool, tmp_path):
         assert first["name"] == "Functional.linear.3.forward.input.1", p
         assert first["module"] == "blocks.3.fc" and first["direction"] == "forward"
         assert first["metric"] == "NormRelativeErr" and first["value"] == pytest.approx(0.01, rel=1e-3)
-        assert p["top"][0]["value"] == pytest.approx(0.01, rel=1e-3)
+        # the largest error is the planted 1%, or (in the update) a gradient it carries on a little more
+        assert 0.01 * (1 - 1e-3) <= p["top"][0]["value"] < 0.011, p["top"][0]
         assert Path(p["result_file"]).is_file() and str(tmp_path) in p["result_file"]
     # the module's own record of the same weight is told apart as a parameter
     top = {n["name"]: n for n in doc["pairs"][0]["top"]}
