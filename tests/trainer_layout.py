@@ -12,7 +12,9 @@
   masked sum / global tokens x dp size, so that the ranks' gradients, averaged, are the one-rank run's.
 - `pad_to_longest`: a micro-batch is padded to its own longest row, not the batch's.
 
-verl's functions are called, not copied, where verl's are functions; the ordering is inline in ray_trainer.py.
+verl's functions are called, not copied, where verl's are functions; the ordering within a partition is inline in
+`_balance_batch` (and ray_trainer.py does not import without cachetools, which the test environment lacks), so
+its two lines are repeated here.
 """
 
 from __future__ import annotations
