@@ -11,9 +11,9 @@ worker classes (verl/workers/engine_workers.py): ActorRolloutRefWorker with role
 role "ref", and the critic's TrainingWorker(model_type="value_model"), each on verl's FSDP2 engine
 in a gloo world of --nproc ranks (1 by default; one process per rank, each given its share of
 the batch as verl's trainer deals it: balance_batch, then the data-parallel dispatch). For each global
-step (--steps, default 1 and 2) it does what RayPPOTrainer does: start_profile on each worker group (profile_step=N), then the
-real decorated methods with batches in the trainer's form (DataProto -> TensorDict -> no-padding,
-plus the non-tensor keys each method reads):
+step (--steps, default 1 and 2) it does what RayPPOTrainer does: start_profile on each worker group
+(profile_step=N), then the real decorated methods with batches in the trainer's form (DataProto ->
+TensorDict -> no-padding, plus the non-tensor keys each method reads):
 actor compute_log_prob, ref compute_ref_log_prob, critic infer_batch (values), critic
 train_mini_batch (-> train_batch per mini-batch), update_actor; then stop_profile.
 

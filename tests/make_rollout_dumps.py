@@ -12,7 +12,8 @@ vLLM's CPU attention takes head sizes 32, 64, 80, ...). Each run writes the save
 step_1/rollout_generate/step{K}/rank0 (one per engine step, with tokens.json) and
 step_1/actor_compute_log_prob/step0/rank0. The actor is fp32 transformers on the checkpoint, fed the
 rollout's own prompts and responses in the order verl's balance_batch hands them (handed_order), left-padded
-prompts and right-padded responses as verl lays them out (`packed`: one row, as verl's use_remove_padding does). A run changes the rollout side only:
+prompts and right-padded responses as verl lays them out (`packed`: one row, as verl's use_remove_padding
+does). A run changes the rollout side only:
 
   same     fp32 engine, nothing changed
   bf16     the engine in bf16
