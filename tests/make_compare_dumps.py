@@ -153,6 +153,8 @@ def main() -> None:
     if a.world:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{a.port}", rank=a.rank, world_size=a.world)
     torch.set_num_threads(1)
+    if a.world:  # imported before msprobe hooks a model, as in a verl worker: every stage is hooked alike
+        import verl  # noqa: F401
     from verl_pdbg_conf.runtime import PrecisionDebuggerProfiler
 
     stages = a.stages.split(",")
