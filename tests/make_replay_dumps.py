@@ -107,7 +107,6 @@ def main(argv=None) -> int:
         cfg = json.load(fh)
     routed = engine_routes(os.path.join(root, args.run), samples, cfg["num_experts_per_tok"],
                            cfg["num_hidden_layers"])
-    routed = routed[M.handed_order(samples)]  # the batch's rows as balance_batch reorders them, the record with them
     os.makedirs(os.path.join(out, "step_1"), exist_ok=True)
     shutil.copytree(os.path.join(root, args.run, "step_1", "rollout_generate"),
                     os.path.join(out, "step_1", "rollout_generate"), dirs_exist_ok=True)

@@ -11,9 +11,8 @@ OUT/checkpoint is a random Qwen2 (torch.manual_seed(0): 2 layers, hidden 64, 2 h
 vLLM's CPU attention takes head sizes 32, 64, 80, ...). Each run writes the save_path OUT/<run>:
 step_1/rollout_generate/step{K}/rank0 (one per engine step, with tokens.json) and
 step_1/actor_compute_log_prob/step0/rank0. The actor is fp32 transformers on the checkpoint, fed the
-rollout's own prompts and responses in the order verl's balance_batch hands them (handed_order), left-padded
-prompts and right-padded responses as verl lays them out (`packed`: one row, as verl's use_remove_padding
-does). A run changes the rollout side only:
+rollout's own prompts and responses, left-padded prompts and right-padded responses as verl lays them out
+(`packed`: one row, as verl's use_remove_padding does). A run changes the rollout side only:
 
   same     fp32 engine, nothing changed
   bf16     the engine in bf16
@@ -57,7 +56,6 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 PROMPTS = ([5, 17, 33, 8, 91, 12, 40], [7, 3, 101, 56], [11, 23, 5, 77, 120, 9, 14, 60, 2, 31, 44])
 MAX_TOKENS = 4
@@ -192,19 +190,10 @@ def rollout(llm_cache: dict, out: str, run: str, spec: dict, ckpt: str, config_p
     return result
 
 
-def handed_order(samples: list[dict]) -> list[int]:
-    """The order verl's trainer hands the actor the rollout's sequences: balance_batch at data-parallel size 1
-    (trainer_layout.py: by length, the shortest at both ends), not the order of the requests."""
-    import trainer_layout
-
-    return trainer_layout.balanced_partitions([len(s["prompt"]) + len(s["response"]) for s in samples], 1)[0]
-
-
 def actor(out: str, run: str, spec: dict, ckpt: str, config_path: str, samples: list[dict],
           step: int = 1, prepare=None) -> list[list[float]]:
-    """The trainer's log-prob forward over prompt + response (trainer step `step`), its rows in handed_order;
-    returns per sample (in the samples' order) the response's log-probs. `prepare(model)` runs on the loaded
-    model first (make_replay_dumps.py arms its
+    """The trainer's log-prob forward over prompt + response (trainer step `step`); returns per sample the
+    response's log-probs. `prepare(model)` runs on the loaded model first (make_replay_dumps.py arms its
     routers' replay there)."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -216,8 +205,6 @@ def actor(out: str, run: str, spec: dict, ckpt: str, config_path: str, samples: 
         prepare(model)
     prof = PrecisionDebuggerProfiler({"config_path": config_path, "strict": True}, rank=0,
                                      save_path=os.path.join(out, run))
-    order = handed_order(samples)
-    given, samples = samples, [samples[i] for i in order]
     plen = max(len(s["prompt"]) for s in samples)
     rlen = max(len(s["response"]) for s in samples)
     prof.start(profile_step=step)
@@ -252,10 +239,7 @@ def actor(out: str, run: str, spec: dict, ckpt: str, config_path: str, samples: 
             at = range(plen - 1, plen + m - 1)
         logp = torch.log_softmax(rows_logits.float(), -1)
         lps.append([float(logp[j, ids[j + 1]]) for j in at])
-    back = [None] * len(given)
-    for k, i in enumerate(order):
-        back[i] = lps[k]
-    return back
+    return lps
 
 
 def main(argv=None) -> int:
