@@ -6,7 +6,8 @@ that tree first on PYTHONPATH, the two in turn (A B A B ...), and the median of 
 printed. The pairs:
 
   runs     `verl-pdbg-compare T G` on two L1 statistics runs of actor_update (tests/make_compare_dumps.py,
-           --blocks N, the golden against itself: a healthy pair, every record compared)
+           --blocks N, a copy of the golden against it: a healthy pair, every record compared; one path given
+           twice is refused)
   rollout  `verl-pdbg-compare --rollout examples/rollout` (real vLLM against its actor, tensors)
 
     python bench/compare_vs_commit.py BASE_COMMIT [--blocks 400] [--rounds 7]
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -33,13 +35,18 @@ import compare_engine  # noqa: E402
 def run(tree: str, args: list[str]) -> float:
     env = dict(os.environ, PYTHONPATH=tree)
     t0 = time.perf_counter()
-    jobs = [] if "--rollout" in args else ["-j", "1"]  # the rollout compare takes no -j (it refuses it)
+    jobs = [] if "--rollout" in args else ["-j", "1"]  # --rollout before issue 41 refused -j (one step: one process)
     proc = subprocess.run([sys.executable, "-m", "verl_pdbg_conf.compare.cli", *args, "--format", "json", *jobs],
                           env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     took = time.perf_counter() - t0
     if proc.returncode not in (0, 1, 3):
         sys.exit(f"{tree}: exit {proc.returncode}: {proc.stderr[-800:]}")
     return took
+
+
+def _copy_file(src: str, dst: str) -> None:
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    shutil.copy2(src, dst)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,8 +60,10 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run(["git", "-C", REPO, "worktree", "add", "--detach", "-q", base, a.base], check=True)
         try:
             _t, g = compare_engine.make_pair(work, a.blocks)
+            twin = os.path.join(work, "golden-copy", os.path.basename(g))  # one path twice is refused (usage)
+            (shutil.copytree if os.path.isdir(g) else _copy_file)(g, twin)
             rollout = os.path.join(REPO, "examples", "rollout")
-            cases = {"runs": [g, g], "rollout": ["--rollout", rollout]}
+            cases = {"runs": [twin, g], "rollout": ["--rollout", rollout]}
             print(f"this checkout against {a.base}: {a.rounds} rounds, whole command, wall seconds")
             for name, args in cases.items():
                 run(REPO, args), run(base, args)  # warm-up: imports and files cached alike

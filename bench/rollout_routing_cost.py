@@ -17,6 +17,8 @@ import sys
 import time
 
 from verl_pdbg_conf.compare.rollout import routing
+from verl_pdbg_conf.compare.options import CompareOptions
+from verl_pdbg_conf.compare.report.document import as_dict
 from verl_pdbg_conf.compare.rollout.run import compare_rollout
 
 _ROUTES = routing.routes
@@ -30,7 +32,7 @@ def _timed(root: str, with_routing: bool) -> tuple[float, dict]:
     routing.routes = _ROUTES if with_routing else _no_routes
     try:
         t0 = time.perf_counter()
-        doc = compare_rollout(root)
+        doc = as_dict(compare_rollout(root, options=CompareOptions(jobs=1)))  # in this process, where it is patched
         return time.perf_counter() - t0, doc
     finally:
         routing.routes = _ROUTES

@@ -129,8 +129,9 @@ def test_nothing_escapes_main(runs4, monkeypatch, capsys):
 
 
 def test_rollout_fault_stays_in_its_step(tmp_path, monkeypatch):
-    """The rollout compare, step by step: one step's exception is that step's error; the other is judged
-    (here: nothing dumped, dump-missing)."""
+    """The rollout compare, step by step: one step's exception is that step's error, caught by the executor's
+    guard as a run pair's is; the other is judged (here: nothing dumped, dump-missing). -j 1: in this process,
+    where the fault is injected."""
     for step in ("step_1", "step_2"):
         for stage in (rollout_run.ROLLOUT, rollout_run.ACTOR):
             (tmp_path / step / stage).mkdir(parents=True)
@@ -142,11 +143,13 @@ def test_rollout_fault_stays_in_its_step(tmp_path, monkeypatch):
         return real(key, *a)
 
     monkeypatch.setattr(rollout_run, "compare_step", pair)
-    code, doc = run_json("--rollout", tmp_path)
+    code, doc = run_json("--rollout", tmp_path, "-j", "1")
     one, two = doc["pairs"]
     assert code == ExitCode.ERROR == doc["exit_code"]
     assert (one["step"], one["status"], one["reason"]) == (1, "error", "compare-failed")
-    assert "IndexError: list index out of range" in one["findings"][0]["message"]
+    (said,) = one["findings"]
+    assert said["rule"] == "compare-failed" and said["severity"] == "error"
+    assert said["message"] == "step_1: the compare failed: IndexError: list index out of range"
     assert (two["step"], two["status"], two["reason"]) == (2, "error", "dump-missing")
     monkeypatch.setattr(rollout_run, "compare_step", real)
     assert run_json("--rollout", tmp_path)[0] == ExitCode.INCOMPLETE  # nothing comparable: not a usage error
@@ -196,7 +199,11 @@ def test_rollout_outputs(runs4, tmp_path, capsys, nothing_read):
     missing = tmp_path / "no" / "r.html"
     _refused(["--rollout", runs4[0], "--html", missing], capsys, "does not exist")
     _refused(["--rollout", runs4[0], "--html", runs4[0] / "r.html"], capsys, "is inside")
-    _refused(["--rollout", runs4[0], "-o", tmp_path / "o"], capsys, "not with -o")
+    _refused(["--rollout", runs4[0], "-o", runs4[0] / "o"], capsys, "is inside")
+    f = tmp_path / "a_file"
+    f.write_text("kept")
+    _refused(["--rollout", runs4[0], "-o", f], capsys, f"-o {f} is a file")
+    assert f.read_text() == "kept"
 
 
 def test_unwritable_output(open_dir, nothing_read):

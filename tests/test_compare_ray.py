@@ -228,3 +228,26 @@ def test_command_with_ray(runs, cluster, tmp_path):
     assert all(p["result_file"] is None and "ran_on" not in p for p in json.loads(proc.stdout)["pairs"])
     # no msprobe CSV unless asked; a bounded summary per pair and one for the whole
     assert not list((tmp_path / "b").rglob("*.csv")) and len(list((tmp_path / "b").rglob("summary.json"))) == 4
+
+
+def test_rollout_on_ray(cluster, tmp_path):
+    """--rollout with --ray: each step a pair job on the nodes that read its stage directories, with the local
+    pool's verdicts; the driver writes each step's summary (examples/rollout, given a second step)."""
+    import shutil
+
+    from verl_pdbg_conf.compare.rollout.run import compare_rollout
+
+    pytest.importorskip("torch")
+    root = tmp_path / "r"
+    for step in ("step_1", "step_2"):
+        shutil.copytree(REPO / "examples" / "rollout" / "step_1", root / step)
+    local = compare_rollout(str(root), options=CompareOptions(jobs=1))
+    remote = compare_rollout(str(root), options=CompareOptions(out_dir=str(tmp_path / "o"), ray=cluster.address,
+                                                               ray_resource="dumps"))
+    assert [(p.label, p.status, p.analysis.first.module, p.analysis.first.position) for p in remote.pairs] == \
+        [(p.label, p.status, p.analysis.first.module, p.analysis.first.position) for p in local.pairs]
+    assert [p.status for p in remote.pairs] == ["diverged"] * 2 and remote.exit_code == ExitCode.DIVERGED
+    assert {p.ran_on for p in remote.pairs} <= cluster.readers and all(p.ran_on for p in remote.pairs)
+    for p in remote.pairs:
+        summary = json.loads((tmp_path / "o" / p.name / "summary.json").read_text())
+        assert summary["ran_on"] == p.ran_on and summary["first_divergence"]["module"] == p.analysis.first.module

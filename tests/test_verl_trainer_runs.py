@@ -36,6 +36,16 @@ RUNS = {
     "rmpadplant": COMMON + ["--remove-padding", "--plant-actor-layer", "1"] + LEGACY,
     "ws1v1": COMMON,  # verl's default v1 trainer: the batch in rollout completion order
 }
+# the same runs with tensors and each forward's token ids (tokens.json): compared token by token
+TENSOR = ["--group", "precision_debugger_tensor"] + COMMON[2:]
+RUNS.update({
+    "t_ws1": TENSOR + LEGACY,
+    "t_ws2": TENSOR + ["--nproc", "2"] + LEGACY,
+    "t_rmpad": TENSOR + ["--remove-padding"] + LEGACY,
+    "t_ws2plant": TENSOR + ["--nproc", "2", "--plant-actor-layer", "1"] + LEGACY,
+    "t_rmpadplant": TENSOR + ["--remove-padding", "--plant-actor-layer", "1"] + LEGACY,
+})
+STAGES = {"actor_compute_log_prob", "actor_update"}
 PLANTED = "model.layers.1.mlp.down_proj"
 
 
@@ -82,6 +92,64 @@ def test_world_size_2_against_1_is_no_divergence(runs):
     assert "data-parallel size 2" in said and "tensor-parallel" not in said, said
     # the same rows in other calls (balance_batch, per-call padding): said, never a false divergence
     assert code == 3 and all((p["status"], p["reason"]) == ("mismatch", "compare-data") for p in doc["pairs"])
+    for p in doc["pairs"]:  # statistics of other rows can never be compared: the hint says what to do
+        (f,) = [f for f in p["findings"] if f["rule"] == "compare-data"]
+        assert "+profiler=precision_debugger_tensor" in f["hint"], f
+
+
+def tokens_said(pair: dict) -> str:
+    (f,) = [f for f in pair["findings"] if f["rule"] == "compare-tokens"]
+    counts = pair["coverage"]["tokens"]
+    # each sequence's last token is left out (its next token is whatever follows it in its call)
+    assert counts["sequences"] == 8 and counts["tokens"] > 100 and counts["target_sequences_alone"] == 0, counts
+    assert counts["golden_sequences_alone"] == 0 and counts["points_not_readable"] == 0, counts
+    assert f"compared token by token, {counts['tokens']} token(s) of 8 sequence(s)" in f["message"], f
+    return f["message"]
+
+
+def test_tensors_world_size_2_against_1_is_same_token_by_token(runs):
+    code, doc = compare(runs("t_ws2"), runs("t_ws1"))
+    assert code == 0 and {p["stage"] for p in doc["pairs"]} == STAGES, doc["pairs"]
+    for p in doc["pairs"]:
+        assert p["status"] == "same", p
+        tokens_said(p)
+    # the update's backward records are keyed by the forward's calls: per-token gradients compared too
+    update = by_stage(doc)["actor_update"]["coverage"]["tokens"]
+    compared = by_stage(doc)["actor_compute_log_prob"]["coverage"]["tokens"]["target_records_compared"]
+    assert update["target_records_compared"] > 1.5 * compared, update
+
+
+def test_tensors_remove_padding_against_padded_is_same_token_by_token(runs):
+    code, doc = compare(runs("t_rmpad"), runs("t_ws1"))
+    # the packed path's own ops (prepare_model_inputs' roll, the packed-sequence mask) have no counterpart and
+    # are compared at the records after them; verl's log-probs over the real tokens pair with the padded path's
+    assert code == 0 and {p["stage"] for p in doc["pairs"]} == STAGES, doc["pairs"]
+    for p in doc["pairs"]:
+        assert p["status"] == "same", p
+        assert p["coverage"]["tokens"]["records_not_paired"], p["coverage"]
+        tokens_said(p)
+
+
+def test_tensors_a_planted_layer_is_named_token_by_token(runs):
+    for planted in ("t_ws2plant", "t_rmpadplant"):
+        code, doc = compare(runs(planted), runs("t_ws1"))
+        assert code == 1 and {p["stage"] for p in doc["pairs"]} == STAGES, doc["pairs"]
+        for p in doc["pairs"]:
+            f = p["first_divergence"]
+            # layer 1's down_proj call: its output, every token past the limit and nothing before it
+            assert p["status"] == "diverged" and f["layer"] == 1 and f["kind"] == "output", p
+            assert f["name"].startswith("Functional.linear.") and "modeling_qwen2.py:46" in f["where"], f
+            assert 0.005 < f["value"] < 0.02, f
+            tokens_said(p)
+    # one layout: record by record the tensor pair blames an equal input of verl's mask builder (compare-data);
+    # the token records show the same token ids per call, and the planted layer is named on each rank
+    code, doc = compare(runs("t_ws2plant"), runs("t_ws2"))
+    assert code == 1 and len(doc["pairs"]) == 4, doc["pairs"]
+    for p in doc["pairs"]:
+        f = p["first_divergence"]
+        assert p["status"] == "diverged" and f["layer"] == 1 and "modeling_qwen2.py:46" in f["where"], p
+        (said,) = [x["message"] for x in p["findings"] if x["rule"] == "compare-tokens"]
+        assert "the same token ids" in said, said
 
 
 def test_remove_padding_against_padded_is_no_divergence(runs):

@@ -146,8 +146,7 @@ def run_cli(argv: list[str], extra: tuple = ()) -> tuple[int | None, str, str, s
     tb, code = "", None
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
-            jobs = [] if "--rollout" in argv else ["-j", "1"]  # --rollout refuses -j (options.MODES_OF)
-            code = main([*argv, "--format", "json", *jobs, *extra])
+            code = main([*argv, "--format", "json", "-j", "1", *extra])  # every pair in this process
         except SystemExit as e:
             tb = f"SystemExit({e.code!r}) escaped main()"
         except KeyboardInterrupt:

@@ -48,7 +48,7 @@ def test_exact_tree(runs, cfg):
             assert _entries(os.path.join(out, step, stage, "step0")) == ["rank0"]
             rank_dir = os.path.join(out, step, stage, "step0", "rank0")
             expected = ["construct.json", "dump.json", "stack.json"] + (["dump_tensor_data"] if tensor else [])
-            if tensor and stage.endswith("_log_prob"):  # the token ids it ran on (runtime/rollout.py)
+            if tensor and (stage.endswith("_log_prob") or stage == "actor_update"):  # its forwards' token ids
                 expected.append("tokens.json")
             assert _entries(rank_dir) == sorted(expected)
             if tensor:

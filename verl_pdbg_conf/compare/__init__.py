@@ -4,8 +4,9 @@ CompareOptions say (one object from the command line, its defaults, and the mode
 
 1. read: dumpread.py, the one boundary where dumps are read (dump.json streamed, construct.json,
    stack.json, tokens.json), into records.py's Records, each a call with its tensor rows;
-2. pair: pairs.py pairs the two runs' rank dumps by (step, stage, rank) (rollout/run.py: steps and
-   tokens, rollout/tokens.py);
+2. pair: pairs.py pairs the two runs' rank dumps by (step, stage, rank) (rollout/run.py: one pair per
+   step holding both stages; its tokens paired by rollout/tokens.py); execute.py runs each pair's job, of
+   either compare, in this process, a worker pool (-j) or on Ray (ray_runner.py), with one fault guard;
 3. align: engine.py runs a pair through pipeline/ (which record is which, by pipeline/plan.py's
    AlignmentPlan; an indexed family's calls index by index, pipeline/indices.py), each side first put
    together from its ranks by parallel/ (one class per kind of parallelism: tensor, context, expert, data,
@@ -14,5 +15,9 @@ CompareOptions say (one object from the command line, its defaults, and the mode
    as transformers names them at load by rollout/renames.py;
 4. judge: judge.py, the rules a pair of values is held to, for both (the rollout's token walk,
    rollout/walk.py, decides each point through it); attribution names where an error is introduced;
-5. verdict: verdict.py, each pair's status and reason and the command's exit code;
-6. report: report/, the document as text, JSON or HTML (cli.py: the command)."""
+   a pair's result is nodes.Analysis for both (its first divergence a Node, or a TokenPoint: a node at a
+   token; the rollout's per-request and per-token sections in TokenSections);
+5. verdict: verdict.py, each pair's status and reason (decide(), called by execute.py for both), the
+   command's exit code and the one finding builder;
+6. report: report/, the document as data (document.py, for both) and as text, JSON or HTML (cli.py: the
+   command)."""

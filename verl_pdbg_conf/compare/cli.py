@@ -179,12 +179,17 @@ def _main(argv: list[str] | None) -> int:
 def _rollout(args, options: CompareOptions) -> int:
     from verl_pdbg_conf.compare.rollout.run import compare_rollout
 
+    progress = ProgressBar() if sys.stderr.isatty() else None
     try:
-        check_outputs({}, {"--html": options.html}, tuple(p for p in (args.target, args.golden) if p))
-        doc = compare_rollout(args.target, args.golden, options)
+        check_outputs({"-o": options.out_dir}, {"--html": options.html},
+                      tuple(p for p in (args.target, args.golden) if p))
+        cmp = compare_rollout(args.target, args.golden, options, progress)
     except UsageError as e:
         return _usage(str(e))
-    return report.deliver(doc, options.format, options.html)
+    finally:
+        if progress:
+            progress.close()
+    return report.deliver(as_dict(cmp), options.format, options.html, cmp)
 
 
 class ProgressBar:

@@ -17,6 +17,7 @@ from verl_pdbg_conf.compare.nodes import METRICS, Analysis
 from verl_pdbg_conf.compare.options import PairOptions
 from verl_pdbg_conf.compare.parallel.replica import Replica
 from verl_pdbg_conf.compare.pipeline.run import run_pipeline
+from verl_pdbg_conf.compare.rollout import trainers
 from verl_pdbg_conf.compare.verdict import FAULT_HINT, Reason, failure
 
 
@@ -32,12 +33,15 @@ class PairJob:
 
 @dataclass
 class PairOutcome:
+    """A pair's job's result: an analysis, or nothing compared (`rule` says why; the rollout compare keeps
+    its analysis's counts then), with what is said about it."""
     analysis: Analysis | None = None
     error: str = ""  # why nothing was compared
     rule: Reason | None = None  # the reason, also its finding's rule: dump-corrupt, compare-mismatch...
     path: str = ""  # the file at fault
     hint: str = ""
     notes: list = field(default_factory=list)  # verdict.Note: what is said about a compared pair
+    findings: list = field(default_factory=list)  # findings already named (the rollout's: each names its file)
 
 
 def failed_outcome(job: PairJob, error: str, hint: str = FAULT_HINT) -> PairOutcome:
@@ -104,6 +108,9 @@ def _compare(job: PairJob, task: str, level: str, streams: tuple) -> PairOutcome
         return PairOutcome(error="holds no records", rule=Reason.DUMP_EMPTY, path=empty,
                            hint="the stage ran no hooked API or module (config.json scope/list/level, or the "
                            "stage's model was not resolved)")
+    swapped = trainers.instead(job, task, level, an, notes)  # calls holding other rows: token by token
+    if swapped is not None:
+        an, notes = swapped
     if an.tokens:
         return PairOutcome(error=an.tokens, rule=Reason.MISMATCH, path=job.target,
                            hint="collect both with the same token layout (verl: use_remove_padding and the "

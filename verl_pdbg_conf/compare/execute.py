@@ -16,20 +16,13 @@ from verl_pdbg_conf.core.findings import Finding
 from verl_pdbg_conf.compare.engine import PairJob, PairOutcome, failed_outcome, header_of
 from verl_pdbg_conf.compare.msprobe_run import diagnose, msprobe_compare, precheck, csv_written, msprobe_remote
 from verl_pdbg_conf.compare.nodes import METRICS
+from verl_pdbg_conf.compare.options import ROLLOUT, default_jobs
 from verl_pdbg_conf.compare.report.document import write_summaries
 from verl_pdbg_conf.compare.output_paths import refuse_inside
 from verl_pdbg_conf.compare.pairs import E, W, Comparison, Pair, finding, pair_dir
 from verl_pdbg_conf.compare.pipeline import feeding
 from verl_pdbg_conf.compare.pipeline.coverage import coverage_text
 from verl_pdbg_conf.compare.verdict import Reason, Status, UsageError, decide, failure
-
-# Each worker holds torch and msprobe (a few hundred MB) and msprobe's tensor compare starts its own pool.
-MAX_DEFAULT_JOBS = 4
-
-
-def default_jobs() -> int:
-    return max(1, min(os.cpu_count() or 1, MAX_DEFAULT_JOBS))
-
 
 def execute(cmp: Comparison, progress, pool, job_fn) -> Comparison:
     """Run the comparison `cmp` (paired, not compared) as its options say: job_fn(PairJob) -> PairOutcome per
@@ -43,8 +36,9 @@ def execute(cmp: Comparison, progress, pool, job_fn) -> Comparison:
         if cmp.reference_rank is None:
             cmp.findings.append(finding("compare-pairing", W, f"{side.label} is in the {which} run only",
                                          os.path.dirname(side.path), "the other run did not collect it"))
-    todo = _prechecked(cmp)
-    _refuse_metric(cmp, todo)
+    todo = list(cmp.pairs) if cmp.mode == ROLLOUT else _prechecked(cmp)  # its steps are directories, read by its job
+    if cmp.mode != ROLLOUT:
+        _refuse_metric(cmp, todo)
     if out_dir is None and cmp.msprobe_csv:  # the engine alone writes nothing without -o
         out_dir = tempfile.mkdtemp(prefix="verl-pdbg-compare-")
         try:  # an input under the temporary directory's parent (TMPDIR) is no excuse either
@@ -229,23 +223,26 @@ def _finish_engine(cmp: Comparison, p: Pair, out: PairOutcome) -> None:
 
 
 def _verdict(p: Pair, out: PairOutcome) -> None:
+    """The pair's status, by verdict.decide for both compares, and its findings."""
+    p.findings += out.findings
     for n in out.notes:
         p.findings.append(finding(n.rule, n.severity, f"{p.label}: {n.message}", n.file or p.target.path, n.hint))
-    if out.analysis is None:
+    p.analysis = out.analysis
+    if out.rule is not None:
         v = decide(refused=Reason(out.rule))
         p.status, p.reason = v.status, v.reason
-        sev = W if p.status == Status.MISMATCH else E
-        side = p.golden if out.path == p.golden.path else p.target
-        what = f"{side.file_label} {out.error}" if out.rule.startswith("dump-") else f"{p.label}: {out.error}"
-        p.findings.append(finding(p.reason.value, sev, what, out.path or p.target.path, out.hint))
+        if out.error:
+            sev = W if p.status == Status.MISMATCH else E
+            side = p.golden if out.path == p.golden.path else p.target
+            what = f"{side.file_label} {out.error}" if out.rule.startswith("dump-") else f"{p.label}: {out.error}"
+            p.findings.append(finding(p.reason.value, sev, what, out.path or p.target.path, out.hint))
         return
-    p.analysis = out.analysis
     if feeding.handed_other_rows(p):
         return
     cov = p.analysis.coverage
-    v = decide(diverged=bool(p.analysis.first), full=cov is None or cov["full"])
+    v = decide(diverged=bool(p.analysis.first), compared=p.analysis.compared, full=cov is None or cov["full"])
     p.status, p.reason = v.status, v.reason
-    if p.status == Status.PARTIAL:
+    if p.status == Status.PARTIAL and p.analysis.per_token is None:  # the rollout's findings say what was not
         p.findings.append(finding(Reason.COVERAGE.value, W, f"{p.label}: partly compared: {coverage_text(cov)}",
                                   p.target.path, "the regions named have no counterpart in the other run: "
                                   "nothing there was compared (--min-coverage sets the share \"same\" needs)"))

@@ -74,6 +74,56 @@ class Node:
         return d
 
 
+@dataclass
+class TokenPoint(Node):
+    """A divergence the rollout compare finds at one token: the node (a comparison point's tensor, `kind` its
+    input or output, or "logprob" / "routing") and the token it parts at, so one divergence type serves both
+    compares; `received` is the error carried in from the point before."""
+    request: str = ""
+    position: int = 0
+    token_id: int | None = None
+    logprob_gap: float | None = None
+    span: list = field(default_factory=list)  # engine modules run since the last point that agreed
+    compared_at: str = ""  # with a span: the point where it shows
+    experts: list | None = None  # a fused experts' divergence: the experts only the parting tokens used
+    routing: dict | None = None  # a routing divergence: each side's experts and margins
+    nonfinite: tuple | None = None  # (engine, trainer): nan | inf | "" where one side is non-finite
+
+    def as_dict(self, metric: str) -> dict:
+        d = {"name": self.name, "module": self.module, "direction": self.direction, "kind": self.kind,
+             "metric": metric, "value": json_number(self.value), "carried": self.received, "request": self.request,
+             "position": self.position, "token_id": self.token_id, "logprob_gap": self.logprob_gap,
+             "layer": self.layer}
+        if self.span:
+            d["span"] = self.span
+            d["compared_at"] = self.compared_at
+        if self.experts:
+            d["experts"] = self.experts
+            if len(self.experts) == 1:
+                d["expert"] = self.experts[0]
+        if self.routing:
+            d["routing"] = self.routing
+        if self.nonfinite:  # no error measured (value null): which side holds NaN or Inf
+            d["nonfinite"] = {"engine": self.nonfinite[0], "trainer": self.nonfinite[1]}
+        return d
+
+
+@dataclass
+class TokenSections:
+    """What the rollout compare adds to a pair's analysis, per request and per token (report data: the
+    status is decided from the analysis's first divergence and coverage, verdict.decide)."""
+    engine_steps: int = 0
+    engine: str | None = None  # the engine's name (its token record), once its table is known
+    summarized: bool = False  # the tokens were walked: routing, the log-prob gap and the token map are said
+    requests: list = field(default_factory=list)  # per request: tokens, compared, its first divergence
+    tokens: list = field(default_factory=list)  # the tokens of largest log-prob gap
+    top: list = field(default_factory=list)  # modules where tokens part, with how many
+    routing: dict | None = None
+    max_logprob_gap: float | None = None
+    token_map: dict | None = None
+    diverged_tokens: int | None = None
+
+
 @dataclass(slots=True)
 class LayerStat:
     """One layer or module of a pair, aggregated over its nodes in execution order: what a plot and
@@ -103,6 +153,8 @@ class Analysis:
     coverage: dict | None = None  # pipeline/coverage.py: how much of each side was compared
     tokens: str = ""  # the runs were fed token ids laid out otherwise: why no tensor can be compared
     fed: str = ""  # the runs were fed other data (pipeline/feeding.py): why the first divergence is none
+    compared: bool = True  # anything compared at all (the rollout: a token aligned); nothing is a mismatch
+    per_token: TokenSections | None = None  # the rollout compare's requests and tokens
 
 
 # A pair's plot and summary hold at most this many layers, whatever the dump's size (500k nodes included):

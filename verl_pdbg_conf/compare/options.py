@@ -8,6 +8,7 @@ No torch, msprobe or verl here: the command line is checked before anything heav
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 
 from verl_pdbg_conf.compare.ignores import DEFAULT_IGNORES
@@ -25,6 +26,16 @@ DEFAULT_METRIC = "NormRelativeErr"
 DEFAULT_THRESHOLD = 1e-4
 DEFAULT_MIN_COVERAGE = 0.99  # share of each side's records a pair must compare to be "same"
 DEFAULT_TOP = 5  # largest differences listed per pair
+# -j's default: each worker holds torch and msprobe (a few hundred MB) and msprobe's tensor compare starts its
+# own pool, so at most this many whatever the CPU count.
+MAX_DEFAULT_JOBS = 4
+# The rollout compare's one metric: each token's comparison points are judged by the relative error of the
+# norm of that token's rows, computed here from the tensor files (no msprobe column to choose from).
+ROLLOUT_METRIC = "NormRelativeErr"
+
+
+def default_jobs() -> int:
+    return max(1, min(os.cpu_count() or 1, MAX_DEFAULT_JOBS))
 
 RUNS, RANKS, ROLLOUT = "runs", "--ranks", "--rollout"
 MODES = (RUNS, RANKS, ROLLOUT)
@@ -41,7 +52,7 @@ class Honoured:
 
 # One row per option (its flag as the command line spells it): the modes that honour it.
 MODES_OF: dict[str, Honoured] = {
-    "-o": Honoured(_PAIRED, "the rollout compare writes no summary files"),
+    "-o": Honoured(_ALL),
     "--msprobe-csv": Honoured(_PAIRED, "msprobe's own compare pairs dump.json files of one kind of run, not "
                               "engine steps against the actor's batch"),
     "--dtype-aware": Honoured(_ALL),
@@ -59,11 +70,11 @@ MODES_OF: dict[str, Honoured] = {
     "--no-default-ignores": Honoured(_PAIRED, "the default ignores are FSDP2 records, which the rollout compare "
                                      "never pairs"),
     "--top": Honoured(_ALL),
-    "-j": Honoured(_PAIRED, "the rollout compare runs its steps in this process"),
+    "-j": Honoured(_ALL),
     "-f": Honoured(_ALL),
     "--html": Honoured(_ALL),
-    "--ray": Honoured(_PAIRED, "the rollout compare runs its steps in this process"),
-    "--ray-resource": Honoured(_PAIRED, "the rollout compare runs its steps in this process"),
+    "--ray": Honoured(_ALL),
+    "--ray-resource": Honoured(_ALL),
 }
 
 # argparse's dest of each flag (its long name where it has one)
@@ -110,7 +121,7 @@ class CompareOptions:
     threshold: float = DEFAULT_THRESHOLD
     min_coverage: float = DEFAULT_MIN_COVERAGE
     top: int = DEFAULT_TOP
-    jobs: int | None = None  # None: execute.default_jobs()
+    jobs: int | None = None  # None: default_jobs()
     ignore_dtype: bool = False
     dtype_aware: bool = False
     ignores: tuple = ()  # the user's patterns (--ignore), after the default's unless default_ignores is False

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from verl_pdbg_conf.core.findings import Finding, Severity
 from verl_pdbg_conf.compare.nodes import Analysis
 from verl_pdbg_conf.compare.parallel.replica import Replica
-from verl_pdbg_conf.compare.options import CompareOptions
-from verl_pdbg_conf.compare.verdict import ExitCode, Reason, Status, Verdict, exit_code
+from verl_pdbg_conf.compare.options import RUNS, CompareOptions
+from verl_pdbg_conf.compare.verdict import ExitCode, Reason, Status, Verdict, exit_code, finding, tally  # noqa: F401 - its builder, for the run compare's modules
 from verl_pdbg_conf.run.inspect_run import INNER_DIR, RANK_DIR, STAGE_DIR, STEP_DIR, scan
 
 E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
@@ -54,6 +54,7 @@ class Pair:
     log_file: str | None = None
     findings: list[Finding] = field(default_factory=list)
     ran_on: str = ""  # the Ray node that compared it (--ray)
+    name: str = ""  # its name where it is no (step, stage, rank) of two runs: the rollout compare's step_N
 
     @property
     def rank_label(self) -> str:
@@ -62,7 +63,7 @@ class Pair:
 
     @property
     def label(self) -> str:
-        return "/".join((*self.target.key, self.rank_label))
+        return self.name or "/".join((*self.target.key, self.rank_label))
 
 
 @dataclass
@@ -73,6 +74,7 @@ class Comparison:
     options: CompareOptions = CompareOptions()
     temporary: bool = False  # out_dir was made here (no -o): remove_output() deletes it
     reference_rank: int | None = None  # rank against rank in one run (compare_ranks): the golden side's rank
+    mode: str = RUNS  # options.MODES: two runs, --ranks or --rollout (its pairs are steps, token by token)
     pairs: list[Pair] = field(default_factory=list)
     only_in_target: list[RankDump] = field(default_factory=list)
     only_in_golden: list[RankDump] = field(default_factory=list)
@@ -92,14 +94,15 @@ class Comparison:
         return self.findings + [f for p in self.pairs for f in p.findings]
 
     @property
+    def statuses(self) -> dict[str, int]:
+        """verdict.tally of the pairs."""
+        return tally(Verdict(p.status, p.reason) for p in self.pairs)
+
+    @property
     def exit_code(self) -> ExitCode:
         """verdict.exit_code of the pairs (a (step, stage, rank) in one run only: incomplete)."""
         return exit_code((Verdict(p.status, p.reason) for p in self.pairs),
                          one_sided=bool(self.only_in_target or self.only_in_golden))
-
-
-def finding(rule, sev, msg, path, hint="") -> Finding:
-    return Finding(rule, sev, msg, path, 1, 1, "", hint)
 
 
 def collect(root: str) -> list[RankDump]:
@@ -226,4 +229,4 @@ def _pid(r: str) -> int:
 
 
 def pair_dir(out_dir: str, p: Pair) -> str:
-    return os.path.join(out_dir, *p.target.key, p.rank_label)
+    return os.path.join(out_dir, p.name) if p.name else os.path.join(out_dir, *p.target.key, p.rank_label)

@@ -30,8 +30,9 @@ class ClusterError(RuntimeError):
 
 
 def readable(paths: list[str]) -> list[bool]:
-    """On one node: which of these files it can read."""
-    return [os.path.isfile(p) and os.access(p, os.R_OK) for p in paths]
+    """On one node: which of these it can read (a pair's dump.json files, or the rollout compare's stage
+    directories)."""
+    return [(os.path.isfile(p) or os.path.isdir(p)) and os.access(p, os.R_OK) for p in paths]
 
 
 def run_ray(fn: Callable[[object], dict], jobs: Sequence, reads: Callable[[object], Sequence[str]],

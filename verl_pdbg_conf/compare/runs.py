@@ -18,7 +18,7 @@ import os
 from verl_pdbg_conf.compare.parallel import layout
 from verl_pdbg_conf.compare.engine import compare_pair
 from verl_pdbg_conf.compare.execute import default_jobs, execute, remove_output, worker_pool  # noqa: F401
-from verl_pdbg_conf.compare.options import CompareOptions
+from verl_pdbg_conf.compare.options import RANKS, CompareOptions
 from verl_pdbg_conf.compare.report.document import as_dict  # noqa: F401
 from verl_pdbg_conf.compare.inputs import check_kinds
 from verl_pdbg_conf.install_hints import MSPROBE
@@ -64,7 +64,7 @@ def compare_ranks(run: str, reference: int = 0, options: CompareOptions = Compar
     if not any(rank_number(r) is not None for ranks in by_key.values() for r in ranks):
         raise UsageError(f"{run}: no rank<N> directory (msprobe writes proc<pid> without a process group, and "
                          "pids say nothing of ranks): --ranks needs a run with a torch.distributed process group")
-    cmp = Comparison(os.path.abspath(run), os.path.abspath(run), "", options, reference_rank=reference)
+    cmp = Comparison(os.path.abspath(run), os.path.abspath(run), "", options, reference_rank=reference, mode=RANKS)
     for key in sorted(by_key):
         ranks = by_key[key]
         others = sorted((r for r in ranks if r != ref_dir), key=lambda r: (rank_number(r) is None,

@@ -1,6 +1,6 @@
 """What a comparison says, shared by the run compare (pairs.py) and the rollout compare (rollout/run.py):
-a pair's status, the reason it is not a plain verdict, and the command's exit code computed from the
-pairs in one place.
+a pair's status (decide(), called for both by execute.py), the reason it is not a plain verdict, the
+command's exit code computed from the pairs in one place, and the one builder of their findings.
 
 Exit codes: 0 same (every pair compared whole, none diverged); 1 diverged (at least one pair); 2 usage
 (arguments or output paths refused before any dump was read); 3 incomplete (no divergence, but a pair
@@ -14,7 +14,7 @@ import enum
 from dataclasses import dataclass
 from typing import Iterable
 
-from verl_pdbg_conf.core.findings import Severity
+from verl_pdbg_conf.core.findings import Finding, Severity
 
 
 class Status(str, enum.Enum):
@@ -100,6 +100,25 @@ def exit_code(verdicts: Iterable[Verdict], one_sided: bool = False) -> ExitCode:
     if not verdicts or one_sided or any(v.status != Status.SAME for v in verdicts):
         return ExitCode.INCOMPLETE
     return ExitCode.SAME
+
+
+def finding(rule: str, severity: Severity, message: str, file: str, hint: str = "") -> Finding:
+    """The one builder of a compare finding, for both compares: a pair's or a run's, about a file (not a line
+    in it: dumps are data, not text a user edits)."""
+    return Finding(rule, severity, message, file, 1, 1, "", hint)
+
+
+def tally(verdicts: Iterable[Verdict]) -> dict[str, int]:
+    """The pairs by status, and of the errors those the compare itself failed on (reason compare-failed): what
+    each report says of the whole, counted here once."""
+    out = {s.value: 0 for s in Status if s != Status.PENDING}
+    out["failed"] = 0
+    for v in verdicts:
+        status = Status(v.status)  # a Status, or its value
+        if status != Status.PENDING:
+            out[status.value] += 1
+        out["failed"] += v.reason == Reason.FAILED
+    return out
 
 
 FAULT_HINT = "a fault of verl-pdbg-compare itself, not of the dumps: please report it with this pair's dumps"

@@ -346,9 +346,10 @@ class PrecisionDebuggerProfiler:
         raise cause
 
 
-# Log-prob forwards: with tensor dumps, the token ids they ran on are recorded so that their tokens can be
-# aligned with the rollout's (compare/rollout/).
-_TOKEN_STAGES = ("actor_compute_log_prob", "ref_compute_log_prob")
+# The actor's and ref's forwards: with tensor dumps, the token ids they ran on are recorded so that their tokens
+# can be aligned with the rollout's (compare/rollout/), and two trainer runs compared token by token whatever rows
+# each call held (compare/rollout/trainers.py); the update's forwards too, whose backward records belong to them.
+_TOKEN_STAGES = ("actor_compute_log_prob", "ref_compute_log_prob", "actor_update")
 
 
 def _task_of(config_path: str | None) -> str | None:

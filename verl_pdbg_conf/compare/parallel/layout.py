@@ -101,10 +101,10 @@ def group_sides(sides: list, lay: Layout) -> list:
 
 
 def _finding(sev: str, message: str, path: str, hint: str = ""):
-    from verl_pdbg_conf.core.findings import Finding, Severity
+    from verl_pdbg_conf.compare.verdict import finding
+    from verl_pdbg_conf.core.findings import Severity
 
-    return Finding("compare-layout", Severity.WARNING if sev == "warning" else Severity.INFO, message, path, 1, 1,
-                   "", hint)
+    return finding("compare-layout", Severity.WARNING if sev == "warning" else Severity.INFO, message, path, hint)
 
 
 def _decide(name: str, by_key: dict, conf: str | None, differ: bool) -> tuple[Layout, str, list]:

@@ -15,10 +15,42 @@ the pair from "same" whatever share the rest reaches."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from verl_pdbg_conf.compare.nodes import module_kind, module_path
 from verl_pdbg_conf.compare.options import DEFAULT_MIN_COVERAGE
 
 MAX_REGIONS = 32
+
+
+class CoverageBug(AssertionError):
+    """Coverage counts that do not add up: a fault of the compare (its pair is `error`, compare-failed), never
+    of the dumps."""
+
+
+@dataclass(frozen=True)
+class Counts:
+    """One side's coverage in one unit (a run's records, the rollout's tokens), for both compares: each one is
+    compared, not compared or unreadable, counted apart; the sum is checked here, where it is built."""
+    unit: str  # records | tokens
+    total: int
+    compared: int
+    not_compared: int
+    unreadable: int = 0
+
+    def __post_init__(self):
+        parts = (self.compared, self.not_compared, self.unreadable)
+        if min(parts) < 0 or sum(parts) != self.total:
+            raise CoverageBug(f"coverage of {self.total} {self.unit} does not add up: {self.compared} compared + "
+                              f"{self.not_compared} not compared + {self.unreadable} unreadable")
+
+    @property
+    def share(self) -> float:
+        return self.compared / self.total if self.total else 1.0
+
+    def as_dict(self) -> dict:
+        return {"unit": self.unit, "total": self.total, "compared": self.compared,
+                "not_compared": self.not_compared, "unreadable": self.unreadable}
 
 
 def kind(path: str) -> str:
@@ -43,6 +75,7 @@ class Tally:
         self.loose: dict[str, int] = {}  # scope path -> unpaired records there (not in a compared gap)
         self.bracketed: dict[str, int] = {}  # module path -> its calls in gaps compared at their boundary
         self.unreadable = 0  # records with a value that could not be read (records.Record.unread)
+        self.unread_in: dict[str, int] = {}  # module path -> its calls among them (counted there, not as calls)
         self.local: dict[str, int] = {}  # why -> records holding their ranks' own tensors (Row.local)
         # a module of a family one per index, and the one module the other run calls instead -> that module
         self.family: dict[str, str] = {}
@@ -56,15 +89,13 @@ class Tally:
         for why in r.extra.get("local") or ():
             self.local[why] = self.local.get(why, 0) + 1
         if r.module is not None:
-            for path in parts[1:] or ():
+            for path in (*parts[1:], r.extra.get("own_module", r.module)):
                 m = self.modules.setdefault(path, [False, 0, 0])
                 m[0] |= paired
                 m[1] += 1
                 m[2] += not paired
-            m = self.modules.setdefault(r.extra.get("own_module", r.module), [False, 0, 0])
-            m[0] |= paired
-            m[1] += 1
-            m[2] += not paired
+                if r.unread:
+                    self.unread_in[path] = self.unread_in.get(path, 0) + 1
         if paired:
             self.paired += max(1, len(parts))
         elif r.module is None and not r.unread:
@@ -72,7 +103,7 @@ class Tally:
             self.loose[where] = self.loose.get(where, 0) + 1
 
     def settle(self) -> dict:
-        """The side's coverage as data."""
+        """The side's coverage as data, its Counts under "counts"."""
         paired = {p for p, (ok, _n, _u) in self.modules.items() if ok}
         with_paired_inside = set()
         for p in paired:
@@ -97,12 +128,19 @@ class Tally:
                 continue
             status[p] = "paired" if ok else "wrapper" if p in with_paired_inside else \
                 "inside" if parent_paired(p) or self.bracketed.get(p, 0) >= unpaired else "uncompared"
-        enclosed = sum(n for p, (ok, n, _u) in self.modules.items() if status[p] in ("wrapper", "inside"))
+        # each record once: compared (paired, in a gap compared at its boundary, or inside a compared module),
+        # not compared, or unreadable (counted there alone, wherever it ran)
+        enclosed = not_compared = 0
         regions = {}
         for p, (ok, _n, unpaired) in self.modules.items():
-            if ok and unpaired:  # calls of a paired module with none in the other run (a recomputed forward)
-                k = f"{kind(p)} (its calls)"
-                regions[k] = regions.get(k, 0) + unpaired
+            calls = unpaired - self.unread_in.get(p, 0)  # its unpaired calls that could be read
+            if status[p] in ("wrapper", "inside"):
+                enclosed += calls
+            else:
+                not_compared += calls
+                if ok and calls:  # calls of a paired module with none in the other run (a recomputed forward)
+                    k = f"{kind(p)} (its calls)"
+                    regions[k] = regions.get(k, 0) + calls
         for where, n in self.loose.items():
             if n <= 0:
                 continue
@@ -111,21 +149,24 @@ class Tally:
                 enclosed += n
             else:
                 regions[kind(where)] = regions.get(kind(where), 0) + n
+                not_compared += n
         modules_off = {}
         for p, s in status.items():
             if s == "uncompared":
                 modules_off[kind(p)] = modules_off.get(kind(p), 0) + 1
-        compared = self.paired + self.boundary + enclosed
+        counts = Counts("records", self.records, self.paired + self.boundary + enclosed, not_compared,
+                        self.unreadable)
         return {
-            "records": self.records, "compared_records": min(compared, self.records),
+            "records": self.records, "compared_records": counts.compared,
             "unreadable_records": self.unreadable,
             "rank_own_records": dict(sorted(self.local.items())),
             "paired_records": self.paired,
-            "share": (min(compared, self.records) / self.records) if self.records else 1.0,
+            "share": counts.share,
             "modules": len(self.modules), "paired_modules": len(paired),
             "accounted_modules": sum(1 for s in status.values() if s in ("wrapper", "inside")),
             "uncompared_modules": dict(sorted(modules_off.items())[:MAX_REGIONS]),
             "uncompared_records": dict(sorted(regions.items(), key=lambda kv: -kv[1])[:MAX_REGIONS]),
+            "counts": counts,
         }
 
 
@@ -164,6 +205,8 @@ class Coverage:
                 m = self.golden.modules[path]
                 m[1] -= 1
                 m[2] -= 1
+                if g.unread:
+                    self.golden.unread_in[path] -= 1
         records.clear()
 
     def boundary(self, gap) -> None:
@@ -175,18 +218,24 @@ class Coverage:
                 if r.module is not None:
                     path = r.extra.get("own_module", r.module)
                     side.bracketed[path] = side.bracketed.get(path, 0) + 1
-                elif r.module is None:
-                    side.boundary += 1
+                elif not r.unread:  # counted loose when it was met: now compared at the gap's boundary
                     where = _where(r)
                     if side.loose.get(where):
                         side.loose[where] -= 1
+                        side.boundary += 1
 
     def finish(self, minimum: float = DEFAULT_MIN_COVERAGE) -> dict:
         t, g = self.target.settle(), self.golden.settle()
+        tc, gc = t.pop("counts"), g.pop("counts")
         # a value that could not be read was not compared, whatever share the rest reaches
         full = all(s["share"] >= minimum and not s["uncompared_modules"] and not s["unreadable_records"]
                    for s in (t, g))
-        return {"target": t, "golden": g, "minimum": minimum, "full": full}
+        return {"target": t, "golden": g, "minimum": minimum, "full": full, "counts": counts_of(tc, gc)}
+
+
+def counts_of(target: Counts, golden: Counts) -> dict:
+    """coverage.counts of a pair, the same in both compares' documents."""
+    return {"target": target.as_dict(), "golden": golden.as_dict()}
 
 
 def _side_text(name: str, s: dict) -> str:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from verl_pdbg_conf.compare import metrics as M
 
-HINT = ("feed both runs the same rows in the same calls: greedy rollouts (actor_rollout_ref.rollout.top_k=1), verl's "
+HINT = ("statistics of other rows can never be compared: re-run both with +profiler=precision_debugger_tensor (tensors "
+        "and each forward's token ids: the calls are then compared token by token, whatever rows each held), or feed "
+        "both runs the same rows in the same calls: greedy rollouts (actor_rollout_ref.rollout.top_k=1), verl's "
         "legacy trainer (trainer.use_v1=False: the v1 trainer orders the batch by rollout completion), "
         "data.shuffle=False, and as many rows per call (the micro-batch size times the data-parallel size); then "
         "compare again")

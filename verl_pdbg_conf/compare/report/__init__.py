@@ -1,10 +1,10 @@
 """The one report writer of both compares. A comparison ends as one document, a dict of plain data: the
 run compare's (document.as_dict: per pair its status, reason, first divergence, top nodes, coverage,
-findings) or the rollout compare's (rollout/run.compare_rollout, "mode": "rollout": the same pair keys,
-with per token and request sections, the routing and a token map). `deliver` writes it the way the
+findings) or the rollout compare's (document.as_dict too, "mode": "rollout": the same pair keys, with per
+token and request sections, the routing and a token map). `deliver` writes it the way the
 command was asked, for either: JSON as it is, text for the terminal, and one self-contained HTML page.
 
-- document.py: the run compare's document, and its summary.json files under -o
+- document.py: either compare's document, and its summary.json files under -o
 - runs.py, runs_html.py: the run compare's pairs as text, and as a page (it plots each diverged pair's
   layers from its analysis, so it is handed the comparison too)
 - rollout.py, pictures.py: the rollout compare's pairs as text, and as a page with inline SVG pictures"""

@@ -1,5 +1,6 @@
 """A comparison as data: per pair (its first divergence, top nodes, counts, per-layer summary and error per
-model layer) and for the whole; summary.json files written under the output directory."""
+model layer; the rollout compare's, per request and token) and for the whole; summary.json files written
+under the output directory."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import os
 
 from verl_pdbg_conf.compare.ignores import DEFAULT_IGNORES
 from verl_pdbg_conf.compare.output_paths import SUMMARY, marked_json
-from verl_pdbg_conf.compare.nodes import MAX_LAYERS, fold_layers, json_number
+from verl_pdbg_conf.compare.nodes import MAX_LAYERS, TokenSections, fold_layers, json_number
+from verl_pdbg_conf.compare.options import ROLLOUT, ROLLOUT_METRIC
 from verl_pdbg_conf.compare.pairs import Comparison, Pair, RankDump, layout_of, pair_dir, rank_number
 
 
@@ -54,13 +56,49 @@ def pair_dict(p: Pair, metric: str, layers: bool = False) -> dict:
     return d
 
 
+def token_pair_dict(p: Pair) -> dict:
+    """One pair of the rollout compare as data: its step against the actor's, the first divergence at a token,
+    the coverage in tokens and the per-request and per-token sections."""
+    an = p.analysis
+    sec = an.per_token if an and an.per_token else TokenSections()
+    d = {"step": p.step, "stage": p.stage, "rank": p.rank, "target": p.target.path, "golden": p.golden.path,
+         "status": str(p.status), "reason": str(p.reason) if p.reason else None,
+         "first_divergence": an.first.as_dict(ROLLOUT_METRIC) if an and an.first else None, "top": sec.top,
+         "coverage": an.coverage if an else None, "requests": sec.requests, "tokens": sec.tokens,
+         "engine_steps": sec.engine_steps}
+    if sec.engine is not None:
+        d["engine"] = sec.engine
+    if sec.summarized:
+        d.update(routing=sec.routing, max_logprob_gap=sec.max_logprob_gap, token_map=sec.token_map)
+    if sec.diverged_tokens is not None:
+        d["diverged_tokens"] = sec.diverged_tokens
+    d["findings"] = [f.to_dict() for f in p.findings]
+    if p.ran_on:
+        d["ran_on"] = p.ran_on
+    return d
+
+
+def token_dict(cmp: Comparison) -> dict:
+    """The rollout compare's document ("mode": "rollout")."""
+    return {"mode": "rollout", "target": cmp.target, "golden": cmp.golden, "output_dir": _output_dir(cmp),
+            "metric": f"{ROLLOUT_METRIC} (per token)", "threshold": cmp.threshold,
+            "dtype_aware": cmp.options.dtype_aware, "min_coverage": cmp.min_coverage,
+            "pairs": [token_pair_dict(p) for p in cmp.pairs], "diagnostics": [f.to_dict() for f in cmp.findings],
+            "statuses": cmp.statuses, "exit_code": cmp.exit_code}
+
+
+def _output_dir(cmp: Comparison) -> str | None:
+    return None if not cmp.out_dir or (cmp.temporary and not os.path.isdir(cmp.out_dir)) else cmp.out_dir
+
+
 def write_summaries(cmp: Comparison) -> None:
     """OUT/<step>/<stage>/<inner>/<rank>/summary.json per pair (with its layers) and OUT/summary.json (the
     whole comparison, without them): bounded files, written by this process only."""
     for p in cmp.pairs:
         d = pair_dir(cmp.out_dir, p)
         os.makedirs(d, mode=0o750, exist_ok=True)
-        _write_json(os.path.join(d, SUMMARY), pair_dict(p, cmp.metric, layers=True))
+        _write_json(os.path.join(d, SUMMARY), token_pair_dict(p) if cmp.mode == ROLLOUT else
+                    pair_dict(p, cmp.metric, layers=True))
     _write_json(os.path.join(cmp.out_dir, SUMMARY), as_dict(cmp))
 
 
@@ -82,10 +120,13 @@ def ignored_summary(cmp: Comparison) -> list[dict]:
 
 
 def as_dict(cmp: Comparison) -> dict:
+    """The comparison's document, of either compare."""
+    if cmp.mode == ROLLOUT:
+        return token_dict(cmp)
     pairs = [pair_dict(p, cmp.metric) for p in cmp.pairs]
     return {
         "target": cmp.target, "golden": cmp.golden,
-        "output_dir": None if not cmp.out_dir or (cmp.temporary and not os.path.isdir(cmp.out_dir)) else cmp.out_dir,
+        "output_dir": _output_dir(cmp),
         "metric": cmp.metric, "threshold": cmp.threshold, "min_coverage": cmp.min_coverage,
         "dtype_aware": cmp.options.dtype_aware, "ignore_dtype": cmp.options.ignore_dtype,
         "ignore_patterns": list(cmp.ignores),
@@ -96,5 +137,6 @@ def as_dict(cmp: Comparison) -> dict:
         "only_in_target": [side_dict(s) for s in cmp.only_in_target],
         "only_in_golden": [side_dict(s) for s in cmp.only_in_golden],
         "diagnostics": [f.to_dict() for f in cmp.findings],
+        "statuses": cmp.statuses,
         "exit_code": cmp.exit_code,
     }

@@ -1,5 +1,5 @@
 """The rollout comparison's reports: text for the terminal, one self-contained HTML page (no plotting
-library needed); both read compare_rollout's dict and nothing else."""
+library needed); both read the rollout compare's document (document.token_dict) and nothing else."""
 
 from __future__ import annotations
 

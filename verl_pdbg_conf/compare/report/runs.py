@@ -5,7 +5,6 @@ a count of the pairs by status."""
 from __future__ import annotations
 
 from verl_pdbg_conf.compare.pipeline.coverage import short
-from verl_pdbg_conf.compare.verdict import Reason
 
 TOP_SHOWN = 3  # pairs whose top list the text output prints
 
@@ -119,12 +118,11 @@ def render_text(doc: dict) -> str:
         for p, b in both[:TOP_SHOWN]:
             L.append(f"step {p['step']} {p['stage']}: target and golden are both {'NaN' if b['reason'] == 'nan' else 'Inf'}"
                      f" from {b['name']} on: the golden run is non-finite there too")
-    n = len(doc["pairs"])
-    count = {s: sum(p["status"] == s for p in doc["pairs"]) for s in ("diverged", "partial", "mismatch", "error")}
-    failed = sum(p.get("reason") == Reason.FAILED for p in doc["pairs"])
+    n, count = len(doc["pairs"]), doc["statuses"]
+    failed = count["failed"]
     L.append("")
     parts = [f"{count['diverged']} diverged" if count["diverged"] else "",
-             f"{n - sum(count.values())} same",
+             f"{count['same']} same",
              f"{count['partial']} partly compared" if count["partial"] else "",
              f"{count['mismatch']} collected differently (not compared)" if count["mismatch"] else "",
              f"{count['error'] - failed} not compared" if count["error"] > failed else "",

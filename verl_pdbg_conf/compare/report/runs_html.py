@@ -306,7 +306,7 @@ def _first_said(p) -> str:
 
 
 def render(cmp) -> str:
-    n_div = sum(p.status == "diverged" for p in cmp.pairs)
+    count = cmp.statuses
     out = [f"""<!DOCTYPE html><html><head><meta charset="utf-8"><title>verl-pdbg-compare</title>
 <style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}} table{{border-collapse:collapse;
 font-size:13px}} td,th{{border:1px solid #ddd;padding:3px 6px;text-align:left}} .diverged{{color:#c0392b}}
@@ -315,10 +315,10 @@ table.overview td.cell{{font-size:11px;min-width:10px;white-space:nowrap}} span.
 p.line{{margin:2px 0;font-size:13px}}</style></head><body>
 <h1>verl-pdbg-compare</h1>
 <p>{_runs_said(cmp)}<br>
-{len(cmp.pairs)} pair(s): {n_div} diverged, {sum(p.status == 'same' for p in cmp.pairs)} same,
-{sum(p.status == 'partial' for p in cmp.pairs)} partly compared,
-{sum(p.status == 'mismatch' for p in cmp.pairs)} collected differently,
-{sum(p.status == 'error' for p in cmp.pairs)} not compared</p>
+{len(cmp.pairs)} pair(s): {count['diverged']} diverged, {count['same']} same,
+{count['partial']} partly compared,
+{count['mismatch']} collected differently,
+{count['error']} not compared</p>
 <h2>Overview: steps x stages x ranks</h2>""", overview(cmp), _left_out(cmp), "<h2>Pairs</h2>"]
     plotted = 0
     for i, p in enumerate(cmp.pairs):

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from verl_pdbg_conf.compare.dumpread import DumpError, read_tokens, said_of
 from verl_pdbg_conf.compare.records import Reader, Record
+from verl_pdbg_conf.compare.verdict import finding
 from verl_pdbg_conf.core.findings import Finding, Severity
 
 TOKENS = "tokens.json"  # the runtime's name for it (runtime/rollout.py); not imported: no runtime here
@@ -33,10 +34,6 @@ class Dump:
         return out
 
 
-def _finding(rule: str, severity: Severity, message: str, file: str, hint: str = "") -> Finding:
-    return Finding(rule=rule, severity=severity, message=message, file=file, line=1, column=1, hint=hint)
-
-
 def read(rank_dir: str) -> Dump:
     dump = Dump(rank_dir)
     dump.tokens = _read_tokens(rank_dir, dump)  # its own file: readable whatever dump.json is
@@ -51,23 +48,23 @@ def read(rank_dir: str) -> Dump:
                 bad.append(f"{rec.name}: {'; '.join(rec.unread)}")
             records.append(rec)  # its place kept: calls count
     except FileNotFoundError:
-        dump.findings.append(_finding("dump-missing", Severity.ERROR, f"{path}: no dump.json", rank_dir,
+        dump.findings.append(finding("dump-missing", Severity.ERROR, f"{path}: no dump.json", rank_dir,
                                       "the step's collection did not finish; collect it again"))
         return dump
     except (DumpError, UnicodeDecodeError) as e:
         why = str(e) if isinstance(e, DumpError) else "is not UTF-8 text"
-        dump.findings.append(_finding("dump-corrupt", Severity.ERROR, f"{path} {why}: nothing in it is compared",
+        dump.findings.append(finding("dump-corrupt", Severity.ERROR, f"{path} {why}: nothing in it is compared",
                                       path, "collect the step again"))
         return dump
     except OSError as e:
-        dump.findings.append(_finding("dump-missing", Severity.ERROR, f"{path}: cannot be read ({e.strerror})",
+        dump.findings.append(finding("dump-missing", Severity.ERROR, f"{path}: cannot be read ({e.strerror})",
                                       path))
         return dump
     task = reader.reader.header.get("task")
     dump.task = task if isinstance(task, str) else None
     if bad:
         dump.unread += len(bad)
-        dump.findings.append(_finding("dump-value", Severity.WARNING, f"{path}: {_listing(bad, 'record')}", path,
+        dump.findings.append(finding("dump-value", Severity.WARNING, f"{path}: {_listing(bad, 'record')}", path,
                                       "not what msprobe writes (the file was edited or overwritten): those "
                                       "tensors are not compared"))
     parents = {p for r in records for p in _ancestors(r.module)}
@@ -92,23 +89,23 @@ def _read_tokens(rank_dir: str, dump: Dump) -> dict | None:
     try:
         doc, said = read_tokens(path)
     except FileNotFoundError:
-        dump.findings.append(_finding("compare-tokens", Severity.ERROR, f"{rank_dir}: no token record ({TOKENS}): "
+        dump.findings.append(finding("compare-tokens", Severity.ERROR, f"{rank_dir}: no token record ({TOKENS}): "
                                       "which request and position each row computed is unknown, so its tokens "
                                       "cannot be aligned", rank_dir, "collect with this package's runtime, which "
                                       "writes it beside dump.json (rollout_generate; actor_compute_log_prob with "
                                       "task tensor)"))
         return None
     except OSError as e:
-        dump.findings.append(_finding("compare-tokens", Severity.ERROR, f"{path}: cannot be read ({e.strerror})",
+        dump.findings.append(finding("compare-tokens", Severity.ERROR, f"{path}: cannot be read ({e.strerror})",
                                       path))
         return None
     if doc is None:
-        dump.findings.append(_finding("compare-tokens", Severity.ERROR, f"{path} {said[0]}: its tokens cannot be "
+        dump.findings.append(finding("compare-tokens", Severity.ERROR, f"{path} {said[0]}: its tokens cannot be "
                                       "aligned", path, "collect the step again"))
         return None
     if said:
         dump.unread += len(said)
-        dump.findings.append(_finding("compare-tokens", Severity.WARNING, f"{path}: {_listing(said, 'field')}", path,
+        dump.findings.append(finding("compare-tokens", Severity.WARNING, f"{path}: {_listing(said, 'field')}", path,
                                       "not the shape this package's runtime writes (the file was edited or "
                                       "overwritten): what those fields held is not compared"))
     return doc

@@ -12,6 +12,7 @@ import os
 import re
 
 from verl_pdbg_conf.compare.facts import newest
+from verl_pdbg_conf.compare.verdict import finding
 from verl_pdbg_conf.core.findings import Finding, Severity
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -90,7 +91,7 @@ def apply(engine_dumps, trainer_dumps, model_type, where: str) -> list[Finding]:
     renamed = to_trainer_names(engine_dumps, trainer, model_type)
     if not renamed:
         return []
-    return [Finding(rule="compare-modules", severity=Severity.INFO, message=said(renamed, model_type), file=where)]
+    return [finding("compare-modules", Severity.INFO, said(renamed, model_type), where)]
 
 
 def said(renamed: dict[str, str], model_type: str) -> str:

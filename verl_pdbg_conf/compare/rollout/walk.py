@@ -175,15 +175,9 @@ class Walk:
             tvec = torch.cat([v.flatten() for v in tv])
             # with dtype_aware, a row near zero (a gate's one logit cancelling out) is measured against the
             # point's typical size over all rows: its rounding is that size's, not the row's
-            err = _rel(ev, tvec, self._scale(ts, tvec.numel()) if self.dtype_aware else 0.0) \
-                if ev.numel() == tvec.numel() else math.nan
-            # a finite error needs both rows finite: only a non-finite one is looked into
-            kinds = ("", "") if math.isfinite(err) else (_nonfinite(ev), _nonfinite(tvec))
-            if any(kinds):
-                err = math.nan
             limit = self.limit(pt, mates[0]) + (carried if self.dtype_aware else 0.0)
-            said = J.point(ev.numel(), tvec.numel(), err, limit, kinds)
-            if said.reason == J.Rule.APART or said.both_nonfinite or (said.reason == J.Rule.NAN and not any(kinds)):
+            said, err, kinds = _judged(ev, tvec, limit, self._scale(ts, tvec.numel()) if self.dtype_aware else 0.0)
+            if said is None:
                 res.skipped += 1  # not the same tensor's row, non-finite alike, or no number: not compared
                 continue
             res.compared += 1
@@ -235,6 +229,12 @@ class Walk:
                               "the engine's returned log-prob is not the log-softmax of its logits")
         return res
 
+    def judge(self, a, b, limit: float):
+        """One point's rows of two trainer runs at one token (trainers.py): (Decision, error), the Decision None
+        where the rows are not compared (not one tensor's, non-finite alike, no number)."""
+        said, err, _kinds = _judged(a, b, limit)
+        return said, err
+
     def _lp_limit(self, lp: float) -> float:
         limit = max(self.threshold, 1e-6)
         if self.dtype_aware:
@@ -264,6 +264,19 @@ class Walk:
         res.logprob_trainer = float(torch.log_softmax(trainer_logits.flatten(), -1)[tok])
         lp = sampled.get("logprob")
         res.logprob_engine = float(lp) if isinstance(lp, (int, float)) else None
+
+
+def _judged(ev, tvec, limit: float, floor: float = 0.0):
+    """(Decision or None where not compared, error, each side's non-finite kind) of two rows by the shared judge."""
+    err = _rel(ev, tvec, floor) if ev.numel() == tvec.numel() else math.nan
+    # a finite error needs both rows finite: only a non-finite one is looked into
+    kinds = ("", "") if math.isfinite(err) else (_nonfinite(ev), _nonfinite(tvec))
+    if any(kinds):
+        err = math.nan
+    said = J.point(ev.numel(), tvec.numel(), err, limit, kinds)
+    if said.reason == J.Rule.APART or said.both_nonfinite or (said.reason == J.Rule.NAN and not any(kinds)):
+        return None, err, kinds
+    return said, err, kinds
 
 
 def _nonfinite(v) -> str:
