@@ -39,7 +39,7 @@ MODULES = {
     # its 1,300 mutants against the in-process tests only: a compare per surviving mutant would take hours
     "dumpread": ("verl_pdbg_conf/compare/dumpread.py", ["tests/test_verdict_core.py", "tests/test_compare_dumpread.py"]),
     "coverage": ("verl_pdbg_conf/compare/pipeline/coverage.py",
-                 ["tests/test_verdict_core.py", "tests/test_compare_bad_values.py"]),
+                 ["tests/test_verdict_core.py", "tests/test_compare_bad_values.py", "tests/test_compare_decide.py"]),
 }
 DESELECT = ["-k", "not memory_does_not_grow"]  # a 30 s memory bound: no behaviour of these modules
 

@@ -64,3 +64,17 @@ def test_a_broken_coverage_sum_is_its_pair_failed(monkeypatch):
     assert code == 4 and {p["reason"] for p in doc["pairs"]} == {"compare-failed"}
     assert all("CoverageBug: coverage of" in p["findings"][0]["message"] for p in doc["pairs"])
     assert doc["statuses"]["failed"] == doc["statuses"]["error"] == len(doc["pairs"])
+
+
+def test_the_one_finding_builder_names_a_file_not_a_line():
+    """Both compares' findings are about a dump file (data, not text a user edits): line and column 1, no
+    config path; the hint as given, none by default."""
+    from verl_pdbg_conf.compare.verdict import finding
+    from verl_pdbg_conf.core.findings import Severity
+
+    f = finding("compare-data", Severity.WARNING, "the runs handed this stage other rows", "run/dump.json",
+                "feed both runs the same rows")
+    assert f.to_dict() == {"rule": "compare-data", "severity": "warning",
+                           "message": "the runs handed this stage other rows", "file": "run/dump.json",
+                           "line": 1, "column": 1, "path": "", "hint": "feed both runs the same rows"}
+    assert finding("compare-tokens", Severity.INFO, "m", "f").hint == ""

@@ -281,6 +281,11 @@ def test_full_coverage_and_its_minimum():
     assert cov["full"] and cov["target"]["share"] == 0.99 and cov["golden"]["share"] == 1.0
     assert cov["target"]["records"] == 100 and cov["target"]["paired_records"] == 99
     assert cov["target"]["uncompared_records"] == {"(outside any module)": 1}
+    # the same figures as Counts, keyed alike in both compares' documents
+    assert cov["counts"] == {"target": {"unit": "records", "total": 100, "compared": 99, "not_compared": 1,
+                                        "unreadable": 0},
+                             "golden": {"unit": "records", "total": 99, "compared": 99, "not_compared": 0,
+                                        "unreadable": 0}}
     assert not c.finish(minimum=0.995)["full"]
     assert short(cov) == "99%/100%" and short(None) == "-"
 
@@ -1470,3 +1475,12 @@ def test_layers_from_the_stack_counted_per_pass_of_the_dumps_first_op(tmp_path):
                                                     *loop]]}))
     got = [(r.name, r.layer) for r in R.Reader(path, stacks=Stacks(str(tmp_path / "p" / "stack.json")))]
     assert [layer for _, layer in got if "linear" in _] == [0, 1, 0, 1]
+
+
+def test_unreadable_calls_of_one_module_are_each_counted_unreadable_alone():
+    """Two unreadable calls and one readable unpaired call of one module: 2 unreadable, 1 not compared."""
+    s = settle([(rec("m0", module="model.layers.0", unread=["x"]), False),
+                (rec("m1", module="model.layers.0", unread=["y"]), False),
+                (rec("m2", module="model.layers.0"), False)])
+    assert s["counts"].as_dict() == {"unit": "records", "total": 3, "compared": 0, "not_compared": 1,
+                                     "unreadable": 2}

@@ -71,7 +71,7 @@ class Tally:
         self.records = 0
         self.paired = 0
         self.boundary = 0  # in gaps compared at their boundary
-        self.modules: dict[str, list] = {}  # module path -> [paired, records, records without a counterpart]
+        self.modules: dict[str, list] = {}  # module path -> [paired, its records without a counterpart]
         self.loose: dict[str, int] = {}  # scope path -> unpaired records there (not in a compared gap)
         self.bracketed: dict[str, int] = {}  # module path -> its calls in gaps compared at their boundary
         self.unreadable = 0  # records with a value that could not be read (records.Record.unread)
@@ -90,10 +90,9 @@ class Tally:
             self.local[why] = self.local.get(why, 0) + 1
         if r.module is not None:
             for path in (*parts[1:], r.extra.get("own_module", r.module)):
-                m = self.modules.setdefault(path, [False, 0, 0])
+                m = self.modules.setdefault(path, [False, 0])
                 m[0] |= paired
-                m[1] += 1
-                m[2] += not paired
+                m[1] += not paired
                 if r.unread:
                     self.unread_in[path] = self.unread_in.get(path, 0) + 1
         if paired:
@@ -104,7 +103,7 @@ class Tally:
 
     def settle(self) -> dict:
         """The side's coverage as data, its Counts under "counts"."""
-        paired = {p for p, (ok, _n, _u) in self.modules.items() if ok}
+        paired = {p for p, (ok, _u) in self.modules.items() if ok}
         with_paired_inside = set()
         for p in paired:
             parts = p.split(".")
@@ -121,7 +120,7 @@ class Tally:
             return False
 
         status = {}
-        for p, (ok, _n, unpaired) in self.modules.items():
+        for p, (ok, unpaired) in self.modules.items():
             # a module of an indexed family runs where the other run's one module does: inside its enclosing one
             if not ok and p in self.family and parent_paired(self.family[p]):
                 status[p] = "inside"
@@ -132,7 +131,7 @@ class Tally:
         # not compared, or unreadable (counted there alone, wherever it ran)
         enclosed = not_compared = 0
         regions = {}
-        for p, (ok, _n, unpaired) in self.modules.items():
+        for p, (ok, unpaired) in self.modules.items():
             calls = unpaired - self.unread_in.get(p, 0)  # its unpaired calls that could be read
             if status[p] in ("wrapper", "inside"):
                 enclosed += calls
@@ -202,9 +201,7 @@ class Coverage:
             for why in g.extra.get("local") or ():
                 self.golden.local[why] -= 1
             for path in (g.extra.get("own_module", g.module), *parts[1:]):
-                m = self.golden.modules[path]
-                m[1] -= 1
-                m[2] -= 1
+                self.golden.modules[path][1] -= 1
                 if g.unread:
                     self.golden.unread_in[path] -= 1
         records.clear()
