@@ -63,7 +63,7 @@ class Node:
              "direction": self.direction, "kind": self.kind, "module": self.module, "node": self.owner}
         if self.where:
             d["where"] = self.where
-        if self.target_dtype != self.golden_dtype:
+        if self.target_dtype or self.golden_dtype:  # the page's dtype column; the text says it where they differ
             d["dtype"] = {"target": self.target_dtype, "golden": self.golden_dtype}
         for key, value in (("reason", self.reason), ("msprobe_result", self.result), ("minibatch", self.minibatch),
                            ("call", self.call), ("golden_nonfinite", self.golden_nonfinite), ("note", self.note),
