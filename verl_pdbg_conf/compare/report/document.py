@@ -10,8 +10,8 @@ import os
 
 from verl_pdbg_conf.compare.ignores import DEFAULT_IGNORES
 from verl_pdbg_conf.compare.output_paths import SUMMARY, marked_json
-from verl_pdbg_conf.compare.nodes import (MAX_LAYERS, Analysis, LayerStat, TokenSections, fold_layers, json_number,
-                                          layer_label, layers_of)
+from verl_pdbg_conf.compare.nodes import (MAX_LAYERS, Analysis, LayerStat, RequestSummary, TokenPoint, TokenSections,
+                                          TokenSummary, fold_layers, json_number, layer_label, layers_of)
 from verl_pdbg_conf.compare.options import ROLLOUT, ROLLOUT_METRIC
 from verl_pdbg_conf.compare.pairs import Comparison, Pair, RankDump, layout_of, pair_dir, rank_number
 from verl_pdbg_conf.compare.verdict import Status
@@ -98,6 +98,21 @@ def pair_dict(p: Pair, metric: str, threshold: float, layers: bool = False) -> d
     return d
 
 
+def _point_dict(t: TokenPoint | None) -> dict | None:
+    return t.as_dict(ROLLOUT_METRIC) if t is not None else None
+
+
+def request_dict(r: RequestSummary) -> dict:
+    return {"request": r.request, "tokens": r.tokens, "compared": r.compared, "diverged_tokens": r.diverged_tokens,
+            "max_logprob_gap": r.max_logprob_gap, "first_divergence": _point_dict(r.first)}
+
+
+def token_summary_dict(t: TokenSummary) -> dict:
+    return {"request": t.request, "position": t.position, "token_id": t.token_id, "logprob_engine": t.logprob_engine,
+            "logprob_trainer": t.logprob_trainer, "logprob_gap": t.logprob_gap, "worst": t.worst,
+            "first_divergence": _point_dict(t.first)}
+
+
 def token_pair_dict(p: Pair) -> dict:
     """One pair of the rollout compare as data: its step against the actor's, the first divergence at a token,
     the coverage in tokens and the per-request and per-token sections."""
@@ -105,8 +120,10 @@ def token_pair_dict(p: Pair) -> dict:
     sec = an.per_token if an and an.per_token else TokenSections()
     d = {"step": p.step, "stage": p.stage, "rank": p.rank, "target": p.target.path, "golden": p.golden.path,
          "status": str(p.status), "reason": str(p.reason) if p.reason else None,
-         "first_divergence": an.first.as_dict(ROLLOUT_METRIC) if an and an.first else None, "top": sec.top,
-         "coverage": an.coverage if an else None, "requests": sec.requests, "tokens": sec.tokens,
+         "first_divergence": _point_dict(an.first) if an else None,
+         "top": [{"module": m.module, "tokens": m.tokens} for m in sec.top],
+         "coverage": an.coverage if an else None, "requests": [request_dict(r) for r in sec.requests],
+         "tokens": [token_summary_dict(t) for t in sec.tokens],
          "engine_steps": sec.engine_steps}
     if sec.engine is not None:
         d["engine"] = sec.engine
