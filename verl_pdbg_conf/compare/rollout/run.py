@@ -14,7 +14,7 @@ import re
 from verl_pdbg_conf.compare.engine import PairJob, PairOutcome
 from verl_pdbg_conf.compare.execute import execute
 from verl_pdbg_conf.compare.nodes import Analysis, ModuleCount, RequestSummary, TokenPoint, TokenSections, TokenSummary
-from verl_pdbg_conf.compare.options import ROLLOUT as MODE, ROLLOUT_METRIC, CompareOptions, PairOptions
+from verl_pdbg_conf.compare.options import ROLLOUT as MODE, CompareOptions, PairOptions
 from verl_pdbg_conf.compare.pairs import Comparison, Pair, RankDump
 from verl_pdbg_conf.compare.pipeline.coverage import Counts, counts_of
 from verl_pdbg_conf.install_hints import TORCH_CPU
