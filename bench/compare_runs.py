@@ -139,7 +139,7 @@ def main() -> None:
                 sys.exit("verl-pdbg-compare and the by-hand results disagree")
         h, o = statistics.median(hand_t), statistics.median(ours_t)
         print(f"by hand (sequential msprobe compare x {len(todo)}): median {h:.2f} s")
-        from verl_pdbg_conf.compare.runs import default_jobs
+        from verl_pdbg_conf.compare.modes import default_jobs
 
         print(f"verl-pdbg-compare (jobs {a.jobs or default_jobs()}): median {o:.2f} s")
         print(f"ratio by hand / verl-pdbg-compare: {h / o:.2f}x")

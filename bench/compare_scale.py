@@ -134,10 +134,10 @@ def check(proc: subprocess.CompletedProcess, what: str) -> dict:
 
 def job_name() -> str:
     """The per-pair job verl-pdbg-compare runs by default (the engine once it has landed)."""
-    from verl_pdbg_conf.compare import runs
+    from verl_pdbg_conf.compare import modes
 
-    fn = inspect.signature(runs.compare_runs).parameters.get("job_fn")
-    fn = (fn.default or runs.compare_pair) if fn is not None else None  # None: the engine's, looked up per call
+    fn = inspect.signature(modes.compare_runs).parameters.get("job_fn")
+    fn = (fn.default or modes.compare_pair) if fn is not None else None  # None: the engine's, looked up per call
     return f"{fn.__module__}.{fn.__name__}" if fn else "unknown"
 
 
@@ -197,7 +197,7 @@ def main() -> None:
         layout(golden, a.pairs, real_g, a.run_size)
         dt, _, proc = measured(ours_cmd(target, golden, os.path.join(work, "run", "local")))
         doc = check(proc, "verl-pdbg-compare (local pool)")
-        from verl_pdbg_conf.compare.runs import default_jobs
+        from verl_pdbg_conf.compare.modes import default_jobs
 
         print(f"whole run, {a.pairs} pairs x {a.run_size:,} records: local pool ({default_jobs()} workers) {dt:.1f} s, "
               f"{sum(p['status'] == 'diverged' for p in doc['pairs'])} diverged", flush=True)

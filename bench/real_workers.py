@@ -10,10 +10,10 @@ Builds a tiny random Qwen2 causal LM from a transformers config (no download), t
 worker classes (verl/workers/engine_workers.py): ActorRolloutRefWorker with role "actor" and with
 role "ref", and the critic's TrainingWorker(model_type="value_model"), each on verl's FSDP2 engine
 in a gloo world of --nproc ranks (1 by default; one process per rank, each given its share of
-the batch as verl's data-parallel dispatch does). For each global step (--steps, default 1 and 2)
-it does what RayPPOTrainer does: start_profile on each worker group (profile_step=N), then the
-real decorated methods with batches in the trainer's form (DataProto -> TensorDict -> no-padding,
-plus the non-tensor keys each method reads):
+the batch as verl's trainer deals it: balance_batch, then the data-parallel dispatch). For each global
+step (--steps, default 1 and 2) it does what RayPPOTrainer does: start_profile on each worker group
+(profile_step=N), then the real decorated methods with batches in the trainer's form (DataProto ->
+TensorDict -> no-padding, plus the non-tensor keys each method reads):
 actor compute_log_prob, ref compute_ref_log_prob, critic infer_batch (values), critic
 train_mini_batch (-> train_batch per mini-batch), update_actor; then stop_profile.
 
@@ -32,7 +32,8 @@ responses, attention_mask, position_ids, responses, response_mask) and run as on
 --stages actor_compute_log_prob builds the actor alone and runs its compute_log_prob only (step 1 unless
 --steps). --msprobe-config PATH replaces statistics_<level>.json (e.g. conf/msprobe/tensor_rollout.json: task
 tensor, L0, forward). --remove-padding sets actor_rollout_ref.model.use_remove_padding=True (verl packs the
-batch into one row). The summary then adds `log_probs` (the actor's, per sequence, response tokens only),
+batch into one row). The summary then adds `log_probs` (the actor's, per row in the order the trainer hands
+them, response tokens only), `rows` (each row's index in the sequences: balance_batch reorders them),
 `max_logprob_gap` (against the sequences' log-probs, where given) and `model_inputs`. msprobe itself skips the
 model's first child and last module when verl is imported (module_processor.py): the dump has no lm_head.
 
@@ -373,6 +374,21 @@ def _model_from_checkpoint(src: str, dst: str) -> None:
     tok.save_pretrained(dst)
 
 
+def _dealt(batch, rank: int, world: int):
+    """This rank's share as the trainer hands it: trainer.balance_batch (on by default, at any data-parallel size)
+    reorders the batch by sequence length (tests/trainer_layout.py, verl's own partitioning), then verl's
+    DP_COMPUTE_PROTO dispatch gives rank r the r-th chunk, the meta_info whole. Returns the share and its rows'
+    indices in the batch."""
+    import torch
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+    import trainer_layout
+
+    parts = trainer_layout.balanced_partitions(batch.batch["attention_mask"].sum(-1).tolist(), world)
+    batch.reorder(torch.tensor([i for part in parts for i in part]))
+    return (batch.chunk(world)[rank] if world > 1 else batch), parts[rank]
+
+
 def _td(batch, **non_tensor):
     """DataProto -> TensorDict -> no-padding, plus the non-tensor keys (ray_trainer.py's steps 1-3)."""
     from verl.utils import tensordict_utils as tu
@@ -460,9 +476,7 @@ def child(args) -> dict:
     a = cfg.actor_rollout_ref.actor
     errors, metrics = [], {}
     for step in steps:
-        batch = _batch(step)
-        if world > 1:  # verl's DP_COMPUTE_PROTO dispatch: rank r gets the r-th chunk, the meta_info whole
-            batch = batch.chunk(world)[rank]
+        batch, _ = _dealt(_batch(step), rank, world)
         # ray_trainer._start_profiling: actor group with role="train", then each distinct group
         actor.start_profile(role="train", profile_step=step)
         ref.start_profile(profile_step=step)
@@ -537,11 +551,9 @@ def _child_log_prob_only(args, cfg, steps, sequences, capture, shims, t0, t_impo
     planted = _plant(actor, args.plant_layer) if args.plant_layer is not None else None
     t_build = time.perf_counter()
     impl = actor.profiler._impl
-    errors, log_probs = [], {}
+    errors, log_probs, rows = [], {}, {}
     for step in steps:
-        batch = _batch(step) if sequences is None else _batch_of(sequences)
-        if world > 1:
-            batch = batch.chunk(world)[rank]
+        batch, rows[f"step_{step}"] = _dealt(_batch(step) if sequences is None else _batch_of(sequences), rank, world)
         actor.start_profile(role="train", profile_step=step)
         try:
             out = actor.compute_log_prob(_td(batch, calculate_entropy=True, calculate_sum_pi_squared=False,
@@ -564,15 +576,15 @@ def _child_log_prob_only(args, cfg, steps, sequences, capture, shims, t0, t_impo
                                         "is_engine_module": model is not None and model is actor.actor.engine.module}}
     gap = None
     if sequences is not None and log_probs and all("logprobs" in x for x in sequences) and world == 1:
-        last = log_probs[f"step_{steps[-1]}"]
-        gap = max(abs(a - float(b)) for got, x in zip(last, sequences) for a, b in zip(got, x["logprobs"]))
+        last, order = log_probs[f"step_{steps[-1]}"], rows[f"step_{steps[-1]}"]
+        gap = max(abs(a - float(b)) for got, i in zip(last, order) for a, b in zip(got, sequences[i]["logprobs"]))
     dist.destroy_process_group()
     import tensordict
 
     return {"impl": {"actor": f"{type(impl).__module__}.{type(impl).__name__}"}, "attn": _attn_of(actor, None),
             "planted": planted, "tensordict": tensordict.__version__, "shims": shims, "errors": errors,
             "metrics": {}, "warnings": capture.warnings, "runtime_resolved": capture.resolved, "resolver": found,
-            "log_probs": log_probs, "max_logprob_gap": gap,
+            "log_probs": log_probs, "rows": rows, "max_logprob_gap": gap,
             "model_inputs": {"use_remove_padding": bool(cfg.actor_rollout_ref.model.use_remove_padding),
                              "param_dtype": str(cfg.actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype),
                              "log_prob_micro_batch_size_per_gpu":
@@ -727,7 +739,7 @@ def run(out: str, level: str = "L1", runtime: str = "pdbg", strict: bool = False
         "tensordict": child_result.get("tensordict"), "attn": child_result.get("attn"),
         "planted": child_result.get("planted"),
         "metrics": child_result.get("metrics"), "errors": errors,
-        **({k: child_result.get(k) for k in ("log_probs", "max_logprob_gap", "model_inputs")}
+        **({k: child_result.get(k) for k in ("log_probs", "rows", "max_logprob_gap", "model_inputs")}
            if stages != "all" else {}),
         "seconds": round(time.perf_counter() - t0, 2), "child_seconds": child_result.get("seconds"),
     }

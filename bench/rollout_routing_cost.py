@@ -19,7 +19,7 @@ import time
 from verl_pdbg_conf.compare.rollout import routing
 from verl_pdbg_conf.compare.options import CompareOptions
 from verl_pdbg_conf.compare.report.document import as_dict
-from verl_pdbg_conf.compare.rollout.run import compare_rollout
+from verl_pdbg_conf.compare.rollout.steps import compare_rollout
 
 _ROUTES = routing.routes
 

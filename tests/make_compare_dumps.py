@@ -17,7 +17,11 @@ token ids (an Embedding, as an LLM does), then 6 blocks (Linear, Tanh) and a hea
   grad     blocks[N]'s output gradient multiplied by 1.01 (actor_update only; nothing else differs)
   token    one token id of every batch changed
 
-actor_update runs K mini-batches with an SGD step after each (K = --minibatches, default 1).
+actor_update runs K mini-batches with an SGD step after each (K = --minibatches, default 1). With a process
+group (WORLD_SIZE >= 1) each stage is laid out as verl 0.9.1's trainer lays it out (trainer_layout.py): rows of
+other lengths dealt to the ranks by balance_batch, each call cut to its own longest row, the token count
+all-reduced at the start of each pass (the dump's first records, as in a real run), the update's loss the token
+mean over the global batch.
 N is --block (default 3). Every block's output carries a gradient hook multiplying by 1 (by 1.01 in
 grad); --hook-op visible makes it an op msprobe records (a forward-named call during backward).
 """
@@ -26,10 +30,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import trainer_layout  # noqa: E402
 
 STAGES = ("actor_compute_log_prob", "ref_compute_log_prob", "actor_update")
 VARIANTS = ("golden", "same", "scaled", "dtype")
-BLOCKS, WIDTH, PERTURBED, VOCAB, SEQ = 6, 16, 3, 50, 6
+BLOCKS, WIDTH, PERTURBED, VOCAB, SEQ, ROWS = 6, 16, 3, 50, 6, 4
 HOOK_OP = "raw"
 
 
@@ -56,8 +65,11 @@ def build(variant: str, block: int = PERTURBED, blocks: int = BLOCKS):
     class Net(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.embed = torch.nn.Embedding(VOCAB, WIDTH)
+            # msprobe skips a model's first child and its last module wherever verl is imported, as in every verl
+            # run (module_processor.py): the container first, as an HF model's backbone is, so that the
+            # embedding keeps its record as embed_tokens does under verl; the head, as lm_head, has none
             self.blocks = torch.nn.Sequential(*(Block() for _ in range(blocks)))
+            self.embed = torch.nn.Embedding(VOCAB, WIDTH)
             self.head = torch.nn.Linear(WIDTH, 4)
 
         def forward(self, ids):
@@ -76,6 +88,44 @@ def build(variant: str, block: int = PERTURBED, blocks: int = BLOCKS):
     if variant == "grad":
         target.grad_scale = 1.01
     return net
+
+
+def stage_batch(step: int, stage: str, rank: int, world: int, minibatches: int) -> list:
+    """This rank's calls of the stage, one (ids, mask) of ROWS rows per mini-batch. With a process group, as
+    verl's trainer hands them (trainer_layout): one global batch of minibatches x ROWS x world rows of other
+    lengths, the same on every rank and in every variant (seeded by step and stage), dealt by balance_batch,
+    the rank's share split into mini-batches in order, each cut to its own longest row; without one
+    (msprobe's proc<pid>), rows seeded by step, stage and rank, all of length SEQ."""
+    import torch
+
+    torch.manual_seed(1000 * step + 10 * STAGES.index(stage) + (0 if world else rank))
+    dp = max(world, 1)
+    ids = torch.randint(0, VOCAB, (minibatches * ROWS * dp, SEQ))
+    if not world:
+        return [(x, torch.ones_like(x)) for x in ids.view(minibatches, ROWS, SEQ)]
+    lens = torch.randint(3, SEQ + 1, (minibatches * ROWS * dp,))
+    mask = (torch.arange(SEQ) < lens[:, None]).long()
+    rows = trainer_layout.balanced_partitions(lens.tolist(), dp)[rank]
+    return [trainer_layout.pad_to_longest(x, m) for x, m in
+            zip((ids * mask)[rows].view(minibatches, ROWS, SEQ), mask[rows].view(minibatches, ROWS, SEQ))]
+
+
+def run_stage(model, opt, stage: str, calls: list, world: int) -> None:
+    """One stage as verl's FSDP engine runs it: each forward_backward_batch (the log-prob pass, each mini-batch
+    of the update) starts with the token count all-reduced (with a process group); the update's loss is the
+    token mean over the global mini-batch."""
+    import torch
+
+    for x, m in calls if stage == "actor_update" else calls[:1]:
+        tokens = trainer_layout.stage_token_count(m) if world else m.sum()
+        if stage != "actor_update":
+            with torch.no_grad():
+                model(x)
+            continue
+        model.zero_grad(set_to_none=True)
+        trainer_layout.token_mean_loss(model(x).square().mean(-1), m, tokens, max(world, 1)).backward()
+        if len(calls) > 1:
+            opt.step()
 
 
 def main() -> None:
@@ -103,6 +153,8 @@ def main() -> None:
     if a.world:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{a.port}", rank=a.rank, world_size=a.world)
     torch.set_num_threads(1)
+    if a.world:  # imported before msprobe hooks a model, as in a verl worker: every stage is hooked alike
+        import verl  # noqa: F401
     from verl_pdbg_conf.runtime import PrecisionDebuggerProfiler
 
     stages = a.stages.split(",")
@@ -114,21 +166,12 @@ def main() -> None:
         for step in (int(s) for s in a.steps.split(",")):
             prof.start(profile_step=step)
             for stage in stages:
-                # the same data in every variant: seeded by step, stage and rank
-                torch.manual_seed(1000 * step + 10 * STAGES.index(stage) + a.rank)
-                ids = torch.randint(0, VOCAB, (a.minibatches, 4, SEQ))
+                calls = stage_batch(step, stage, a.rank, a.world, a.minibatches)
                 if variant == "token":
-                    ids[:, 1, 2] = (ids[:, 1, 2] + 1) % VOCAB
+                    for ids, _ in calls:
+                        ids[1, 2] = (ids[1, 2] + 1) % VOCAB
                 with prof.stage(stage, model=model):
-                    if stage == "actor_update":
-                        for mb in range(a.minibatches):
-                            model.zero_grad(set_to_none=True)
-                            model(ids[mb]).square().mean().backward()
-                            if a.minibatches > 1:
-                                opt.step()
-                    else:
-                        with torch.no_grad():
-                            model(ids[0])
+                    run_stage(model, opt, stage, calls, a.world)
             prof.stop()
     if a.world:
         dist.barrier()

@@ -430,8 +430,9 @@ def average_gradients(model, dp: int) -> None:
 def run_verl(prof, model, steps: list[int], log_probs) -> None:
     """X.run_one's steps and stages as verl 0.9.1's Megatron engine runs them (verl/workers/engine/megatron/
     transformer_impl.py forward_backward_batch, verl/workers/utils/losses.py): each data-parallel rank takes
-    its rows of the batch (its share, in rank order); the loss is its log-probs' sum over the token count of
-    the whole batch (all-reduced over the data-parallel group), times the data-parallel size; the gradients
+    its rows of the batch (its share, in rank order); each stage starts with the token count all-reduced over
+    the data-parallel group (the log-prob pass too, as the engine's forward_backward_batch does); the loss is its
+    log-probs' sum over that count of the whole batch, times the data-parallel size; the gradients
     are then averaged over the group (average_gradients), so the step is the one-rank run's."""
     import torch
     from megatron.core import parallel_state
@@ -445,6 +446,8 @@ def run_verl(prof, model, steps: list[int], log_probs) -> None:
         mask = torch.ones(ids.shape[0], ids.shape[1] - 1)  # the loss mask of the log-probs
         prof.start(profile_step=step)
         with prof.stage("actor_compute_log_prob", model=model), torch.no_grad():
+            # every forward_backward_batch starts so, the forward-only pass too
+            torch.distributed.all_reduce(mask.sum(), group=parallel_state.get_data_parallel_group())
             log_probs(model, ids, mask)
         with prof.stage("actor_update", model=model):
             model.zero_grad(set_to_none=True)

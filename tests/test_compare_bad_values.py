@@ -15,7 +15,7 @@ import pytest
 
 from compare_cli import run, run_json
 from verl_pdbg_conf.compare.dumpread import DumpReader, check_items, rows_of
-from verl_pdbg_conf.compare.runs import as_dict, compare_runs
+from verl_pdbg_conf.compare.modes import as_dict, compare_runs
 from verl_pdbg_conf.compare.options import CompareOptions
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "compare"

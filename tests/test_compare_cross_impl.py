@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from verl_pdbg_conf.compare.runs import as_dict, compare_runs
+from verl_pdbg_conf.compare.modes import as_dict, compare_runs
 from verl_pdbg_conf.compare.verdict import ExitCode
 from verl_pdbg_conf.compare.options import CompareOptions
 
@@ -66,7 +66,7 @@ def test_planted_layer_is_where_the_error_is_introduced(cross_impl_pairs):
     """The first divergence received (almost) nothing from its inputs, and the error per layer shows the
     jump: layers before K agree forward, layer K is marked introduced; the text and the plot show it."""
     from verl_pdbg_conf.compare.report import runs_html as report_html
-    from verl_pdbg_conf.compare.report.runs import render_text
+    from verl_pdbg_conf.compare.report.runs_text import render_text
 
     pair = by_name(cross_impl_pairs, "qwen2-mix-statistics/sdpa-weight")
     k = pair["expect_layer"]

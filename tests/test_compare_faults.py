@@ -16,8 +16,8 @@ import pytest
 
 from compare_cli import run, run_json
 from unprivileged import as_unprivileged, open_dir  # noqa: F401 - a fixture
-from verl_pdbg_conf.compare import cli, engine, runs
-from verl_pdbg_conf.compare.rollout import run as rollout_run
+from verl_pdbg_conf.compare import cli, engine, modes
+from verl_pdbg_conf.compare.rollout import steps as rollout_steps
 from verl_pdbg_conf.compare.verdict import ExitCode, Reason, Status, Verdict, exit_code
 from verl_pdbg_conf.compare.options import CompareOptions
 
@@ -68,8 +68,8 @@ def test_healthy_runs_give_their_verdicts(runs4):
 
 
 def test_a_fault_in_one_pair_in_this_process(runs4, monkeypatch):
-    """compare_runs looks its job up when called: patching runs.compare_pair reaches the pairs (-j 1)."""
-    monkeypatch.setattr(runs, "compare_pair", faulty_job)
+    """compare_runs looks its job up when called: patching modes.compare_pair reaches the pairs (-j 1)."""
+    monkeypatch.setattr(modes, "compare_pair", faulty_job)
     code, doc = run_json(*runs4, "-j", "1")
     _assert_fault_stays_in_its_pair(code, doc)
 
@@ -96,18 +96,18 @@ def test_a_fault_inside_the_engine_is_returned_by_compare_pair(runs4, monkeypatc
 
 def test_a_fault_in_worker_processes(runs4):
     """-j 2: the job raises in a worker process; the pool and the other pairs go on."""
-    cmp = runs.compare_runs(str(runs4[0]), str(runs4[1]), CompareOptions(jobs=2), job_fn=faulty_job)
-    _assert_fault_stays_in_its_pair(cmp.exit_code, runs.as_dict(cmp))
+    cmp = modes.compare_runs(str(runs4[0]), str(runs4[1]), CompareOptions(jobs=2), job_fn=faulty_job)
+    _assert_fault_stays_in_its_pair(cmp.exit_code, modes.as_dict(cmp))
 
 
 def test_a_job_that_returns_nonsense_fails_its_pair_alone(runs4):
-    cmp = runs.compare_runs(str(runs4[0]), str(runs4[1]), CompareOptions(jobs=1),
+    cmp = modes.compare_runs(str(runs4[0]), str(runs4[1]), CompareOptions(jobs=1),
                             job_fn=lambda job: None if FAULTY in job.target else engine.compare_pair(job))
-    _assert_fault_stays_in_its_pair(cmp.exit_code, runs.as_dict(cmp), "AttributeError")
+    _assert_fault_stays_in_its_pair(cmp.exit_code, modes.as_dict(cmp), "AttributeError")
 
 
 def test_text_report_and_exit_code_of_a_fault(runs4, monkeypatch):
-    monkeypatch.setattr(runs, "compare_pair", faulty_job)
+    monkeypatch.setattr(modes, "compare_pair", faulty_job)
     code, text = run([*runs4, "-j", "1"])
     assert code == ExitCode.ERROR and "Traceback" not in text
     assert "2 diverged, 2 same" not in text and "2 failed (an error of the compare itself, exit code 4)" in text
@@ -118,7 +118,7 @@ def test_nothing_escapes_main(runs4, monkeypatch, capsys):
     def broken(*a, **k):
         raise ZeroDivisionError("division by zero")
 
-    monkeypatch.setattr(runs, "pair_up", broken)
+    monkeypatch.setattr(modes, "pair_up", broken)
     monkeypatch.delenv(cli.DEBUG_ENV, raising=False)
     code, out = run([*runs4])
     err = capsys.readouterr().err
@@ -133,16 +133,16 @@ def test_rollout_fault_stays_in_its_step(tmp_path, monkeypatch):
     guard as a run pair's is; the other is judged (here: nothing dumped, dump-missing). -j 1: in this process,
     where the fault is injected."""
     for step in ("step_1", "step_2"):
-        for stage in (rollout_run.ROLLOUT, rollout_run.ACTOR):
+        for stage in (rollout_steps.ROLLOUT, rollout_steps.ACTOR):
             (tmp_path / step / stage).mkdir(parents=True)
-    real = rollout_run.compare_step
+    real = rollout_steps.compare_step
 
     def pair(key, *a):
         if key == "step_1":
             raise IndexError("list index out of range")
         return real(key, *a)
 
-    monkeypatch.setattr(rollout_run, "compare_step", pair)
+    monkeypatch.setattr(rollout_steps, "compare_step", pair)
     code, doc = run_json("--rollout", tmp_path, "-j", "1")
     one, two = doc["pairs"]
     assert code == ExitCode.ERROR == doc["exit_code"]
@@ -151,7 +151,7 @@ def test_rollout_fault_stays_in_its_step(tmp_path, monkeypatch):
     assert said["rule"] == "compare-failed" and said["severity"] == "error"
     assert said["message"] == "step_1: the compare failed: IndexError: list index out of range"
     assert (two["step"], two["status"], two["reason"]) == (2, "error", "dump-missing")
-    monkeypatch.setattr(rollout_run, "compare_step", real)
+    monkeypatch.setattr(rollout_steps, "compare_step", real)
     assert run_json("--rollout", tmp_path)[0] == ExitCode.INCOMPLETE  # nothing comparable: not a usage error
 
 
@@ -163,8 +163,8 @@ def nothing_read(monkeypatch):
     def boom(*a, **k):
         raise AssertionError("a dump was read")
 
-    for mod, name in ((runs, "collect"), (runs, "execute"), (cli, "compare_runs"), (cli, "compare_ranks"),
-                      (rollout_run, "compare_rollout")):
+    for mod, name in ((modes, "collect"), (modes, "execute"), (cli, "compare_runs"), (cli, "compare_ranks"),
+                      (rollout_steps, "compare_rollout")):
         monkeypatch.setattr(mod, name, boom)
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from verl_pdbg_conf.compare.cli import main
 from verl_pdbg_conf.compare.ignores import DEFAULT_IGNORES, innermost_frames, match_ignore
-from verl_pdbg_conf.compare.runs import as_dict, compare_ranks, compare_runs, worker_pool
+from verl_pdbg_conf.compare.modes import as_dict, compare_ranks, compare_runs, worker_pool
 from verl_pdbg_conf.compare.verdict import ExitCode
 from verl_pdbg_conf.compare.options import CompareOptions
 

@@ -6,7 +6,7 @@ import pytest
 
 from verl_pdbg_conf.compare.ignores import DEFAULT_IGNORES, innermost_frames, match_ignore, parse
 from verl_pdbg_conf.compare.options import CompareOptions
-from verl_pdbg_conf.compare.runs import UsageError
+from verl_pdbg_conf.compare.modes import UsageError
 
 SITE = "/venv/lib/python3.11/site-packages"
 COPY_IN = f"{SITE}/torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py:270 in all_gather_copy_in_cuda"

@@ -17,7 +17,7 @@ from verl_pdbg_conf.compare.pipeline.attribution import Attributor
 from verl_pdbg_conf.compare.pipeline.equivalents import EQUIVALENT_OPS, equivalent
 from verl_pdbg_conf.compare.judge import Decision, Rule
 from verl_pdbg_conf.compare.pipeline.locating import spread
-from verl_pdbg_conf.compare.pipeline.pairing import Aligner, Gap, Structure, row_pairs
+from verl_pdbg_conf.compare.pipeline.pairing import Aligner, Structure, Unpaired, row_pairs
 from verl_pdbg_conf.compare.records import Record
 from verl_pdbg_conf.compare.pipeline.stacks import Stacks, layer_count
 
@@ -111,7 +111,7 @@ def test_unrelated_ops_are_not_equivalent():
 def test_structure_difference_said_once_per_module_kind():
     s = Structure()
     for layer in range(6):
-        gap = Gap()
+        gap = Unpaired()
         scope = f"Module.model.layers.{layer}.self_attn.Qwen2Attention.forward.0"
         gap.target = [rec("Functional.scaled_dot_product_attention", layer, scope=scope, layer=layer)]
         gap.golden = [rec(op, 2 * layer + i % 2, scope=scope, layer=layer)
@@ -217,6 +217,34 @@ def test_attribution_a_difference_magnifies_its_inputs_rounding():
     # only sums and differences: a matmul's output is judged by relative error alone
     d = Attributor()
     assert d.first_in(_sub(cancel, op="Functional.linear")) == 2
+
+
+def test_attribution_a_difference_whose_input_moved_without_its_norm():
+    """Measured: verl's real actor, eager against sdpa (fp32), each rank's rows dealt by balance_batch
+    (bench/real_workers.py): `log_prob - old_log_prob` ([2, 5]) whose old log-probs agree in Norm to every digit
+    msprobe writes while their Mean is off by 2.4e-7; its output's Norm differs by 0.55%, 1.8e-7 in its own
+    units. The input carried at least sqrt(10) x 2.4e-7: cancellation, not the subtraction's error."""
+    def rows(old_mean):
+        stats = {"input.0": ((0.0, -4.342341423034668, -3.7838101387023926, 12.614532470703125),) * 2,
+                 "input.1": ((0.0, -4.342348575592041, -3.783808946609497, 12.614530563354492),
+                             (0.0, -4.342348575592041, old_mean, 12.614530563354492)),
+                 "output.0": ((1.049041748046875e-05, -1.7642974853515625e-05, -5.722046125811175e-07,
+                               3.2206811738433316e-05),
+                              (1.049041748046875e-05, -1.71661376953125e-05, -4.76837158203125e-07,
+                               3.202983134542592e-05))}
+        out = []
+        for where, (t, g) in stats.items():
+            state = where.split(".")[0]
+            name = f"Tensor.__sub__.30.forward.{where}"
+            value = abs(abs(t[3]) - abs(g[3])) / abs(g[3])
+            out.append((row(name, state, (2, 5), t), row(name, state, (2, 5), g),
+                        Decision(Rule.THRESHOLD if value > 1e-4 else Rule.AGREE, value)))
+        return out
+
+    a = Attributor()
+    assert a.first_in(rows(-3.783809185028076)) is None and a.cancelled == 1
+    # the same output from inputs that agree in every statistic: introduced by the subtraction
+    assert Attributor().first_in(rows(-3.783808946609497)) == 2
 
 
 def _reduction(mean_t, mean_g, out_t, out_g, op="Tensor.sum"):

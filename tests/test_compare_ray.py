@@ -19,9 +19,9 @@ ray = pytest.importorskip("ray")
 
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from verl_pdbg_conf.compare.ray_runner import ClusterError, run_ray  # noqa: E402
+from verl_pdbg_conf.compare.ray_cluster import ClusterError, run_ray  # noqa: E402
 from verl_pdbg_conf.compare.engine import compare_pair  # noqa: E402
-from verl_pdbg_conf.compare.runs import UsageError, compare_ranks, compare_runs  # noqa: E402
+from verl_pdbg_conf.compare.modes import UsageError, compare_ranks, compare_runs  # noqa: E402
 from verl_pdbg_conf.compare.verdict import ExitCode  # noqa: E402
 from verl_pdbg_conf.compare.options import CompareOptions
 
@@ -235,7 +235,7 @@ def test_rollout_on_ray(cluster, tmp_path):
     pool's verdicts; the driver writes each step's summary (examples/rollout, given a second step)."""
     import shutil
 
-    from verl_pdbg_conf.compare.rollout.run import compare_rollout
+    from verl_pdbg_conf.compare.rollout.steps import compare_rollout
 
     pytest.importorskip("torch")
     root = tmp_path / "r"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from compare_cli import run_json
-from verl_pdbg_conf.compare.rollout import run as rollout_run
+from verl_pdbg_conf.compare.rollout import steps as rollout_steps
 from verl_pdbg_conf.compare.verdict import ExitCode
 
 pytest.importorskip("torch")
@@ -57,14 +57,14 @@ def crashes_on_step_2(job):
     """Fault injection in a pool worker (sent by reference: spawn's workers import this module)."""
     if "step_2" in job.target:
         raise KeyError("injected")
-    return rollout_run.compare_job(job)
+    return rollout_steps.compare_job(job)
 
 
 def test_a_fault_in_a_pool_worker_is_its_step_alone(two_steps):
     from verl_pdbg_conf.compare.options import CompareOptions
     from verl_pdbg_conf.compare.report.document import as_dict
 
-    cmp = rollout_run.compare_rollout(str(two_steps), options=CompareOptions(jobs=2), job_fn=crashes_on_step_2)
+    cmp = rollout_steps.compare_rollout(str(two_steps), options=CompareOptions(jobs=2), job_fn=crashes_on_step_2)
     one, two = as_dict(cmp)["pairs"]
     assert (one["status"], two["status"], two["reason"]) == ("diverged", "error", "compare-failed")
     (said,) = two["findings"]
@@ -95,7 +95,7 @@ def test_the_job_is_a_module_function(two_steps):
     """What the pool and Ray send: a top-level function of a PairJob (pickled by reference)."""
     import pickle
 
-    assert pickle.loads(pickle.dumps(rollout_run.compare_job)) is rollout_run.compare_job
+    assert pickle.loads(pickle.dumps(rollout_steps.compare_job)) is rollout_steps.compare_job
 
 
 def test_counts_add_up_in_tokens(two_steps):

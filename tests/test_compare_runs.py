@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from verl_pdbg_conf.compare.runs import UsageError, as_dict, compare_runs, worker_pool
+from verl_pdbg_conf.compare.modes import UsageError, as_dict, compare_runs, worker_pool
 from verl_pdbg_conf.compare.verdict import ExitCode
 from verl_pdbg_conf.compare.cli import main
 from verl_pdbg_conf.compare.options import CompareOptions
@@ -76,6 +76,26 @@ def tree_hash(root: Path) -> str:
     return h.hexdigest()
 
 
+def test_ranks_are_handed_their_rows_as_verl_trainer_does(runs):
+    """The two-rank run maker as verl 0.9.1's trainer (tests/trainer_layout.py): each stage starts with the rank's
+    token count all-reduced (the same first records as a real run's: each rank's count, then the global one on
+    both), each call cut to its own longest row (rows of 3 to 6 tokens)."""
+    for step in (1, 2):
+        for stage in STAGES:
+            counts, outs, widths = [], set(), []
+            for rank in (0, 1):
+                path = runs / "mix" / "golden" / f"step_{step}" / stage / "step0" / f"rank{rank}" / "dump.json"
+                data = json.loads(path.read_text())["data"]
+                first, second = list(data)[:2]
+                assert (first, second) == ("Tensor.sum.0.forward", "Distributed.all_reduce.0.forward"), list(data)[:3]
+                assert data[first]["input_args"][0]["dtype"] == "torch.int64"
+                counts.append(data[first]["output"][0]["Max"])
+                outs.add(data[second]["output"][0]["Max"])
+                widths.append(data["Functional.embedding.0.forward"]["input_args"][0]["shape"])
+            assert outs == {sum(counts)}, (step, stage, counts, outs)  # the global count, on both ranks
+            assert all(w[0] == 4 and 3 <= w[1] <= 6 for w in widths), widths
+
+
 def test_scaled_weight_is_named_in_every_pair_mix(runs, pool, tmp_path):
     cmp = compare_runs(str(runs / "mix" / "scaled"), str(runs / "mix" / "golden"),
                        CompareOptions(out_dir=str(tmp_path), msprobe_csv="diverged"), pool=pool)
@@ -89,7 +109,8 @@ def test_scaled_weight_is_named_in_every_pair_mix(runs, pool, tmp_path):
         assert first["name"] == "Functional.linear.3.forward.input.1", p
         assert first["module"] == "blocks.3.fc" and first["direction"] == "forward"
         assert first["metric"] == "NormRelativeErr" and first["value"] == pytest.approx(0.01, rel=1e-3)
-        assert p["top"][0]["value"] == pytest.approx(0.01, rel=1e-3)
+        # the largest error is the planted 1%, or (in the update) a gradient it carries on a little more
+        assert 0.01 * (1 - 1e-3) <= p["top"][0]["value"] < 0.011, p["top"][0]
         assert Path(p["result_file"]).is_file() and str(tmp_path) in p["result_file"]
     # the module's own record of the same weight is told apart as a parameter
     top = {n["name"]: n for n in doc["pairs"][0]["top"]}
@@ -256,7 +277,7 @@ def test_pairing_rules():
     """pair_up alone: save_paths pair by step and stage strictly; several proc<pid> per side pair by
     sorted pid with a warning; rank<N> by name."""
     from verl_pdbg_conf.core.findings import Severity
-    from verl_pdbg_conf.compare.runs import RankDump, pair_up
+    from verl_pdbg_conf.compare.modes import RankDump, pair_up
 
     def side(key, rank):
         return RankDump(tuple(key.split("/")), rank, f"/x/{key}/{rank}/dump.json")
@@ -403,7 +424,7 @@ def test_no_output_option_writes_inside_an_input(runs, tmp_path, capsys, option)
 def test_default_output_is_removed_and_o_keeps_it(runs, tmp_path, monkeypatch, capsys):
     import tempfile
 
-    from verl_pdbg_conf.compare.report.runs import render_text
+    from verl_pdbg_conf.compare.report.runs_text import render_text
 
     scratch = tmp_path / "tmp"
     scratch.mkdir()

@@ -16,7 +16,7 @@ import pytest
 from verl_pdbg_conf.compare.options import CompareOptions, PairOptions
 from verl_pdbg_conf.compare.rollout import trainers
 from verl_pdbg_conf.compare.rollout.walk import Walk
-from verl_pdbg_conf.compare.runs import compare_runs
+from verl_pdbg_conf.compare.modes import compare_runs
 from verl_pdbg_conf.compare.pipeline.sides import stacks_of
 from verl_pdbg_conf.compare.verdict import ExitCode
 
@@ -92,6 +92,9 @@ def test_the_run_compare_says_how_much_it_compared(dumps, tmp_path):
         assert p.status.value == "same" and p.analysis.first is None
         counts = p.analysis.coverage["tokens"]
         assert counts["tokens"] == TOKENS and counts["sequences"] == 4
+        # the records holding token rows, counted as the other compares count theirs, all compared
+        for c in p.analysis.coverage["counts"].values():
+            assert c["unit"] == "records" and c["total"] > 0 and c["compared"] == c["total"]
         said = [f.message for f in p.findings if f.rule == "compare-tokens"]
         assert len(said) == 1 and f"compared token by token, {TOKENS} token(s) of 4 sequence(s)" in said[0]
     # the same pair without the packed run's token records: record by record, never same (the update's loss
@@ -131,6 +134,8 @@ def test_an_unreadable_tensor_is_counted_and_keeps_the_pair_from_same(dumps, tmp
     assert res.unread_points == 1 and res.first is None
     an = trainers.analysis(res, t, g, "tensor", PairOptions())
     assert an.coverage["full"] is False and an.coverage["tokens"]["points_not_readable"] == 1
+    t_counts = an.coverage["counts"]["target"]
+    assert t_counts["unreadable"] == 1 and t_counts["compared"] + t_counts["not_compared"] + 1 == t_counts["total"]
 
 
 def test_calls_of_the_same_tokens_are_compared_token_by_token_only_where_other_rows_were_claimed(dumps):

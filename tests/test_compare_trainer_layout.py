@@ -12,7 +12,7 @@ from pathlib import Path
 from verl_pdbg_conf.compare.parallel import probe
 from verl_pdbg_conf.compare.parallel.kinds import DATA, TENSOR
 from verl_pdbg_conf.compare.options import CompareOptions
-from verl_pdbg_conf.compare.runs import compare_runs
+from verl_pdbg_conf.compare.modes import compare_runs
 
 
 def t(dtype: str, shape: list, mx, mn, mean=None, norm=None) -> dict:

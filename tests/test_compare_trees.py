@@ -9,7 +9,7 @@ import pytest
 from verl_pdbg_conf.compare.pairs import RankDump, pair_up
 from verl_pdbg_conf.compare.pipeline.coverage import Coverage, kind
 from verl_pdbg_conf.compare.records import Record
-from verl_pdbg_conf.compare.pipeline.trees import Alignment, Tree, parse_call
+from verl_pdbg_conf.compare.pipeline.trees import Tree, TreeAlignment, parse_call
 
 LAYER = [("input_layernorm", "Qwen2RMSNorm"), ("self_attn", "Qwen2Attention"), ("self_attn.q_proj", "Linear"),
          ("self_attn.k_proj", "Linear"), ("self_attn.v_proj", "Linear"), ("self_attn.o_proj", "Linear"),
@@ -80,7 +80,7 @@ WRAPS = {"fsdp1": fsdp1, "ddp": prefixed("module.", "DistributedDataParallel"),
 def test_every_plain_module_pairs_with_its_wrapped_self(wrap):
     g = plain()
     t = WRAPS[wrap](g)
-    a = Alignment(tree(t), tree(g))
+    a = TreeAlignment(tree(t), tree(g))
     back = {gp: tp for tp, (gp, _c) in a.to_golden.items()}
     assert set(back) == {p for p, _c in g}
     for gp, tp in back.items():
@@ -92,7 +92,7 @@ def test_every_plain_module_pairs_with_its_wrapped_self(wrap):
 
 
 def test_lora_pairs_the_wrapping_layer_and_leaves_its_branch_inside():
-    a = Alignment(tree(lora(plain(1))), tree(plain(1)))
+    a = TreeAlignment(tree(lora(plain(1))), tree(plain(1)))
     assert a.to_golden["base_model.model.model.layers.0.self_attn.q_proj"][0] == "model.layers.0.self_attn.q_proj"
     assert "base_model.model.model.layers.0.self_attn.q_proj.base_layer" not in a.to_golden
     # an API call in the base layer is scoped to the wrapping layer's counterpart
@@ -103,7 +103,7 @@ def test_lora_pairs_the_wrapping_layer_and_leaves_its_branch_inside():
 
 def test_both_sides_wrapped_differently():
     g = plain(2)
-    a = Alignment(tree(fsdp1(g)), tree(prefixed("module.", "DistributedDataParallel")(g)))
+    a = TreeAlignment(tree(fsdp1(g)), tree(prefixed("module.", "DistributedDataParallel")(g)))
     assert a.to_golden["_fsdp_wrapped_module.model.layers.1._fsdp_wrapped_module.mlp.down_proj"][0] == \
         "module.model.layers.1.mlp.down_proj"
     # FSDP1's inner root (the model's class) against DDP's wrapper (another class): no counterpart
@@ -112,14 +112,14 @@ def test_both_sides_wrapped_differently():
 
 def test_layers_never_pair_across_indices_and_the_same_tree_is_identity():
     g = plain(2)
-    assert Alignment(tree(g), tree(g)).identity
+    assert TreeAlignment(tree(g), tree(g)).identity
     t = [(p.replace("layers.1", "layers.7"), c) for p, c in g]
-    a = Alignment(tree(t), tree(g))
+    a = TreeAlignment(tree(t), tree(g))
     assert not any(".7" in tp and ".1" in gp for tp, (gp, _c) in a.to_golden.items())
 
 
 def test_rename_keeps_the_call_and_direction():
-    a = Alignment(tree(fsdp1(plain(1))), tree(plain(1)))
+    a = TreeAlignment(tree(fsdp1(plain(1))), tree(plain(1)))
     name = "Module._fsdp_wrapped_module.model.layers.0._fsdp_wrapped_module.mlp.down_proj.Linear.parameters_grad.0"
     r = Record(name, name, name.rsplit(".", 1)[0], "parameters_grad", [], module="_fsdp_wrapped_module.model."
                "layers.0._fsdp_wrapped_module.mlp.down_proj")
@@ -282,7 +282,7 @@ def test_one_module_running_its_indices_one_at_a_time_is_split_by_its_loop_index
     p_call = "Module.model.layers.1.mlp.experts.Experts.forward.0"
     for k in range(2):  # the act_fn called once per expert inside one call of the experts
         fused.add(f"Module.model.layers.1.mlp.experts.act_fn.SiLU.forward.{k}", p_call)
-    a = Alignment(tree(per_expert), fused)
+    a = TreeAlignment(tree(per_expert), fused)
     assert a.groups == {"target": [], "golden": []} and "model.layers.1.mlp.experts.act_fn" in a.per_index
     assert a.roots == {"model.layers.1.mlp.experts": "model.layers.1.mlp.experts"}
     fams = indices.families(a.family, a.roots)

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from verl_pdbg_conf.compare import runs as runs_mod
+from verl_pdbg_conf.compare import modes
 from verl_pdbg_conf.compare.cli import main
-from verl_pdbg_conf.compare.runs import as_dict, compare_runs
+from verl_pdbg_conf.compare.modes import as_dict, compare_runs
 from verl_pdbg_conf.compare.verdict import ExitCode
 
 pytestmark = pytest.mark.slow
@@ -84,16 +84,16 @@ def test_nan_in_a_weight_is_the_first_divergence(tmp_path, block, capsys, monkey
     shutil.copytree(run / "nan", run / "nan_again")  # the same run twice (one folder twice is refused)
     code, out = text_of([str(run / "nan"), str(run / "nan_again")], capsys)
     assert code == ExitCode.SAME and "both NaN" in out and "golden run is non-finite there too" in out
-    # a fault in one pair (fault injection: runs.compare_pair is looked up per call) stays in that pair: the
+    # a fault in one pair (fault injection: modes.compare_pair is looked up per call) stays in that pair: the
     # other keeps its first NaN, and the exit code is the error code, never the "diverged" one
-    real = runs_mod.compare_pair
+    real = modes.compare_pair
 
     def flaky(job):
         if "actor_update" in job.target:
             raise RuntimeError("injected")
         return real(job)
 
-    monkeypatch.setattr(runs_mod, "compare_pair", flaky)
+    monkeypatch.setattr(modes, "compare_pair", flaky)
     code, out = text_of([str(run / "nan"), str(run / "golden"), "-j", "1", "--format", "json"], capsys)
     by = {p["stage"]: p for p in json.loads(out)["pairs"]}
     assert code == ExitCode.ERROR and (by["actor_update"]["status"], by["actor_update"]["reason"]) == ("error",
@@ -176,13 +176,13 @@ def test_level_and_task_mismatch_is_one_finding_per_pair(tmp_path, capsys, monke
         assert all(d["first_divergence"] is None for d in as_dict(cmp)["pairs"])
     # a metric statistics dumps cannot give is refused before any pair is compared
     compared = []
-    real = runs_mod.compare_pair
+    real = modes.compare_pair
 
-    def counted(job):  # fault injection: runs.compare_pair is looked up per call, so every pair passes here
+    def counted(job):  # fault injection: modes.compare_pair is looked up per call, so every pair passes here
         compared.append(job.target)
         return real(job)
 
-    monkeypatch.setattr(runs_mod, "compare_pair", counted)
+    monkeypatch.setattr(modes, "compare_pair", counted)
     golden, same = str(tmp_path / "l1" / "golden"), str(tmp_path / "l1" / "again")
     shutil.copytree(golden, same)  # the same run twice (one folder twice is refused)
     assert main([same, golden, "--metric", "Cosine", "-j", "1"]) == ExitCode.USAGE and compared == []

@@ -25,7 +25,7 @@ MUTANTS = {
         "    if any(v.reason == Reason.FAILED for v in verdicts):\n        return ExitCode.ERROR\n",
         ["test_verdict_core.py::test_exit_code_priority", "test_compare_faults.py::test_exit_code_of_each_status"]),
     "one-sided null: a statistic lost in one run is judged": (
-        "verl_pdbg_conf/compare/pipeline/run.py",
+        "verl_pdbg_conf/compare/pipeline/analysis.py",
         "            if (a is None) != (b is None):\n",
         "            if False:\n",
         ["test_compare_bad_values.py::test_a_statistic_one_run_lost_is_not_compared"]),
@@ -45,8 +45,8 @@ MUTANTS = {
         "    if value != value:\n        return Rule.NAN\n",
         "",
         ["test_verdict_core.py::test_against_the_limit"]),
-    "unreadable rows judged (pipeline/run.py skips them)": (
-        "verl_pdbg_conf/compare/pipeline/run.py",
+    "unreadable rows judged (pipeline/analysis.py skips them)": (
+        "verl_pdbg_conf/compare/pipeline/analysis.py",
         "            if row.bad or (grow is not None and grow.bad):\n                continue",
         "            if row.bad or (grow is not None and grow.bad):\n                pass",
         ["test_compare_bad_values.py::test_an_unreadable_row_is_never_judged"]),

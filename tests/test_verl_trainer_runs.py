@@ -17,7 +17,7 @@ import pytest
 
 import release_venvs
 from compare_cli import run
-from verl_pdbg_conf.compare.runs import compare_runs
+from verl_pdbg_conf.compare.modes import compare_runs
 
 HERE = Path(__file__).resolve().parent
 BENCH = HERE.parent / "bench" / "verl_trainer_run.py"

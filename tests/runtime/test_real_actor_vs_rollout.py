@@ -73,10 +73,12 @@ def test_verl_actor_ran_on_the_rollouts_tokens(made, actor):
     assert result["max_logprob_gap"] < 1e-5, result["max_logprob_gap"]
     with open(os.path.join(out, ACTOR_STAGE, "tokens.json")) as fh:
         (call,) = json.load(fh)["calls"]  # one micro-batch: one forward
-    # verl's engine un-pads the trainer's batch and pads it again on the right (no left padding)
+    # verl's engine un-pads the trainer's batch and pads it again on the right (no left padding), its rows in
+    # the order balance_batch hands them (the summary's rows: not the requests' order)
     samples = manifest["same"]["samples"]
+    assert sorted(result["rows"]["step_1"]) == list(range(len(samples)))
     assert [ids[:m.count(1)] for ids, m in zip(call["input_ids"], call["attention_mask"])] == \
-        [s["prompt"] + s["response"] for s in samples]
+        [samples[i]["prompt"] + samples[i]["response"] for i in result["rows"]["step_1"]]
     assert all(pos[:m.count(1)] == list(range(m.count(1))) for pos, m in zip(call["position_ids"],
                                                                              call["attention_mask"]))
     with open(os.path.join(out, ACTOR_STAGE, "dump.json")) as fh:

@@ -14,7 +14,7 @@ import pytest
 
 from runtime_helpers import bench_summary, start_bench
 
-from verl_pdbg_conf.compare.runs import as_dict, compare_runs
+from verl_pdbg_conf.compare.modes import as_dict, compare_runs
 from verl_pdbg_conf.compare.verdict import ExitCode
 from verl_pdbg_conf.compare.options import CompareOptions
 

@@ -17,7 +17,7 @@ from verl_pdbg_conf.compare.inputs import check_inputs, refuse_swallowed
 from verl_pdbg_conf.install_hints import MATPLOTLIB
 from verl_pdbg_conf.compare.output_paths import check_outputs
 from verl_pdbg_conf.compare import report
-from verl_pdbg_conf.compare.runs import as_dict, compare_ranks, compare_runs, remove_output, require_msprobe
+from verl_pdbg_conf.compare.modes import as_dict, compare_ranks, compare_runs, remove_output, require_msprobe
 from verl_pdbg_conf.compare.verdict import ExitCode, UsageError, failure
 from verl_pdbg_conf.compare.nodes import METRICS
 from verl_pdbg_conf.compare.options import (DEFAULT_METRIC, DEFAULT_MIN_COVERAGE, DEFAULT_THRESHOLD, DEFAULT_TOP,
@@ -177,7 +177,7 @@ def _main(argv: list[str] | None) -> int:
 
 
 def _rollout(args, options: CompareOptions) -> int:
-    from verl_pdbg_conf.compare.rollout.run import compare_rollout
+    from verl_pdbg_conf.compare.rollout.steps import compare_rollout
 
     progress = ProgressBar() if sys.stderr.isatty() else None
     try:

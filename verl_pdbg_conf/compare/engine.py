@@ -16,7 +16,7 @@ from verl_pdbg_conf.compare.dumpread import DumpError, DumpReader
 from verl_pdbg_conf.compare.nodes import METRICS, Analysis
 from verl_pdbg_conf.compare.options import PairOptions
 from verl_pdbg_conf.compare.parallel.replica import Replica
-from verl_pdbg_conf.compare.pipeline.run import run_pipeline
+from verl_pdbg_conf.compare.pipeline.analysis import run_pipeline
 from verl_pdbg_conf.compare.rollout import trainers
 from verl_pdbg_conf.compare.verdict import FAULT_HINT, Reason, failure
 

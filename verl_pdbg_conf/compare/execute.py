@@ -14,7 +14,7 @@ import tempfile
 
 from verl_pdbg_conf.core.findings import Finding
 from verl_pdbg_conf.compare.engine import PairJob, PairOutcome, failed_outcome, header_of
-from verl_pdbg_conf.compare.msprobe_run import diagnose, msprobe_compare, precheck, csv_written, msprobe_remote
+from verl_pdbg_conf.compare.msprobe_compare import diagnose, msprobe_compare, precheck, csv_written, msprobe_remote
 from verl_pdbg_conf.compare.nodes import METRICS
 from verl_pdbg_conf.compare.options import ROLLOUT, default_jobs
 from verl_pdbg_conf.compare.report.document import write_summaries
@@ -191,7 +191,7 @@ def _pool(todo: list[Pair], pool: cf.Executor, fn, make_job, finish, failed, pro
 def _spread(cmp: Comparison, todo: list[Pair], fn, make_job, finish, progress, done: int, total: int, failed) -> None:
     """On the Ray cluster: fn(make_job(p)) per pair, finish(p, outcome) as they come back; a pair the
     cluster could not run finishes with failed(p, error). Ray is imported here only."""
-    from verl_pdbg_conf.compare.ray_runner import ClusterError, run_ray
+    from verl_pdbg_conf.compare.ray_cluster import ClusterError, run_ray
 
     notes: list[str] = []
     try:

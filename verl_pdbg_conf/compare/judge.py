@@ -10,7 +10,7 @@ lower precision the runs differ in. A row with no counterpart is `unmatched` (pa
 divergence by itself).
 
 In the run compare, a flat parameter of FSDP1's against one parameter of FSDP2's, or a model of other sizes,
-is `apart`, and so is every other row of their calls (pipeline/run.py: the norm of a flat parameter's
+is `apart`, and so is every other row of their calls (pipeline/analysis.py: the norm of a flat parameter's
 gradient is a scalar as one parameter's is). Every known layout (a fused module's parts, tensor-parallel
 shards, a batch split: pipeline/fusion.py, parallel/merge.py, splits.py) has made its rows whole before they come
 here; the judge itself takes a constant replicated tensor as its counterpart's size, and, where the runs lay

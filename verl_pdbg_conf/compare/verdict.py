@@ -1,4 +1,4 @@
-"""What a comparison says, shared by the run compare (pairs.py) and the rollout compare (rollout/run.py):
+"""What a comparison says, shared by the run compare (pairs.py) and the rollout compare (rollout/steps.py):
 a pair's status (decide(), called for both by execute.py), the reason it is not a plain verdict, the
 command's exit code computed from the pairs in one place, and the one builder of their findings.
 

@@ -42,7 +42,7 @@ def _index_after(path: str, root: str) -> tuple[str, int] | None:
 
 
 def families(family: dict[str, dict[str, str]], roots: dict[str, str]) -> dict[str, Family]:
-    """Per target family root, its golden counterpart: `family` is trees.Alignment.family (side -> module -> its
+    """Per target family root, its golden counterpart: `family` is trees.TreeAlignment.family (side -> module -> its
     family's root, in that side's naming), `roots` target root -> golden root."""
     out = {}
     for troot, groot in roots.items():

@@ -337,7 +337,7 @@ def _ops(records) -> tuple:
     return tuple(out)
 
 
-class Gap:
+class Unpaired:
     """Records with no counterpart between two pairs."""
 
     def __init__(self):
@@ -395,7 +395,7 @@ class Structure:
         self.kinds: dict[tuple, dict] = {}
         self.records = [0, 0]  # target-only, golden-only
 
-    def add(self, gap: Gap) -> None:
+    def add(self, gap: Unpaired) -> None:
         self.records[0] += len(gap.target)
         self.records[1] += len(gap.golden)
         t_ops, g_ops = _ops(gap.target), _ops(gap.golden)

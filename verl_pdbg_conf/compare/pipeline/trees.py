@@ -168,7 +168,7 @@ def _per_index_calls(tree: Tree) -> set[str]:
 MAX_GROUP = 2048  # modules of one index signature aligned by LCS; past this, only equal paths pair
 
 
-class Alignment:
+class TreeAlignment:
     """Which golden module each target module corresponds to (path -> (golden path, golden class))."""
 
     def __init__(self, target: Tree, golden: Tree, seed: dict | None = None, families: dict | None = None,

@@ -6,8 +6,8 @@ command was asked, for either: JSON as it is, text for the terminal, and one sel
 Every report renders the document only.
 
 - document.py: either compare's document, and its summary.json files under -o
-- runs.py, runs_html.py: the run compare's pairs as text, and as a page (it plots the layers the document
-  holds of its first diverged pairs)
+- runs_text.py, runs_html.py: the run compare's pairs as text, and as a page (it plots the layers the
+  document holds of its first diverged pairs)
 - rollout.py, pictures.py: the rollout compare's pairs as text, and as a page with inline SVG pictures"""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def text(doc: dict) -> str:
     if doc.get("mode") == ROLLOUT:
         from verl_pdbg_conf.compare.report.rollout import render_text
     else:
-        from verl_pdbg_conf.compare.report.runs import render_text
+        from verl_pdbg_conf.compare.report.runs_text import render_text
     return render_text(doc)
 
 

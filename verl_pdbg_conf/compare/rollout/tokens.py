@@ -135,13 +135,13 @@ def _next(lps, b: int, s: int, following: int | None) -> float | None:
 
 
 @dataclass
-class Alignment:
+class RequestMatch:
     pairs: list[tuple[Request, Sequence]]
     rollout_only: list[Request]
     trainer_only: list[Sequence]
 
 
-def align(requests: dict[str, Request], sequences: list[Sequence]) -> Alignment:
+def align(requests: dict[str, Request], sequences: list[Sequence]) -> RequestMatch:
     """Each request with the trainer sequence holding its tokens at their positions (prompt + response; a
     position no collected step computed is left open); requests with the same tokens (n samples of one
     prompt that happened to agree) pair in order."""
@@ -157,7 +157,7 @@ def align(requests: dict[str, Request], sequences: list[Sequence]) -> Alignment:
             continue
         free.remove(hit)
         pairs.append((r, sequences[hit]))
-    return Alignment(pairs, alone, [sequences[i] for i in free])
+    return RequestMatch(pairs, alone, [sequences[i] for i in free])
 
 
 def natural(s: str):

@@ -117,6 +117,8 @@ class Result:
     skipped: int = 0  # token rows not compared: non-finite alike, or no number
     apart: int = 0  # token rows of other sizes on the two sides (a mask's row over its call's columns)
     unread_points: int = 0  # points whose tensor file cannot be read on a side
+    # (tensor folder, order) of each side's records holding a tensor file that cannot be read: not compared
+    unread_at: tuple = field(default_factory=lambda: (set(), set()))
     unread: int = 0  # records with a value that cannot be read
     first: tuple | None = None  # (order, target Record, row, golden row, error, tokens over the limit)
     points: list = field(default_factory=list)  # (order, target Record, row, golden row, worst error, tokens over)
@@ -202,7 +204,11 @@ def _point(t, g, key, n, k, io, i, pairs, tshape, gshape, walk, res, compared_to
             trec, grec = t.records[rt][key][ct * n + k], g.records[rg][key][cg * n + k]
             ta, ga = pick(walk.tensors, trec, io, i), pick(walk.tensors, grec, io, i)
             if ta is None or ga is None:
-                bad = bad or ("unread" if _unreadable(trec, io, i) or _unreadable(grec, io, i) else "none")
+                for seen, rec in zip(res.unread_at, (trec, grec)):
+                    if _unreadable(rec, io, i):
+                        seen.add((rec.tensor_dir, rec.order))
+                        bad = "unread"
+                bad = bad or "none"
                 break  # this point holds no tensor (statistics only) or one that cannot be loaded
             a, b = token_row(ta, bt, xt, tshape[rt][ct]), token_row(ga, bg, xg, gshape[rg][cg])
             if a is None or b is None:
@@ -279,10 +285,10 @@ def _unreadable(rec: Record, io: str, i: int) -> bool:
     return i < len(rows) and (bool(rows[i].bad) or rec.file_of(rows[i]) is not None)
 
 
-GAP_COMPARED = 64  # records of one side between two compared ones, compared at them (pipeline/run.py's rule)
+GAP_COMPARED = 64  # records of one side between two compared ones, compared at them (pipeline/analysis.py's rule)
 
 
-def _coverage(side: Side, hit: set) -> dict:
+def _coverage(side: Side, hit: set, unread_at: set) -> dict:
     """A side's token records (those holding a per-token row of one of its rank's calls) as coverage.py's data:
     compared (a per-token row compared), or lying in a gap of one rank of up to GAP_COMPARED token records
     before a compared record (compared at it: a packing op, attention's scores over the call's columns); the
@@ -293,9 +299,10 @@ def _coverage(side: Side, hit: set) -> dict:
         tdir = os.path.join(os.path.dirname(path), "dump_tensor_data")
         by = sorted((r for r in side.every if r.tensor_dir == tdir), key=lambda r: r.order)
         shapes = _shapes(calls)
-        marks = [(r.tensor_dir, r.order) in hit for r in by]
-        token = [m or bool(r.unread) or any(per_token(row.shape, shapes) for row in r.rows
-                                            if row.state in ("input", "output")) for m, r in zip(marks, by)]
+        bad = [bool(r.unread) or (r.tensor_dir, r.order) in unread_at for r in by]
+        marks = [(r.tensor_dir, r.order) in hit and not x for r, x in zip(by, bad)]
+        token = [m or x or any(per_token(row.shape, shapes) for row in r.rows if row.state in ("input", "output"))
+                 for m, x, r in zip(marks, bad, by)]
         # a gap before the first compared record, or between two, is compared at the one after it (as the
         # pipeline's are); one after the last has none after it. Its length counts token records only
         at = [-1] + [i for i, m in enumerate(marks) if m]
@@ -308,7 +315,7 @@ def _coverage(side: Side, hit: set) -> dict:
                 outside += 1
                 continue
             records += 1
-            if r.unread:
+            if bad[i]:
                 unread += 1
                 continue
             if marks[i] or i in inside:
@@ -343,6 +350,8 @@ def instead(job, task: str, level: str, an, notes: list):
     res = compare(t, g, Walk(o.threshold))
     if not res.tokens:
         return None  # no token of one run is the other's: other data, as the record-by-record compare says
+    if res.target_alone and res.golden_alone and res.first is None and an.fed:
+        return None  # each run holds rows the other does not and the shared ones agree: other data, as said
     an = analysis(res, t, g, task, o)
     return an, [_note(res, t, g, an.coverage)] + [n for n in notes if n.rule.startswith("dump-")]
 
@@ -363,7 +372,7 @@ def analysis(res: Result, t: Side, g: Side, task: str, options):
         an.first = node(order, row, grow, worst, Rule.THRESHOLD, rec, label_of(rec))
         an.first.note = (f"token by token: {over} of the {res.tokens} tokens compared are past the limit here, "
                          "no point before it is past the limit at any token")
-    tc, gc = _coverage(t, res.hit[0]), _coverage(g, res.hit[1])
+    tc, gc = _coverage(t, res.hit[0], res.unread_at[0]), _coverage(g, res.hit[1], res.unread_at[1])
     full = all(s["share"] >= options.min_coverage and not s["unreadable_records"] for s in (tc, gc)) \
         and res.tokens > 0 and not res.target_alone and not res.golden_alone and not res.unread_points
     counts = counts_of(tc.pop("counts"), gc.pop("counts"))

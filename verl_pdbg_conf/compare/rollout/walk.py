@@ -36,7 +36,7 @@ ROUNDINGS = 2  # a point's own rounding with dtype_aware, in epsilons of the low
 
 
 @dataclass
-class Gap:
+class TokenGap:
     """Where one token's computations part: the point, its error and the one carried in."""
 
     module: str
@@ -61,7 +61,7 @@ class TokenResult:
     compared: int = 0  # points compared
     skipped: int = 0  # points whose rows could not be taken (a shape neither side explains)
     worst: float = 0.0
-    gap: Gap | None = None
+    gap: TokenGap | None = None
     logprob_engine: float | None = None  # what the engine returned for the token sampled after this one
     logprob_engine_logits: float | None = None  # log-softmax of the engine's own logits
     logprob_trainer: float | None = None
@@ -185,8 +185,8 @@ class Walk:
                 self._logprobs(res, ev, tv[0], sampled)
             if said.reason in (J.Rule.NAN, J.Rule.INF):  # non-finite on one side only: parts here, no error measured
                 if res.gap is None and not res.rerouted:
-                    res.gap = Gap(pt.module, pt.io, math.nan, carried, [], pt.engine.record.name,
-                                  f"{pt.module} {pt.io}", pt.role, nonfinite=kinds, order=order)
+                    res.gap = TokenGap(pt.module, pt.io, math.nan, carried, [], pt.engine.record.name,
+                                       f"{pt.module} {pt.io}", pt.role, nonfinite=kinds, order=order)
                 continue
             res.worst = max(res.worst, err)
             over = said.reason == J.Rule.THRESHOLD
@@ -198,15 +198,15 @@ class Walk:
                 if self.dtype_aware and not route.imposed:
                     res.rerouted.append(route.layer)
                 else:
-                    res.gap = Gap(route.layer, "routing", err, carried, [], pt.engine.record.name,
-                                  f"{pt.module} {pt.io}", "routing", routing=route.to_dict(), order=order)
+                    res.gap = TokenGap(route.layer, "routing", err, carried, [], pt.engine.record.name,
+                                       f"{pt.module} {pt.io}", "routing", routing=route.to_dict(), order=order)
                 continue
             if pt.role == "experts" and not over:
                 res.agreed_experts.append(pt.module)
             if over:
                 span = _span(engine_order, last_module, pt)
-                res.gap = Gap(_common(span) if span else pt.module, pt.io, err, carried, span, pt.engine.record.name,
-                              f"{pt.module} {pt.io}", pt.role, order=order)
+                res.gap = TokenGap(_common(span) if span else pt.module, pt.io, err, carried, span,
+                                   pt.engine.record.name, f"{pt.module} {pt.io}", pt.role, order=order)
             else:
                 carried, last_module = err, pt.module
         if sampled is not None and logits_here:
@@ -219,14 +219,14 @@ class Walk:
             diff = abs(res.logprob_engine_logits - res.logprob_trainer)
             res.compared += 1
             if J.against(diff, self._lp_limit(res.logprob_trainer)) == J.Rule.THRESHOLD:
-                res.gap = Gap(self.logits_path, "logprob", diff, carried, [],
-                              "log-softmax of the engine's logits against the actor's")
+                res.gap = TokenGap(self.logits_path, "logprob", diff, carried, [],
+                                   "log-softmax of the engine's logits against the actor's")
         if res.gap is None and res.logprob_engine is not None and res.logprob_engine_logits is not None:
             own = abs(res.logprob_engine - res.logprob_engine_logits)
             limit = max(self.threshold, 1e-6) * max(1.0, abs(res.logprob_engine_logits))
             if J.against(own, limit) == J.Rule.THRESHOLD:
-                res.gap = Gap("sampler", "logprob", own, carried, [],
-                              "the engine's returned log-prob is not the log-softmax of its logits")
+                res.gap = TokenGap("sampler", "logprob", own, carried, [],
+                                   "the engine's returned log-prob is not the log-softmax of its logits")
         return res
 
     def judge(self, a, b, limit: float):

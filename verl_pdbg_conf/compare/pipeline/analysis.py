@@ -18,14 +18,14 @@ from verl_pdbg_conf.compare.judge import Decision, Judge, Rule
 from verl_pdbg_conf.compare.verdict import Note
 from verl_pdbg_conf.compare.pipeline.locating import describe, spread
 from verl_pdbg_conf.compare.pipeline.plan import AlignmentPlan, plan_for
-from verl_pdbg_conf.compare.pipeline.pairing import Aligner, Gap, Structure, row_pairs
+from verl_pdbg_conf.compare.pipeline.pairing import Aligner, Structure, Unpaired, row_pairs
 from verl_pdbg_conf.compare.pipeline.stacks import skip_foreign
 from verl_pdbg_conf.compare.megatron.table import Correspondence, local_expert
 from verl_pdbg_conf.compare.nodes import module_kind
 from verl_pdbg_conf.compare.pipeline.fusion import Fuser, Group
 from verl_pdbg_conf.compare.pipeline.gradscale import GradScale
 from verl_pdbg_conf.compare.pipeline.sides import PairSide, stacks_of
-from verl_pdbg_conf.compare.pipeline.trees import Alignment
+from verl_pdbg_conf.compare.pipeline.trees import TreeAlignment
 
 
 WARNING = Severity.WARNING
@@ -50,7 +50,7 @@ class _Pair:
         self.attr = Attributor()
         self.structure = Structure()
         self.coverage = Coverage()
-        self.gap = Gap()
+        self.gap = Unpaired()
         self.first = None  # (row order, row, golden row, Decision, record, label, note, received)
         self.watch = None  # the first divergence was a forward-named call after a backward: watch what follows
         self.in_backward = False
@@ -184,7 +184,7 @@ class _Pair:
     def close_gap(self, bracketed: bool = True, closing=None) -> None:
         """`closing`: the target record of the pair after the gap (None at the end)."""
         bracketed = bracketed and self.bracket
-        gap, self.gap = self.gap, Gap()
+        gap, self.gap = self.gap, Unpaired()
         if not gap:
             return
         self.structure.add(gap)
@@ -241,7 +241,7 @@ class Apart:
 
 
 class _Boundary:
-    """A fused op's outputs against the last decomposed op's, as one record pair (pairing.Gap.boundary)."""
+    """A fused op's outputs against the last decomposed op's, as one record pair (pairing.Unpaired.boundary)."""
 
     def __init__(self, tb, outs, gouts):
         self._t = tb
@@ -291,7 +291,7 @@ class _Backends:
                                 + [p for pair in gated.items() for p in pair])
 
     def families(self, mcore: dict, hf: dict) -> dict:
-        """trees.Alignment's families the table states (Correspondence.experts): each side's modules inside
+        """trees.TreeAlignment's families the table states (Correspondence.experts): each side's modules inside
         its experts module -> that module, where Megatron holds one module per expert and the Hugging Face
         run one module for all (module dicts: each side's Tree.modules)."""
         def inside(modules: dict, roots) -> dict:
@@ -343,7 +343,7 @@ def _trees(tside, gside, level: str):
         families = backends.families(mc.modules, hf.modules)
         roots = backends.corr.experts if backends.mcore_side == "target" else \
             {h: m for m, h in backends.corr.experts.items()}
-    a = Alignment(t, g, backends.seed() if backends else None, families, roots)
+    a = TreeAlignment(t, g, backends.seed() if backends else None, families, roots)
     return (None if a.identity else a), backends
 
 
@@ -554,7 +554,7 @@ def _family_note(module: str, alignment, looped: bool) -> str:
 
 
 def _called_per_index(roots: list[str], alignment) -> bool:
-    """One of these families' one module calls a part of its own once per index (trees.Alignment.per_index)."""
+    """One of these families' one module calls a part of its own once per index (trees.TreeAlignment.per_index)."""
     pairs = {**alignment.roots, **{g: t for t, g in alignment.roots.items()}}
     every = set(roots) | {pairs[r] for r in roots if r in pairs}
     return any(c.startswith(f + ".") for f in every for c in alignment.per_index)
