@@ -75,7 +75,7 @@ def test_planted_layer_is_where_the_error_is_introduced(cross_impl_pairs):
     lines = [ln for ln in text.splitlines() if ln.startswith("error per layer, forward")]
     assert lines and all(re.search(rf"(: | \| ){k} [0-9.e+-]+% <- introduced", ln) for ln in lines), text
     if not report_html.matplotlib_missing():
-        png = report_html.plot_layers(cmp.pairs[0].analysis, doc["metric"], doc["threshold"])
+        png = report_html.plot_layers(doc["pairs"][0], doc["metric"], doc["threshold"])
         assert png.startswith(b"\x89PNG")
     for p in doc["pairs"]:
         first = p["first_divergence"]

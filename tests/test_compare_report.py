@@ -1,9 +1,11 @@
 """Output that scales: a pair summarised per layer (nodes.layers_of), its plot and the HTML page with
 the run overview, on synthetic analyses as large as a real 7B stage (500k nodes) and runs of many ranks.
-The real-dump path of the same code is in test_compare_runs.py and test_compare_ray.py."""
+The page renders the document only (report/document.py as_dict). The real-dump path of the same code is in
+test_compare_runs.py and test_compare_ray.py."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import struct
@@ -11,7 +13,8 @@ import struct
 import pytest
 
 from verl_pdbg_conf.compare.nodes import MAX_LAYERS, SPAN, Analysis, Node, layer_label, layers_of
-from verl_pdbg_conf.compare.report.document import layer_dict
+from verl_pdbg_conf.compare.report import document
+from verl_pdbg_conf.compare.report.document import as_dict, layer_dict, pair_dict
 from verl_pdbg_conf.compare.pairs import Comparison, Pair, RankDump
 from verl_pdbg_conf.compare.options import CompareOptions
 
@@ -51,6 +54,14 @@ def big_analysis(n_layers=125, per_module=1000, first_layer=37, nan_layer=60) ->
     return an
 
 
+def pair_of(an: Analysis, status="diverged") -> dict:
+    """The analysis as the document holds a pair with its layers (what the page plots)."""
+    key = ("step_1", "actor_update", "step0")
+    p = Pair(RankDump(key, "rank0", "/t/x/dump.json"), RankDump(key, "rank0", "/g/x/dump.json"), 1, "actor_update", 0,
+             status=status, analysis=an)
+    return pair_dict(p, "NormRelativeErr", THRESHOLD, layers=True)
+
+
 def test_layer_labels():
     assert layer_label("model.layers.3.mlp.down_proj") == "model.layers.3.mlp"
     assert layer_label("blocks.3.fc") == "blocks.3.fc"
@@ -85,7 +96,7 @@ def test_500k_nodes_stay_bounded_and_keep_their_marks(tmp_path):
     summary = [layer_dict(lay) for lay in an.layers]
     assert len(repr(summary)) < 100_000  # a pair's summary.json is tens of kB, whatever the dump
 
-    png = report_html.plot_layers(an, "NormRelativeErr", THRESHOLD, "500k-node pair")
+    png = report_html.plot_layers(pair_of(an), "NormRelativeErr", THRESHOLD, "500k-node pair")
     (tmp_path / "plot500k.png").write_bytes(png)
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = struct.unpack(">II", png[16:24])
@@ -121,9 +132,14 @@ def synthetic_run(steps=3, stages=("actor_compute_log_prob", "actor_update"), ra
 
 
 def test_html_overview_one_line_per_same_pair_and_bounded_plots(monkeypatch):
-    monkeypatch.setattr(report_html, "MAX_PLOTS", 3)  # the bound, smaller: each plot costs a second
+    monkeypatch.setattr(document, "MAX_PLOTS", 3)  # the bound, smaller: each plot costs a second
     cmp = synthetic_run()
-    page = report_html.render(cmp)
+    doc = as_dict(cmp)
+    # the document holds the layers of the first MAX_PLOTS diverged pairs only, each bounded
+    held = [p for p in doc["pairs"] if "layers" in p]
+    assert [p["status"] for p in held] == ["diverged"] * 3 and all(0 < len(p["layers"]) <= MAX_LAYERS for p in held)
+    assert held == [p for p in doc["pairs"] if p["status"] == "diverged"][:3]
+    page = report_html.render(doc)
     n_same = sum(p.status == "same" for p in cmp.pairs)
     n_div = sum(p.status == "diverged" for p in cmp.pairs)
     assert n_same == 128 and n_div == 254
@@ -137,9 +153,9 @@ def test_html_overview_one_line_per_same_pair_and_bounded_plots(monkeypatch):
     # 64 ranks: compact cells, details on hover: where the pair first diverged and its place in order
     assert re.search(r"title='step_2/actor_compute_log_prob/step0/rank0: first divergence Module\.model\.layers\.3\.mlp", overview)
     # "same" pairs: one line each, no plot; diverged: MAX_PLOTS plots, the rest one line
-    assert page.count("<img ") == report_html.MAX_PLOTS
+    assert page.count("<img ") == document.MAX_PLOTS
     assert page.count("none diverges") == n_same
-    assert page.count("(plotted: the first") == n_div - report_html.MAX_PLOTS
+    assert page.count("(plotted: the first 3 diverged pairs)") == n_div - document.MAX_PLOTS
     assert "dump-empty: dump.json is empty" in page and "compare-mismatch: collected differently" in page
     assert "<script" not in page
     assert len(page) < 8_000_000
@@ -147,10 +163,13 @@ def test_html_overview_one_line_per_same_pair_and_bounded_plots(monkeypatch):
 
 def test_html_small_run_names_the_layer_in_each_cell():
     cmp = synthetic_run(steps=2, ranks=2)
-    page = report_html.render(cmp)
+    doc = as_dict(cmp)
+    page = report_html.render(doc)
     overview = page.split("<h2>Pairs</h2>")[0]
     assert ">model.layers.3.mlp @" in overview and "<th>rank0</th><th>rank1</th><th>rank2</th>" in overview
     assert page.count("<img ") == 4  # step 2: 2 stages x 2 ranks
+    # the document alone makes the page: the same page from it once written as JSON and read back
+    assert report_html.render(json.loads(json.dumps(doc))) == page
 
 
 def test_pair_summary_is_bounded_whatever_the_layers():
@@ -158,7 +177,6 @@ def test_pair_summary_is_bounded_whatever_the_layers():
     import json
 
     from verl_pdbg_conf.compare.nodes import LayerStat
-    from verl_pdbg_conf.compare.report.document import pair_dict
 
     layers = [LayerStat(f"model.layers.{i // 8}.part{i % 8}", i * 100, 100, 1e-7 * (i % 3)) for i in range(4096)]
     layers[2500].diverged, layers[3000].nan = True, True
@@ -166,7 +184,7 @@ def test_pair_summary_is_bounded_whatever_the_layers():
     key = ("step_1", "actor_update", "step0")
     p = Pair(RankDump(key, "rank0", "/t/x/dump.json"), RankDump(key, "rank0", "/g/x/dump.json"), 1, "actor_update", 0,
              status="diverged", analysis=an)
-    d = pair_dict(p, "NormRelativeErr", layers=True)
+    d = pair_dict(p, "NormRelativeErr", THRESHOLD, layers=True)
     assert len(d["layers"]) <= MAX_LAYERS and sum(lay["nodes"] for lay in d["layers"]) == 409_600
     assert sum(lay["diverged"] for lay in d["layers"]) == 1 and sum(lay["nan"] for lay in d["layers"]) == 1
     assert "model.layers.312" in next(lay["label"] for lay in d["layers"] if lay["diverged"])
@@ -186,7 +204,9 @@ def test_a_layer_whose_worst_is_inf_is_plotted():
         lay.inf = False
         if "layers.2" in lay.label:
             lay.worst = math.inf
-    png = report_html.plot_layers(an, "NormRelativeErr", THRESHOLD)
+    p = pair_of(an)
+    assert [lay["worst"] for lay in p["layers"] if "layers.2" in lay["label"]] == ["inf"]  # as the JSON has it
+    png = report_html.plot_layers(p, "NormRelativeErr", THRESHOLD)
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -197,7 +217,27 @@ def test_chart_labels_are_apart_and_name_the_first_divergences_layer():
 
     layers = [LayerStat(f"layers.{i}", order) for i, order in enumerate([0, 3, 5, 8, 40, 41, 42, 90, 200, 230])]
     layers[5].diverged = True
+    layers = [layer_dict(lay) for lay in layers]
     ticks = _ticks(layers, 233, 8)
-    orders = [t.first_order for t in ticks]
+    orders = [t["first_order"] for t in ticks]
     assert layers[5] in ticks and len(ticks) >= 4
     assert all(b - a >= 233 / 8 for a, b in zip(orders, orders[1:]))
+
+
+def test_the_document_says_why_bars_left_of_the_first_divergence_are_not_its_cause():
+    """Layers before the first divergence that pass the threshold, in the document (the page says them): one
+    whose worst node ran after it (a layer spans its backward nodes too), one whose worst ran before it."""
+    from verl_pdbg_conf.compare.nodes import LayerStat
+
+    first = node(2, "layers.2.mlp", 1e-2)
+    an = Analysis("statistics", first=first, top=[first], n_nodes=4,
+                  layers=[LayerStat("layers.0.mlp", 0, 1, 2e-4, 0), LayerStat("layers.1.mlp", 1, 2, 5e-2, 3),
+                          LayerStat("layers.2.mlp", 2, 1, 1e-2, 2, diverged=True), LayerStat("lm_head", 3, 1, 1e-7, 3)])
+    p = pair_of(an)
+    assert p["left_of_first"] == {"after": ["layers.1.mlp"], "before": ["layers.0.mlp"]}
+    said = report_html.left_of_first(p)
+    assert "layers.1.mlp: the worst node ran after the first divergence (node 2)" in said
+    assert "layers.0.mlp: ran before it with its inputs already as far off" in said
+    an.layers[0].worst = an.layers[1].worst = 1e-5  # under the threshold: nothing to say
+    p = pair_of(an)
+    assert p["left_of_first"] is None and report_html.left_of_first(p) == ""

@@ -107,3 +107,22 @@ def test_counts_add_up_in_tokens(two_steps):
         "target": {"unit": "tokens", "total": 11, "compared": 11, "not_compared": 0, "unreadable": 0},
         "golden": {"unit": "tokens", "total": 13, "compared": 11, "not_compared": 2, "unreadable": 0}}
     assert doc["statuses"] == {"same": 0, "diverged": 1, "partial": 0, "mismatch": 0, "error": 0, "failed": 0}
+
+
+def test_a_steps_requests_tokens_and_modules_as_the_document_has_them():
+    """The typed per-request, per-token and per-module entries (nodes.RequestSummary, TokenSummary,
+    ModuleCount) become the document's plain data with these keys, and their counts agree with the step's."""
+    code, doc = run_json("--rollout", EXAMPLE)
+    (p,) = doc["pairs"]
+    assert code == ExitCode.DIVERGED and p["requests"] and p["tokens"] and p["top"]
+    assert all(list(r) == ["request", "tokens", "compared", "diverged_tokens", "max_logprob_gap", "first_divergence"]
+               for r in p["requests"])
+    assert all(list(t) == ["request", "position", "token_id", "logprob_engine", "logprob_trainer", "logprob_gap",
+                           "worst", "first_divergence"] for t in p["tokens"])
+    assert all(list(m) == ["module", "tokens"] for m in p["top"])
+    assert sum(r["compared"] for r in p["requests"]) == p["coverage"]["tokens_compared"] == 11
+    assert sum(r["diverged_tokens"] for r in p["requests"]) == p["diverged_tokens"] == sum(m["tokens"] for m in p["top"])
+    gaps = [abs(t["logprob_gap"]) for t in p["tokens"]]
+    assert gaps == sorted(gaps, reverse=True) and max(r["max_logprob_gap"] for r in p["requests"]) == gaps[0]
+    first = min((r["first_divergence"] for r in p["requests"] if r["first_divergence"]), key=lambda f: f["request"])
+    assert first["module"] == p["first_divergence"]["module"] and first["metric"] == p["first_divergence"]["metric"]

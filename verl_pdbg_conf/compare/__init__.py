@@ -20,8 +20,9 @@ CompareOptions say (one object from the command line, its defaults, and the mode
 4. judge: judge.py, the rules a pair of values is held to, for both (the rollout's token walk,
    rollout/walk.py, decides each point through it); attribution names where an error is introduced;
    a pair's result is nodes.Analysis for both (its first divergence a Node, or a TokenPoint: a node at a
-   token; the rollout's per-request and per-token sections in TokenSections);
+   token; the rollout's per-request, per-token and per-module entries in TokenSections, typed too:
+   RequestSummary, TokenSummary, ModuleCount; plain data only in report/document.py);
 5. verdict: verdict.py, each pair's status and reason (decide(), called by execute.py for both), the
    command's exit code and the one finding builder;
-6. report: report/, the document as data (document.py, for both) and as text, JSON or HTML (cli.py: the
-   command)."""
+6. report: report/, the document as data (document.py, for both) and as text, JSON or HTML, each rendering
+   the document only (cli.py: the command)."""

@@ -173,7 +173,7 @@ def _main(argv: list[str] | None) -> int:
         if progress:
             progress.close()
     remove_output(cmp)  # the temporary one only (no -o): the report then names no file in it
-    return report.deliver(as_dict(cmp), options.format, options.html, cmp)
+    return report.deliver(as_dict(cmp), options.format, options.html)
 
 
 def _rollout(args, options: CompareOptions) -> int:
@@ -189,7 +189,7 @@ def _rollout(args, options: CompareOptions) -> int:
     finally:
         if progress:
             progress.close()
-    return report.deliver(as_dict(cmp), options.format, options.html, cmp)
+    return report.deliver(as_dict(cmp), options.format, options.html)
 
 
 class ProgressBar:

@@ -63,7 +63,7 @@ class Node:
              "direction": self.direction, "kind": self.kind, "module": self.module, "node": self.owner}
         if self.where:
             d["where"] = self.where
-        if self.target_dtype != self.golden_dtype:
+        if self.target_dtype or self.golden_dtype:  # the page's dtype column; the text says it where they differ
             d["dtype"] = {"target": self.target_dtype, "golden": self.golden_dtype}
         for key, value in (("reason", self.reason), ("msprobe_result", self.result), ("minibatch", self.minibatch),
                            ("call", self.call), ("golden_nonfinite", self.golden_nonfinite), ("note", self.note),
@@ -109,15 +109,48 @@ class TokenPoint(Node):
 
 
 @dataclass
+class RequestSummary:
+    """One request of a rollout step: its tokens, how many were compared and how many part, its largest
+    log-prob gap and the token where it first parts."""
+    request: str
+    tokens: int
+    compared: int
+    diverged_tokens: int
+    max_logprob_gap: float | None
+    first: TokenPoint | None
+
+
+@dataclass
+class TokenSummary:
+    """One token of a rollout step, as the report lists the tokens of largest log-prob gap."""
+    request: str
+    position: int
+    token_id: int | None
+    logprob_engine: float | None
+    logprob_trainer: float | None
+    logprob_gap: float | None
+    worst: float | None  # the largest error of its comparison points
+    first: TokenPoint | None  # where it parts
+
+
+@dataclass
+class ModuleCount:
+    """A module where tokens of a rollout step part, with how many."""
+    module: str
+    tokens: int
+
+
+@dataclass
 class TokenSections:
     """What the rollout compare adds to a pair's analysis, per request and per token (report data: the
-    status is decided from the analysis's first divergence and coverage, verdict.decide)."""
+    status is decided from the analysis's first divergence and coverage, verdict.decide); plain data only in
+    the document (report/document.py)."""
     engine_steps: int = 0
     engine: str | None = None  # the engine's name (its token record), once its table is known
     summarized: bool = False  # the tokens were walked: routing, the log-prob gap and the token map are said
-    requests: list = field(default_factory=list)  # per request: tokens, compared, its first divergence
-    tokens: list = field(default_factory=list)  # the tokens of largest log-prob gap
-    top: list = field(default_factory=list)  # modules where tokens part, with how many
+    requests: list[RequestSummary] = field(default_factory=list)
+    tokens: list[TokenSummary] = field(default_factory=list)  # the tokens of largest log-prob gap
+    top: list[ModuleCount] = field(default_factory=list)  # modules where tokens part, most tokens first
     routing: dict | None = None
     max_logprob_gap: float | None = None
     token_map: dict | None = None

@@ -1,6 +1,7 @@
 """A comparison as data: per pair (its first divergence, top nodes, counts, per-layer summary and error per
 model layer; the rollout compare's, per request and token) and for the whole; summary.json files written
-under the output directory."""
+under the output directory. Every report renders this document only, the HTML page included: what a plot
+needs is built here, bounded (MAX_LAYERS bars per pair, for at most MAX_PLOTS pairs in the whole)."""
 
 from __future__ import annotations
 
@@ -9,33 +10,72 @@ import os
 
 from verl_pdbg_conf.compare.ignores import DEFAULT_IGNORES
 from verl_pdbg_conf.compare.output_paths import SUMMARY, marked_json
-from verl_pdbg_conf.compare.nodes import MAX_LAYERS, TokenSections, fold_layers, json_number
+from verl_pdbg_conf.compare.nodes import (MAX_LAYERS, Analysis, LayerStat, RequestSummary, TokenPoint, TokenSections,
+                                          TokenSummary, fold_layers, json_number, layer_label, layers_of)
 from verl_pdbg_conf.compare.options import ROLLOUT, ROLLOUT_METRIC
 from verl_pdbg_conf.compare.pairs import Comparison, Pair, RankDump, layout_of, pair_dir, rank_number
+from verl_pdbg_conf.compare.verdict import Status
 
+# The whole document holds the layers of its first MAX_PLOTS diverged pairs (the page plots them); every
+# pair's own summary.json (-o) holds its layers, whatever its status.
+MAX_PLOTS = 50
 
 
 def side_dict(s: RankDump) -> dict:
     step, stage = layout_of(s.path)
     return {"step": step, "stage": stage, "rank": rank_number(s.rank_dir), "rank_dir": s.rank_dir,
-            "path": s.path}
+            "path": s.path, "key": "/".join(s.key), "label": s.label}
 
 
-def layer_dict(layer) -> dict:
+def layer_dict(layer: LayerStat) -> dict:
     return {"label": layer.label, "first_order": layer.first_order, "nodes": layer.n_nodes,
-            "worst": json_number(layer.worst), "nan": layer.nan, "inf": layer.inf, "diverged": layer.diverged}
+            "worst": json_number(layer.worst), "worst_order": layer.worst_order, "nan": layer.nan, "inf": layer.inf,
+            "diverged": layer.diverged}
 
 
-def pair_dict(p: Pair, metric: str, layers: bool = False) -> dict:
+def pair_layers(an: Analysis) -> list[LayerStat]:
+    """The analysis' layers (the engine's), or made from its nodes (a small pair's), at most MAX_LAYERS."""
+    return fold_layers(an.layers or (layers_of(an.nodes, an.first) if an.nodes else []), MAX_LAYERS)
+
+
+def first_layer(an: Analysis | None) -> str | None:
+    """Where the first divergence is, short: its layer's label, else its module's layer, else its call site
+    ("" when none is known); None without a first divergence."""
+    if an is None or an.first is None:
+        return None
+    f = an.first
+    lay = next((lay for lay in an.layers if lay.diverged), None)
+    return (lay.label if lay else "") or layer_label(f.module) or f.where or ""
+
+
+def left_of_first(layers: list[LayerStat], first, threshold: float) -> dict | None:
+    """The layers before the first divergence whose worst passes the threshold, by why they are not its cause:
+    "after", their worst node ran after the first divergence (a layer spans its nodes in every mini-batch,
+    backward too, which carry it); "before", it ran before with its inputs already as far off (rounding
+    carried in). None where there is none."""
+    if first is None:
+        return None
+    left = [lay for lay in layers if lay.first_order < first.order and not lay.diverged and lay.worst is not None
+            and lay.worst > threshold]
+    if not left:
+        return None
+    after = [lay.label for lay in left if lay.worst_order is not None and lay.worst_order > first.order]
+    return {"after": after, "before": [lay.label for lay in left if lay.label not in after]}
+
+
+def pair_dict(p: Pair, metric: str, threshold: float, layers: bool = False) -> dict:
     """One pair as data, bounded whatever the dump's size: its first divergence, top nodes and counts;
-    with `layers`, its per-layer summary (Analysis.layers folded to at most MAX_LAYERS entries)."""
+    with `layers`, its per-layer summary (at most MAX_LAYERS entries) and the layers before the first
+    divergence that pass `threshold` (left_of_first)."""
     an = p.analysis
     d = {
         "step": p.step, "stage": p.stage, "rank": p.rank,
         "rank_dir": {"target": p.target.rank_dir, "golden": p.golden.rank_dir},
+        "key": "/".join(p.target.key), "rank_label": p.rank_label,
         "status": str(p.status),
         "reason": str(p.reason) if p.reason else None,
         "first_divergence": an.first.as_dict(metric) if an and an.first else None,
+        "first_layer": first_layer(an),
         "top": [n.as_dict(metric) for n in an.top] if an else [],
         "result_file": p.result_file,
         "task": an.task if an else None,
@@ -52,8 +92,25 @@ def pair_dict(p: Pair, metric: str, layers: bool = False) -> dict:
     if p.ran_on:
         d["ran_on"] = p.ran_on
     if layers:
-        d["layers"] = [layer_dict(lay) for lay in fold_layers(an.layers, MAX_LAYERS)] if an else []
+        lays = pair_layers(an) if an else []
+        d["layers"] = [layer_dict(lay) for lay in lays]
+        d["left_of_first"] = left_of_first(lays, an.first, threshold) if an else None
     return d
+
+
+def _point_dict(t: TokenPoint | None) -> dict | None:
+    return t.as_dict(ROLLOUT_METRIC) if t is not None else None
+
+
+def request_dict(r: RequestSummary) -> dict:
+    return {"request": r.request, "tokens": r.tokens, "compared": r.compared, "diverged_tokens": r.diverged_tokens,
+            "max_logprob_gap": r.max_logprob_gap, "first_divergence": _point_dict(r.first)}
+
+
+def token_summary_dict(t: TokenSummary) -> dict:
+    return {"request": t.request, "position": t.position, "token_id": t.token_id, "logprob_engine": t.logprob_engine,
+            "logprob_trainer": t.logprob_trainer, "logprob_gap": t.logprob_gap, "worst": t.worst,
+            "first_divergence": _point_dict(t.first)}
 
 
 def token_pair_dict(p: Pair) -> dict:
@@ -63,8 +120,10 @@ def token_pair_dict(p: Pair) -> dict:
     sec = an.per_token if an and an.per_token else TokenSections()
     d = {"step": p.step, "stage": p.stage, "rank": p.rank, "target": p.target.path, "golden": p.golden.path,
          "status": str(p.status), "reason": str(p.reason) if p.reason else None,
-         "first_divergence": an.first.as_dict(ROLLOUT_METRIC) if an and an.first else None, "top": sec.top,
-         "coverage": an.coverage if an else None, "requests": sec.requests, "tokens": sec.tokens,
+         "first_divergence": _point_dict(an.first) if an else None,
+         "top": [{"module": m.module, "tokens": m.tokens} for m in sec.top],
+         "coverage": an.coverage if an else None, "requests": [request_dict(r) for r in sec.requests],
+         "tokens": [token_summary_dict(t) for t in sec.tokens],
          "engine_steps": sec.engine_steps}
     if sec.engine is not None:
         d["engine"] = sec.engine
@@ -98,7 +157,7 @@ def write_summaries(cmp: Comparison) -> None:
         d = pair_dir(cmp.out_dir, p)
         os.makedirs(d, mode=0o750, exist_ok=True)
         _write_json(os.path.join(d, SUMMARY), token_pair_dict(p) if cmp.mode == ROLLOUT else
-                    pair_dict(p, cmp.metric, layers=True))
+                    pair_dict(p, cmp.metric, cmp.threshold, layers=True))
     _write_json(os.path.join(cmp.out_dir, SUMMARY), as_dict(cmp))
 
 
@@ -123,7 +182,11 @@ def as_dict(cmp: Comparison) -> dict:
     """The comparison's document, of either compare."""
     if cmp.mode == ROLLOUT:
         return token_dict(cmp)
-    pairs = [pair_dict(p, cmp.metric) for p in cmp.pairs]
+    pairs, plotted = [], 0
+    for p in cmp.pairs:
+        plot = plotted < MAX_PLOTS and p.status == Status.DIVERGED and bool(p.analysis and p.analysis.first)
+        plotted += plot
+        pairs.append(pair_dict(p, cmp.metric, cmp.threshold, layers=plot))
     return {
         "target": cmp.target, "golden": cmp.golden,
         "output_dir": _output_dir(cmp),

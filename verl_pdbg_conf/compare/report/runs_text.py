@@ -24,8 +24,9 @@ def _node(n: dict, minibatches: int | None = None) -> str:
     where = n.get("module")
     place = f" [{where}]" if where else (f" [{n['where']}]" if n.get("where") else "")
     extra = ""
-    if n.get("dtype"):
-        extra += f" dtype {n['dtype']['target']} vs {n['dtype']['golden']}"
+    dtype = n.get("dtype")
+    if dtype and dtype["target"] != dtype["golden"]:
+        extra += f" dtype {dtype['target']} vs {dtype['golden']}"
     if minibatches and minibatches > 1 and n.get("minibatch") is not None:
         extra += f" (mini-batch {n['minibatch'] + 1} of {minibatches})"
     reason = n.get("reason")

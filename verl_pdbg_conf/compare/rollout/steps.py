@@ -13,8 +13,8 @@ import re
 
 from verl_pdbg_conf.compare.engine import PairJob, PairOutcome
 from verl_pdbg_conf.compare.execute import execute
-from verl_pdbg_conf.compare.nodes import Analysis, TokenPoint, TokenSections
-from verl_pdbg_conf.compare.options import ROLLOUT as MODE, ROLLOUT_METRIC, CompareOptions, PairOptions
+from verl_pdbg_conf.compare.nodes import Analysis, ModuleCount, RequestSummary, TokenPoint, TokenSections, TokenSummary
+from verl_pdbg_conf.compare.options import ROLLOUT as MODE, CompareOptions, PairOptions
 from verl_pdbg_conf.compare.pairs import Comparison, Pair, RankDump
 from verl_pdbg_conf.compare.pipeline.coverage import Counts, counts_of
 from verl_pdbg_conf.install_hints import TORCH_CPU
@@ -317,10 +317,6 @@ def _point(t: TokenResult) -> TokenPoint:
                       span=g.span, compared_at=g.at, experts=g.experts, routing=g.routing, nonfinite=g.nonfinite)
 
 
-def _gap_dict(t: TokenResult) -> dict:
-    return _point(t).as_dict(ROLLOUT_METRIC)
-
-
 TOKEN_MAP_MAX = 20_000  # tokens the report's pictures draw (evenly taken from more)
 
 
@@ -371,15 +367,12 @@ def _summarize(sections: TokenSections, rollout_dir: str, results, al, requests,
     for rid, ts in sorted(by_req.items(), key=lambda kv: K.natural(kv[0])):
         lg = [abs(t.logprob_gap) for t in ts if t.logprob_gap is not None]
         first = next((t for t in ts if t.gap is not None), None)
-        sections.requests.append({"request": rid, "tokens": len(ts), "compared": sum(1 for t in ts if t.compared),
-                                  "diverged_tokens": sum(1 for t in ts if t.gap is not None),
-                                  "max_logprob_gap": max(lg) if lg else None,
-                                  "first_divergence": _gap_dict(first) if first else None})
+        sections.requests.append(RequestSummary(rid, len(ts), sum(1 for t in ts if t.compared),
+                                                sum(1 for t in ts if t.gap is not None), max(lg) if lg else None,
+                                                _point(first) if first else None))
     ranked = sorted(gaps, key=lambda t: -abs(t.logprob_gap))
-    sections.tokens = [{"request": t.request, "position": t.position, "token_id": t.token_id,
-                        "logprob_engine": t.logprob_engine, "logprob_trainer": t.logprob_trainer,
-                        "logprob_gap": t.logprob_gap, "worst": t.worst,
-                        "first_divergence": _gap_dict(t) if t.gap else None} for t in ranked[:max(top, 0)]]
+    sections.tokens = [TokenSummary(t.request, t.position, t.token_id, t.logprob_engine, t.logprob_trainer,
+                                    t.logprob_gap, t.worst, _point(t) if t.gap else None) for t in ranked[:max(top, 0)]]
     sections.summarized = True
     sections.max_logprob_gap = abs(ranked[0].logprob_gap) if ranked else None
     sections.token_map = _token_map(results)
@@ -394,7 +387,7 @@ def _summarize(sections: TokenSections, rollout_dir: str, results, al, requests,
         modules: dict[str, int] = {}
         for t in diverged:
             modules[t.gap.module] = modules.get(t.gap.module, 0) + 1
-        sections.top = [{"module": m, "tokens": n} for m, n in sorted(modules.items(), key=lambda kv: -kv[1])[:top]]
+        sections.top = [ModuleCount(m, n) for m, n in sorted(modules.items(), key=lambda kv: -kv[1])[:top]]
     elif not compared_tokens:
         findings.append(finding("compare-rollout-align", Severity.ERROR, "no token of the rollout could be aligned "
                                 "with the actor's forward", rollout_dir, ALIGN_HINT))
