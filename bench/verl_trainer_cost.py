@@ -149,6 +149,10 @@ def fit(results: dict[str, dict]) -> dict:
         levels[level]["seconds_per_stage"] = {k: round(max(statistics.mean(ys[k]) - b * statistics.mean(xs[k]), 0.0),
                                                        3) for k in xs}
         levels[level]["seconds_per_mb"] = round(b, 3)
+        # the slowest rate is the fit's; the fastest measured (a critic's update writes faster than an actor's)
+        # is the range's low end, so a stage the fit overrates still lies in it
+        rates = [(y - levels[level]["seconds_per_stage"][k]) / x for k in xs for x, y in zip(xs[k], ys[k]) if x > 0]
+        levels[level]["seconds_per_mb_low"] = round(min(max(min(rates), 0.0), b), 3) if rates else round(b, 3)
 
     def stats_mb(level, kind, calls, layers):
         f = levels[level]["forward" if kind == "engine" else kind]

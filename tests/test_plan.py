@@ -303,3 +303,17 @@ def test_tensor_task_adds_the_tensors_data_where_tokens_and_hidden_size_are_know
         "actor_update": "2048 tokens x hidden 3584"}
     assert all(t.mb_per_step[0] > 10 * s.mb_per_step[0] for t, s in zip(tensor.stages, stats.stages))
     assert not any("far too low" in n for n in tensor.notes)
+
+
+def test_the_time_range_runs_from_the_fastest_rate_measured():
+    """verl's trainer on CPU: critic_update at L1 wrote 1.095 MB in 0.37 s extra, faster per MB than the actor's
+    stages the fit's rate comes from (docs/profiling-cost.md): the range's low end is the fastest rate measured,
+    so that stage lies inside it; the high end is still the guide's Ascend rate."""
+    from verl_pdbg_conf.run import estimate as E
+
+    fit = E.COST_BASIS["levels"]["L1"]
+    assert 0 < fit["seconds_per_mb_low"] < fit["seconds_per_mb"]
+    lo, hi = E._extra_s("L1", "critic_update", (1.095, 1.095))
+    assert lo <= 0.371 and 0.37 <= hi  # the measured point itself is the low end (0.3701 s)
+    assert hi >= 1.095 * E.guide_seconds_per_mb("L1")[1]
+    assert lo == pytest.approx(fit["seconds_per_stage"]["forward_backward"] + 1.095 * fit["seconds_per_mb_low"])

@@ -190,14 +190,15 @@ def _levels(level: str) -> list[str] | None:
 
 
 def _extra_s(level: str, stage: str, mb: tuple[float, float], tensor_mb: float = 0.0) -> tuple[float, float]:
-    """A stage's extra seconds: its msprobe session (fitted on CPU per kind), the statistics it writes at the rate
-    fitted on CPU up to the guide's Ascend rate, and tensor data at the rate fitted on CPU."""
+    """A stage's extra seconds: its msprobe session (fitted on CPU per kind), the statistics it writes from the
+    fastest rate measured on CPU up to the guide's Ascend rate, and tensor data at the rate fitted on CPU."""
     fit = COST_BASIS["levels"][level]
     cpu, (g_lo, g_hi) = fit["seconds_per_mb"], guide_seconds_per_mb(level)
+    low = fit.get("seconds_per_mb_low", cpu)
     kind = KIND.get(stage, "forward")
     fixed = fit["seconds_per_stage"]["forward" if kind == "engine" else kind] \
         + tensor_mb * fit.get("seconds_per_tensor_mb", 0.0)
-    return fixed + mb[0] * min(cpu, g_lo), fixed + mb[1] * max(cpu, g_hi)
+    return fixed + mb[0] * min(low, g_lo), fixed + mb[1] * max(cpu, g_hi)
 
 
 def _fitted_mb(level: str, stage: str, calls: int, layers: int) -> float:
