@@ -14,6 +14,7 @@ import math
 
 from verl_pdbg_conf.compare.pipeline.coverage import coverage_text, short
 from verl_pdbg_conf.compare.report import document
+from verl_pdbg_conf.compare.report.runs_text import pct
 from verl_pdbg_conf.compare.pairs import rank_number
 
 COMPACT_RANKS = 16  # above this many ranks, overview cells are colour only (details on hover)
@@ -176,17 +177,9 @@ def _img(png: bytes, alt: str) -> str:
     return f"<img alt='{html.escape(alt)}' src='data:image/png;base64,{base64.b64encode(png).decode()}'>"
 
 
-def _pct(v) -> str:
-    if v is None:
-        return "n/a"
-    if v == "inf":
-        return "inf"
-    return f"{100 * v:.4g}%"
-
-
 def _value(n: dict) -> str:
     """A node's metric for the table: NaN where the node is (the document's null), else as a percentage."""
-    return "NaN" if n["value"] is None and n.get("reason") == "nan" else _pct(n["value"])
+    return "NaN" if n["value"] is None and n.get("reason") == "nan" else pct(n["value"])
 
 
 def _row(n: dict) -> str:
@@ -280,7 +273,7 @@ def _runs_said(doc: dict) -> str:
     else:
         said = f"target <code>{html.escape(doc['target'])}</code><br>golden <code>{html.escape(doc['golden'])}</code>"
     kept = f"; results in <code>{html.escape(doc['output_dir'])}</code>" if doc["output_dir"] else ""
-    return f"{said}<br>metric {doc['metric']}, threshold {_pct(doc['threshold'])}{kept}"
+    return f"{said}<br>metric {doc['metric']}, threshold {pct(doc['threshold'])}{kept}"
 
 
 def _left_out(doc: dict) -> str:

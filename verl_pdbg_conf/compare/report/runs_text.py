@@ -9,7 +9,8 @@ from verl_pdbg_conf.compare.pipeline.coverage import short
 TOP_SHOWN = 3  # pairs whose top list the text output prints
 
 
-def _pct(v) -> str:
+def pct(v) -> str:
+    """A fraction as the reports print it (both pages' and the text's)."""
     if v is None:
         return "n/a"
     if v == "inf":
@@ -46,8 +47,8 @@ def _node(n: dict, minibatches: int | None = None) -> str:
     if n.get("expert") is not None:  # an MoE expert's module: its global index (an expert-parallel rank's local one differs)
         extra += f" expert {n['expert']}"
     if n.get("received") is not None:
-        extra += f", its inputs carried {_pct(n['received'])}"
-    return f"{n['name']}{place} {n['direction']} {n['kind']} {n['metric']}={_pct(n['value'])}{extra}"
+        extra += f", its inputs carried {pct(n['received'])}"
+    return f"{n['name']}{place} {n['direction']} {n['kind']} {n['metric']}={pct(n['value'])}{extra}"
 
 
 def layer_line(p: dict) -> str:
@@ -55,7 +56,7 @@ def layer_line(p: dict) -> str:
     lays = p.get("layer_errors") or []
     if len(lays) < 2:
         return ""
-    parts = [f"{lay['layer']} {_pct(lay['worst']) if lay['worst'] is not None else '-'}"
+    parts = [f"{lay['layer']} {pct(lay['worst']) if lay['worst'] is not None else '-'}"
              + (" <- introduced" if lay["introduced"] else "") for lay in lays]
     return f"error per layer, forward (step {p['step']} {p['stage']}): " + " | ".join(parts)
 
@@ -69,7 +70,7 @@ def render_text(doc: dict) -> str:
     ref = doc["reference_rank"]
     runs = [f"run {doc['target']}", f"reference rank{ref}: every other rank's dumps against it"] if ref is not None \
         else [f"target {doc['target']}", f"golden {doc['golden']}"]
-    L = [*runs, f"metric {doc['metric']} > {_pct(doc['threshold'])}{kept}", ""]
+    L = [*runs, f"metric {doc['metric']} > {pct(doc['threshold'])}{kept}", ""]
     said = "first divergence" if any(p["first_divergence"] for p in doc["pairs"]) else "finding"
     head = f"{'step':>4}  {'stage':24} {'rank':8} {'status':9} {'compared':15} {said}"
     L += [head, "-" * len(head)]
