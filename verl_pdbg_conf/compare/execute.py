@@ -12,7 +12,6 @@ import os
 import shutil
 import tempfile
 
-from verl_pdbg_conf.core.findings import Finding
 from verl_pdbg_conf.compare.engine import PairJob, PairOutcome, failed_outcome, header_of
 from verl_pdbg_conf.compare.msprobe_compare import diagnose, msprobe_compare, precheck, csv_written, msprobe_remote
 from verl_pdbg_conf.compare.nodes import METRICS
@@ -253,8 +252,7 @@ def _finish_csv(p: Pair, outcome: dict) -> None:
     if outcome.get("result"):
         p.result_file = outcome["result"]
     else:
-        f = diagnose(p, outcome)  # the engine's verdict stands; only msprobe's CSV is missing
-        p.findings.append(Finding(f.rule, W, f.message, f.file, f.line, f.column, f.path, f.hint))
+        p.findings.append(diagnose(p, outcome))  # the engine's verdict stands; only msprobe's CSV is missing
 
 
 def remove_output(cmp: Comparison) -> bool:

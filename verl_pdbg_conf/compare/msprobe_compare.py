@@ -10,7 +10,7 @@ import shutil
 import tempfile
 
 from verl_pdbg_conf.core.findings import Finding
-from verl_pdbg_conf.compare.pairs import E, Pair, RankDump, finding
+from verl_pdbg_conf.compare.pairs import E, W, Pair, RankDump, finding
 
 
 def msprobe_compare(job: tuple[str, str, str]) -> dict:
@@ -82,7 +82,8 @@ def precheck(side: RankDump) -> Finding | None:
 
 
 def diagnose(pair: Pair, outcome: dict) -> Finding:
-    """msprobe wrote no result: say which dump.json is at fault, or quote msprobe."""
+    """msprobe wrote no result: say which dump.json is at fault, or quote msprobe; a warning (the engine's
+    verdict stands, only msprobe's CSV is missing)."""
     import json
 
     for side in (pair.target, pair.golden):
@@ -90,21 +91,21 @@ def diagnose(pair: Pair, outcome: dict) -> Finding:
             with open(side.path, encoding="utf-8") as fh:
                 doc = json.load(fh)
         except ValueError as e:
-            return finding("dump-corrupt", E, f"{side.file_label} is not valid JSON ({e.msg} at line "
+            return finding("dump-corrupt", W, f"{side.file_label} is not valid JSON ({e.msg} at line "
                             f"{e.lineno if hasattr(e, 'lineno') else '?'}): truncated or overwritten", side.path,
                             "the writer was interrupted (a killed worker, a full disk); collect this stage again")
         except OSError as e:
-            return finding("dump-missing", E, f"{side.file_label} cannot be read ({e.strerror})", side.path)
+            return finding("dump-missing", W, f"{side.file_label} cannot be read ({e.strerror})", side.path)
         data = doc.get("data") if isinstance(doc, dict) else None
         if not isinstance(data, dict):
-            return finding("dump-corrupt", E, f"{side.file_label} has no \"data\" mapping: not an msprobe "
+            return finding("dump-corrupt", W, f"{side.file_label} has no \"data\" mapping: not an msprobe "
                             "dump", side.path)
         if not data:
-            return finding("dump-empty", E, f"{side.file_label} holds no records", side.path,
+            return finding("dump-empty", W, f"{side.file_label} holds no records", side.path,
                             "the stage ran no hooked API or module (config.json scope/list/level, or the stage's "
                             "model was not resolved)")
     said = outcome.get("log_tail") or _log_tail(outcome.get("log")) or outcome.get("error") or "no result file"
-    return finding("compare-failed", E, f"{pair.label}: msprobe compare wrote no result: {said}",
+    return finding("compare-failed", W, f"{pair.label}: msprobe compare wrote no result: {said}",
                     outcome.get("log") or pair.target.path,
                     "the two dumps may be of different tasks or levels, or hold no call in common; "
                     "see msprobe.log beside it")
