@@ -304,8 +304,8 @@ def _render_estimate(plan: Plan) -> list[str]:
     L.append(f"    disk: about {_mb(lo, hi)} in total ({len(plan.dirs)} stage directories, {who})")
     ilo, ihi = est.inflation_at_basis
     elo, ehi = est.extra_s_per_step
-    extra = (f"about {elo:.1f}-{ehi:.1f} s extra per profiled step (the MB written at the CPU rate measured here "
-             "to the guide's Ascend rate)")
+    extra = (f"about {elo:.1f}-{ehi:.1f} s extra per profiled step (the MB written from the fastest CPU rate "
+             "measured here to the guide's Ascend rate)")
     if est.inflation_measured:
         L.append(f"    time: a profiled step took {ilo:.1f}x-{ihi:.1f}x a normal step at the basis (measured); {extra}")
     else:
