@@ -18,10 +18,10 @@ from verl_pdbg_conf.compare.nodes import METRICS
 from verl_pdbg_conf.compare.options import ROLLOUT, default_jobs
 from verl_pdbg_conf.compare.report.document import write_summaries
 from verl_pdbg_conf.compare.output_paths import refuse_inside
-from verl_pdbg_conf.compare.pairs import E, W, Comparison, Pair, finding, pair_dir
+from verl_pdbg_conf.compare.pairs import E, W, Comparison, Pair, pair_dir
 from verl_pdbg_conf.compare.pipeline import feeding
 from verl_pdbg_conf.compare.pipeline.coverage import coverage_text
-from verl_pdbg_conf.compare.verdict import Reason, Status, UsageError, decide, failure
+from verl_pdbg_conf.compare.verdict import Reason, Status, UsageError, decide, failure, finding
 
 def execute(cmp: Comparison, progress, pool, job_fn) -> Comparison:
     """Run the comparison `cmp` (paired, not compared) as its options say: job_fn(PairJob) -> PairOutcome per

@@ -23,9 +23,9 @@ from verl_pdbg_conf.compare.report.document import as_dict  # noqa: F401
 from verl_pdbg_conf.compare.inputs import check_kinds
 from verl_pdbg_conf.install_hints import MSPROBE
 from verl_pdbg_conf.compare.output_paths import check_outputs
-from verl_pdbg_conf.compare.pairs import (W, Comparison, Pair, RankDump, collect, finding, layout_of, pair_up, rank_number,
+from verl_pdbg_conf.compare.pairs import (W, Comparison, Pair, RankDump, collect, layout_of, pair_up, rank_number,
                                           sort_key)
-from verl_pdbg_conf.compare.verdict import UsageError
+from verl_pdbg_conf.compare.verdict import UsageError, finding
 
 
 

@@ -10,7 +10,8 @@ import shutil
 import tempfile
 
 from verl_pdbg_conf.core.findings import Finding
-from verl_pdbg_conf.compare.pairs import E, W, Pair, RankDump, finding
+from verl_pdbg_conf.compare.pairs import E, W, Pair, RankDump
+from verl_pdbg_conf.compare.verdict import finding
 
 
 def msprobe_compare(job: tuple[str, str, str]) -> dict:

@@ -10,7 +10,7 @@ from verl_pdbg_conf.core.findings import Finding, Severity
 from verl_pdbg_conf.compare.nodes import Analysis
 from verl_pdbg_conf.compare.parallel.replica import Replica
 from verl_pdbg_conf.compare.options import RUNS, CompareOptions
-from verl_pdbg_conf.compare.verdict import ExitCode, Reason, Status, Verdict, exit_code, finding, tally  # noqa: F401 - its builder, for the run compare's modules
+from verl_pdbg_conf.compare.verdict import ExitCode, Reason, Status, Verdict, exit_code, finding, tally
 from verl_pdbg_conf.run.inspect_run import INNER_DIR, RANK_DIR, STAGE_DIR, STEP_DIR, scan
 
 E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO

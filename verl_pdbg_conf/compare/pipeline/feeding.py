@@ -47,8 +47,8 @@ def handed_other_rows(pair) -> bool:
     an = pair.analysis
     if not an.fed:
         return False
-    from verl_pdbg_conf.compare.pairs import W, finding
-    from verl_pdbg_conf.compare.verdict import Reason, Status
+    from verl_pdbg_conf.compare.pairs import W
+    from verl_pdbg_conf.compare.verdict import Reason, Status, finding
 
     an.first = None
     pair.status, pair.reason = Status.MISMATCH, Reason.DATA

@@ -49,24 +49,24 @@ def read(rank_dir: str) -> Dump:
             records.append(rec)  # its place kept: calls count
     except FileNotFoundError:
         dump.findings.append(finding("dump-missing", Severity.ERROR, f"{path}: no dump.json", rank_dir,
-                                      "the step's collection did not finish; collect it again"))
+                                     "the step's collection did not finish; collect it again"))
         return dump
     except (DumpError, UnicodeDecodeError) as e:
         why = str(e) if isinstance(e, DumpError) else "is not UTF-8 text"
         dump.findings.append(finding("dump-corrupt", Severity.ERROR, f"{path} {why}: nothing in it is compared",
-                                      path, "collect the step again"))
+                                     path, "collect the step again"))
         return dump
     except OSError as e:
         dump.findings.append(finding("dump-missing", Severity.ERROR, f"{path}: cannot be read ({e.strerror})",
-                                      path))
+                                     path))
         return dump
     task = reader.reader.header.get("task")
     dump.task = task if isinstance(task, str) else None
     if bad:
         dump.unread += len(bad)
         dump.findings.append(finding("dump-value", Severity.WARNING, f"{path}: {_listing(bad, 'record')}", path,
-                                      "not what msprobe writes (the file was edited or overwritten): those "
-                                      "tensors are not compared"))
+                                     "not what msprobe writes (the file was edited or overwritten): those "
+                                     "tensors are not compared"))
     parents = {p for r in records for p in _ancestors(r.module)}
     dump.records = [r for r in records if r.module not in parents]
     dump.every = records
@@ -90,24 +90,24 @@ def _read_tokens(rank_dir: str, dump: Dump) -> dict | None:
         doc, said = read_tokens(path)
     except FileNotFoundError:
         dump.findings.append(finding("compare-tokens", Severity.ERROR, f"{rank_dir}: no token record ({TOKENS}): "
-                                      "which request and position each row computed is unknown, so its tokens "
-                                      "cannot be aligned", rank_dir, "collect with this package's runtime, which "
-                                      "writes it beside dump.json (rollout_generate; actor_compute_log_prob with "
-                                      "task tensor)"))
+                                     "which request and position each row computed is unknown, so its tokens "
+                                     "cannot be aligned", rank_dir, "collect with this package's runtime, which "
+                                     "writes it beside dump.json (rollout_generate; actor_compute_log_prob with "
+                                     "task tensor)"))
         return None
     except OSError as e:
         dump.findings.append(finding("compare-tokens", Severity.ERROR, f"{path}: cannot be read ({e.strerror})",
-                                      path))
+                                     path))
         return None
     if doc is None:
         dump.findings.append(finding("compare-tokens", Severity.ERROR, f"{path} {said[0]}: its tokens cannot be "
-                                      "aligned", path, "collect the step again"))
+                                     "aligned", path, "collect the step again"))
         return None
     if said:
         dump.unread += len(said)
         dump.findings.append(finding("compare-tokens", Severity.WARNING, f"{path}: {_listing(said, 'field')}", path,
-                                      "not the shape this package's runtime writes (the file was edited or "
-                                      "overwritten): what those fields held is not compared"))
+                                     "not the shape this package's runtime writes (the file was edited or "
+                                     "overwritten): what those fields held is not compared"))
     return doc
 
 

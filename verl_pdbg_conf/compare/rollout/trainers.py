@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 
 from verl_pdbg_conf.compare import judge as J
 from verl_pdbg_conf.compare.dumpread import DumpError, read_tokens
-from verl_pdbg_conf.compare.pipeline.coverage import Counts, counts_of
+from verl_pdbg_conf.compare.pipeline.analysis import GAP_COMPARED  # the pipeline's gap rule, the same here
+from verl_pdbg_conf.compare.pipeline.coverage import MAX_REGIONS, Counts, counts_of
 from verl_pdbg_conf.compare.records import Reader, Record
 from verl_pdbg_conf.compare.rollout.dumps import TOKENS
 from verl_pdbg_conf.compare.rollout.tokens import Sequence, trainer_sequences
@@ -285,9 +286,6 @@ def _unreadable(rec: Record, io: str, i: int) -> bool:
     return i < len(rows) and (bool(rows[i].bad) or rec.file_of(rows[i]) is not None)
 
 
-GAP_COMPARED = 64  # records of one side between two compared ones, compared at them (pipeline/analysis.py's rule)
-
-
 def _coverage(side: Side, hit: set, unread_at: set) -> dict:
     """A side's token records (those holding a per-token row of one of its rank's calls) as coverage.py's data:
     compared (a per-token row compared), or lying in a gap of one rank of up to GAP_COMPARED token records
@@ -326,7 +324,7 @@ def _coverage(side: Side, hit: set, unread_at: set) -> dict:
     return {"records": records, "compared_records": compared, "unreadable_records": unread,
             "rank_own_records": {}, "paired_records": compared, "share": counts.share, "counts": counts,
             "modules": 0, "paired_modules": 0, "accounted_modules": 0, "uncompared_modules": {},
-            "uncompared_records": dict(sorted(loose.items(), key=lambda kv: -kv[1])[:32]),
+            "uncompared_records": dict(sorted(loose.items(), key=lambda kv: -kv[1])[:MAX_REGIONS]),
             "records_without_token_rows": outside}
 
 
