@@ -50,6 +50,23 @@ def test_a_claim_is_per_rank(tmp_path, monkeypatch):
     assert sorted(os.listdir(os.path.join(base, "step0"))) == ["rank0", "rank1"]
 
 
+def test_a_claim_survives_another_rank_releasing_the_parents_it_just_made(tmp_path, monkeypatch):
+    """Rank 0 releasing its empty claim may remove `actor_update` between makedirs making it and
+    making `step0` in it (seen in CI as a FileNotFoundError on step0): the claim tries again."""
+    base = tmp_path / "step_1" / "actor_update"
+    real_mkdir, removed = os.mkdir, []
+
+    def mkdir(path, *a, **kw):
+        if str(path) == str(base / "step0") and not removed:
+            removed.append(path)
+            os.rmdir(base)  # the other rank's release() runs here
+        return real_mkdir(path, *a, **kw)
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    assert session.fresh_dir(str(base)) == str(base)
+    assert removed and os.path.isdir(base / "step0" / "rank0")
+
+
 def test_release_removes_empty_claims_only(tmp_path):
     save = tmp_path / "save"
     empty = session.fresh_dir(str(save / "step_1" / "actor_update"))

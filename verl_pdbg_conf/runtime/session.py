@@ -135,7 +135,12 @@ def _claim(target: str) -> bool:
     rank took it first), True once this process made it. A parent that cannot be made (a file in
     the way, no permission, a full disk) raises."""
     for _ in range(20):
-        os.makedirs(os.path.dirname(target), exist_ok=True)
+        try:
+            # makedirs makes each parent then the next: another rank's release() may remove one it
+            # has just made before the child is in it
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+        except FileNotFoundError:
+            continue
         try:
             os.mkdir(target)
             return True
