@@ -191,6 +191,8 @@ def phase_lines(since: float) -> list[str]:
     for label, (start, end, how) in sorted(PHASES.items(), key=lambda kv: kv[1][0]):
         took = f"{end - start:7.1f} s" if end is not None else "  (still running)"
         out.append(f"{label:40} started at {start - since:7.1f} s, took {took}  {how}")
+    for label, (start, waited) in sorted(WAITS.items(), key=lambda kv: kv[1][0]):
+        out.append(f"the tests waited for {label:28} from {start - since:7.1f} s, {waited:7.1f} s in all")
     return out
 _QUEUE_LOCK = threading.Lock()
 _ONE_AT_A_TIME = threading.Lock()
@@ -238,7 +240,7 @@ def get(name: str, python_version: str | None = None) -> Path:
     """Venv `name` (for `python_version`), built now or by the background build prebuild started.
     Raises NoInterpreter or BuildError."""
     prebuild(name, python_version)
-    return _BUILDS[(name, python_version)].result()
+    return _waited(f"venv {name}", _BUILDS[(name, python_version)])
 
 
 # ---------------------------------------------------------------- data made in a venv, in the background
@@ -271,7 +273,21 @@ def start_job(name: str, venv_name: str, make) -> None:
 def job(name: str, venv_name: str, make):
     """What make returned (see start_job), started now if it was not yet."""
     start_job(name, venv_name, make)
-    return _JOBS[name].result()
+    return _waited(f"job {name}", _JOBS[name])
+
+
+WAITS: dict[str, list[float]] = {}  # label -> [when the suite first waited, seconds it waited in all]
+
+
+def _waited(label: str, future: Future):
+    """future.result(), the time the suite's own tests stood still for it noted (the summary shows it)."""
+    start = time.monotonic()
+    try:
+        return future.result()
+    finally:
+        took = time.monotonic() - start
+        if took > 0.5 and threading.current_thread() is threading.main_thread():  # not a job's own wait
+            WAITS.setdefault(label, [start, 0.0])[1] += took
 
 
 def run_niced(cmd: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
