@@ -79,12 +79,17 @@ def pytest_collection_finish(session):
     modules make in it (a module's BACKGROUND_JOBS: name -> (venv, make), see release_venvs.start_job)."""
     if session.config.option.collectonly:
         return
-    jobs = {}
+    jobs, venvs = {}, {}
     for item in session.items:
         mark = item.get_closest_marker("venvs")
         if mark is not None and mark.args:
-            release_venvs.prebuild(*mark.args)
+            venvs.setdefault(tuple(mark.args), None)
             jobs.update(getattr(item.module, "BACKGROUND_JOBS", {}))
+    # The venvs the jobs run in first: a job's minutes start only once its venv is built.
+    for venv_name in dict.fromkeys(venv_name for venv_name, _ in jobs.values()):
+        release_venvs.prebuild(venv_name)
+    for args in venvs:
+        release_venvs.prebuild(*args)
     for name, (venv_name, make) in jobs.items():
         release_venvs.start_job(name, venv_name, make)
 
