@@ -23,6 +23,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import Future
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -240,44 +241,66 @@ def _spec(name: str, python_version: str | None) -> tuple[Path, str | None, bool
     return lock, python, False
 
 
-def _build(name: str, python_version: str | None) -> Path:
-    key = (name, python_version)
-    with _TURN:  # one build at a time, in the queue's order (a Lock would let any waiter go next)
-        _TURN.wait_for(lambda: _QUEUE[0] == key)
-    try:
+class Turns:
+    """One at a time, in the order queued: `turn(key)` holds its caller until `key` is first, and takes it
+    off the queue when the caller is done; `ahead(key)` moves a queued key next (a test waits for it).
+    A Lock would let any waiter go next."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self.queue: list = []  # the one running first
+
+    def add(self, key, urgent: bool = False) -> None:
+        with self._cond:
+            self.queue.insert(1 if urgent and self.queue else len(self.queue), key)
+
+    def ahead(self, key) -> None:
+        with self._cond:
+            if key in self.queue[1:]:
+                self.queue.remove(key)
+                self.queue.insert(1, key)
+
+    @contextmanager
+    def turn(self, key):
+        with self._cond:
+            if key not in self.queue:
+                self.queue.append(key)
+            self._cond.wait_for(lambda: self.queue[0] == key)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self.queue.remove(key)
+                self._cond.notify_all()
+
+
+_BUILD_TURNS = Turns()  # venvs, one build at a time
+
+
+def _build(name: str, python_version: str | None, turns: Turns) -> Path:
+    with turns.turn((name, python_version)):
         lock, python, torch = _spec(name, python_version)
         label = f"venv {name}" + (f" (Python {python_version})" if python_version else "")
         return _timed(label, lambda: venv(name, lock, python=python, torch=torch))
-    finally:
-        with _TURN:
-            _QUEUE.remove(key)
-            _TURN.notify_all()
-
-
-_TURN = threading.Condition()
-_QUEUE: list[tuple] = []  # venvs waiting to be built, the one building first
 
 
 def prebuild(name: str, python_version: str | None = None, urgent: bool = False) -> None:
     """Start building venv `name` in a daemon thread, after those asked for before it, unless `urgent`
     (a test waits for it now): then next. `get` waits for it."""
     key = (name, python_version)
+    turns = _BUILD_TURNS
     with _QUEUE_LOCK:
         if key in _BUILDS:
             if urgent:
-                with _TURN:
-                    if key in _QUEUE[1:]:
-                        _QUEUE.remove(key)
-                        _QUEUE.insert(1, key)
+                turns.ahead(key)
             return
         future: Future = Future()
         _BUILDS[key] = future
-        with _TURN:
-            _QUEUE.insert(1 if urgent and _QUEUE else len(_QUEUE), key)
+        turns.add(key, urgent)
 
     def work():
         try:
-            future.set_result(_build(name, python_version))
+            future.set_result(_build(name, python_version, turns))
         except BaseException as e:  # handed to the test that waits for it
             future.set_exception(e)
 
@@ -311,34 +334,16 @@ def start_job(name: str, venv_name: str, make) -> None:
     def work():
         try:
             built = get(venv_name)
-            with _JOB_TURN:  # one job at a time, in the order their venvs were ready
-                _JOB_QUEUE.append(name)
-                _JOB_TURN.wait_for(lambda: _JOB_QUEUE[0] == name)
-            try:
-                future.set_result(_timed(f"job {name}", lambda: make(built, Path(work_dir))))
-            finally:
-                with _JOB_TURN:
-                    _JOB_QUEUE.remove(name)
-                    _JOB_TURN.notify_all()
+            future.set_result(_timed(f"job {name}", lambda: make(built, Path(work_dir))))
         except BaseException as e:  # handed to the test that waits for it
             future.set_exception(e)
 
     threading.Thread(target=work, name=f"job-{name}", daemon=True).start()
 
 
-# Jobs run one at a time: each starts engines whose threads spin (vLLM's OpenMP, Ray's workers); side by
-# side on two cores, five of them took 5 to 10 times as long as one after the other.
-_JOB_TURN = threading.Condition()
-_JOB_QUEUE: list[str] = []
-
-
 def job(name: str, venv_name: str, make):
     """What make returned (see start_job), started now if it was not yet."""
     start_job(name, venv_name, make)
-    with _JOB_TURN:  # a test waits for it now: it runs next
-        if name in _JOB_QUEUE[1:]:
-            _JOB_QUEUE.remove(name)
-            _JOB_QUEUE.insert(1, name)
     return _waited(f"job {name}", _JOBS[name])
 
 
@@ -357,9 +362,15 @@ def _waited(label: str, future: Future):
 
 
 def run_niced(cmd: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
-    """A background job's step: niced like the builds, so the suite's own tests go first. Killed with them."""
+    """A background job's step: niced like the builds, so the suite's own tests go first. Killed with them.
+    One thread a process, not bound to a core: vLLM binds its OpenMP threads to a core of its choosing, the
+    same core for every engine, so the jobs' engines queued on one core (the rollout dumps: 72 s alone,
+    653 s beside the other jobs) while the suite's own processes, not niced, took it first."""
+    env = dict(kwargs.pop("env", None) or os.environ)
+    env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+    env.setdefault("OMP_NUM_THREADS", "1")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=lambda: os.nice(10), **kwargs)
+                            preexec_fn=lambda: os.nice(10), env=env, **kwargs)
     _RUNNING.add(proc)
     try:
         out, _ = proc.communicate(timeout=timeout)

@@ -1,83 +1,81 @@
-"""The suite's background work is queued: venvs build one at a time in the order asked (a test waiting
-for one moves it next), and jobs run one at a time (side by side they starved each other)."""
+"""The suite's venvs are built in a queue (release_venvs.Turns): one at a time in the order asked (the data
+jobs' venvs first), and a test waiting for one moves it next. Tested on queues of their own: the
+session's real builds use the module's."""
 
 from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import Future
 
-import pytest
-
-import release_venvs
+from release_venvs import Turns
 
 
-@pytest.fixture
-def fresh_queues(monkeypatch):
-    for name, value in (("_BUILDS", {}), ("_QUEUE", []), ("_JOBS", {}), ("_JOB_QUEUE", []), ("_TEMP", []),
-                        ("PHASES", {}), ("WAITS", {})):
-        monkeypatch.setattr(release_venvs, name, value)
-    yield
-    release_venvs.remove_job_dirs()
+def _run(turns: Turns, keys, work) -> list[threading.Thread]:
+    threads = [threading.Thread(target=lambda k=k: _take(turns, k, work)) for k in keys]
+    for t in threads:
+        t.start()
+    return threads
 
 
-def test_jobs_run_one_at_a_time_and_all_finish(fresh_queues, monkeypatch):
-    ready: Future = Future()
-    ready.set_result("venv-dir")
-    release_venvs._BUILDS[("fake", None)] = ready
-    running, most, lock = [0], [0], threading.Lock()
+def _take(turns: Turns, key, work) -> None:
+    try:
+        with turns.turn(key):
+            work(key)
+    except RuntimeError:
+        pass  # the failing turn's own error; the queue must move on
 
-    def make(venv, work_dir):
+
+def test_one_at_a_time_in_the_order_queued():
+    turns, order, running, most, lock = Turns(), [], [0], [0], threading.Lock()
+
+    def work(key):
         with lock:
             running[0] += 1
             most[0] = max(most[0], running[0])
-        time.sleep(0.05)
+            order.append(key)
+        time.sleep(0.02)
         with lock:
             running[0] -= 1
-        return venv
 
-    for n in range(4):
-        release_venvs.start_job(f"j{n}", "fake", make)
-    assert [release_venvs.job(f"j{n}", "fake", make) for n in range(4)] == ["venv-dir"] * 4
-    assert most[0] == 1
-    assert release_venvs._JOB_QUEUE == []
-    assert all(release_venvs.PHASES[f"job j{n}"][2] == "ok" for n in range(4))
+    for key in "abcde":
+        turns.add(key)
+    for t in _run(turns, "edcba", work):  # the threads start in another order: the queue's decides
+        t.join(10)
+    assert order == list("abcde") and most[0] == 1 and turns.queue == []
 
 
-def test_builds_go_in_the_order_asked_and_a_waited_one_goes_next(fresh_queues, monkeypatch):
-    order, gate = [], threading.Event()
+def test_a_key_waited_for_goes_next_and_an_urgent_one_too():
+    turns, order, gate = Turns(), [], threading.Event()
 
-    def fake_venv(name, lock, python=None, torch=True):
-        if name == "a":
-            gate.wait(5)  # "a" builds while the others queue
-        order.append(name)
-        return name
+    def work(key):
+        if key == "a":
+            gate.wait(5)  # "a" runs while the others queue
+        order.append(key)
 
-    monkeypatch.setattr(release_venvs, "venv", fake_venv)
-    monkeypatch.setattr(release_venvs, "_spec", lambda name, pv: (None, None, True))
-    for name in ("a", "b", "c", "d"):
-        release_venvs.prebuild(name)
-    deadline = time.monotonic() + 5
-    while release_venvs._QUEUE != [("a", None), ("b", None), ("c", None), ("d", None)]:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-    threading.Timer(0.2, gate.set).start()
-    assert release_venvs.get("d") == "d"  # the main thread waits for "d": it is built right after "a"
-    assert order[:2] == ["a", "d"]
-    assert release_venvs.get("c") == "c" and release_venvs.get("b") == "b"
-    assert sorted(order) == ["a", "b", "c", "d"] and release_venvs._QUEUE == []
+    for key in "abcd":
+        turns.add(key)
+    threads = _run(turns, "abcd", work)
+    turns.ahead("d")
+    turns.add("u", urgent=True)
+    threads += _run(turns, "u", work)
+    assert turns.queue[:3] == ["a", "u", "d"]
+    gate.set()
+    for t in threads:
+        t.join(10)
+    assert order == ["a", "u", "d", "b", "c"] and turns.queue == []
 
 
-def test_a_build_that_fails_before_it_starts_does_not_hold_the_queue(fresh_queues, monkeypatch):
-    def spec(name, pv):
-        if name == "broken":
-            raise release_venvs.NoInterpreter("no python9.9")
-        return None, None, True
+def test_a_turn_that_raises_hands_on_to_the_next():
+    turns, order = Turns(), []
 
-    monkeypatch.setattr(release_venvs, "_spec", spec)
-    monkeypatch.setattr(release_venvs, "venv", lambda name, lock, python=None, torch=True: name)
-    release_venvs.prebuild("broken")
-    release_venvs.prebuild("fine")
-    with pytest.raises(release_venvs.NoInterpreter):
-        release_venvs.get("broken")
-    assert release_venvs.get("fine") == "fine"
+    def work(key):
+        order.append(key)
+        if key == "a":
+            raise RuntimeError("a build that failed")
+
+    turns.add("a")
+    turns.add("b")
+    threads = _run(turns, "ab", work)
+    for t in threads:
+        t.join(10)
+    assert order == ["a", "b"] and turns.queue == []
