@@ -86,8 +86,8 @@ def compare_rollout(actor_root: str, rollout_root: str | None = None, options: C
             which, where = (ROLLOUT, r_steps[k]) if has_r else (ACTOR, a_steps[k])
             other = ACTOR if has_r else ROLLOUT
             findings.append(finding("compare-pairing", Severity.WARNING, f"{k}: {which} is collected but {other} is "
-                               "not: nothing to compare it with", where,
-                               "collect rollout_generate and actor_compute_log_prob on the same steps"))
+                                    "not: nothing to compare it with", where,
+                                    "collect rollout_generate and actor_compute_log_prob on the same steps"))
     if not keys:
         raise UsageError(f"no step holds both {ROLLOUT} (under {rollout_root}) and {ACTOR} (under {actor_root}): "
                          f"collect both on the same step")
@@ -130,8 +130,8 @@ def compare_step(key: str, rollout_dir: str, actor_dir: str, options: PairOption
         table = E.engine_named(info.get("engine")).facts
     except E.UnknownEngine as e:
         findings.append(finding("compare-rollout-engine", Severity.ERROR, f"{rollout_dir}: {e}", rollout_dir,
-                           "compare a rollout of a known engine, or add this engine's table "
-                           "(docs/compare-rollout.md#another-engine)"))
+                                "compare a rollout of a known engine, or add this engine's table "
+                                "(docs/compare-rollout.md#another-engine)"))
         return _refused(Reason.MISMATCH, len(engine), findings)
     sections = TokenSections(len(engine), info.get("engine") or E.UNNAMED)
     findings += RN.apply([d for _, d in engine], trainer, (info.get("hf_config") or {}).get("model_type"),
@@ -162,8 +162,8 @@ def _unrouted(routing: dict | None, where: str, findings: list[Finding]) -> list
         return []
     said = "; ".join(f"{m['layer']}: {m['tokens']} token(s), {m['why']}" for m in missed)
     findings.append(finding("compare-routing", Severity.WARNING, f"routing not compared for: {said}", where,
-                       "collect both stages' routers at L0 with task tensor (their logits and, on the actor's "
-                       "side, the top-k indices): this package's +profiler=precision_debugger_rollout"))
+                            "collect both stages' routers at L0 with task tensor (their logits and, on the actor's "
+                            "side, the top-k indices): this package's +profiler=precision_debugger_rollout"))
     return sorted({f"routing of {m['layer']}" for m in missed})
 
 
@@ -175,14 +175,13 @@ def _misreplayed(routing: dict | None, where: str, findings: list[Finding]) -> N
     wrong = [f"{l['layer']} gets the engine's {l['follows']} ({l['follows_tokens']} of the {l['follows_of']} tokens "
              "routed differently)" for l in rep["layers"] if l["layer"] in rep["misattached"]]
     differ = sum(l["routed_differently"] for l in rep["layers"])
+    said = ("the replay is attached to the wrong layer: " + "; ".join(wrong) if wrong else
+            "the replayed experts are not the engine's (another batch's or step's record, or rows misaligned)")
     findings.append(finding("compare-routing-replay", Severity.ERROR,
-                       "the actor's routers replay a routing record (they keep experts their own logits rank lower) "
-                       f"and route {differ} token-layer(s) otherwise than the engine: "
-                       + ("the replay is attached to the wrong layer: " + "; ".join(wrong) if wrong else
-                          "the replayed experts are not the engine's (another batch's or step's record, or rows "
-                          "misaligned)"), where,
-                       "replay each layer's record at that layer: index the rollout's routed_experts by the decoder "
-                       "layer number, not by the order the routers are found or fire"))
+                            "the actor's routers replay a routing record (they keep experts their own logits rank "
+                            f"lower) and route {differ} token-layer(s) otherwise than the engine: {said}", where,
+                            "replay each layer's record at that layer: index the rollout's routed_experts by the "
+                            "decoder layer number, not by the order the routers are found or fire"))
 
 
 def _batch_shape(call: dict) -> tuple[int, int] | None:
@@ -197,8 +196,8 @@ def _read(rollout_dir: str, actor_dir: str, findings: list[Finding]) -> tuple[li
         ranks = _rank_dirs(path)
         if len(ranks) > 1:
             findings.append(finding("compare-rollout-ranks", Severity.WARNING, f"{path}: {len(ranks)} rank directories; "
-                               f"only {sorted(ranks)[0]} is compared (a tensor-parallel engine's shards are not "
-                               "combined yet)", path))
+                                    f"only {sorted(ranks)[0]} is compared (a tensor-parallel engine's shards are not "
+                                    "combined yet)", path))
         for name in sorted(ranks)[:1]:
             engine.append((k, D.read(ranks[name])))
     trainer = [D.read(p) for _, p in sorted(_rank_dirs(os.path.join(actor_dir, "step0")).items())]
@@ -218,9 +217,9 @@ def _refusal(engine, trainer, rollout_dir: str, actor_dir: str, findings: list[F
     tasks = {d.task for _, d in engine if d.task} | {d.task for d in trainer if d.task}
     if tasks - {"tensor"}:
         findings.append(finding("compare-rollout-align", Severity.ERROR, f"cannot align tokens: the dumps hold task "
-                           f"{', '.join(sorted(str(t) for t in tasks))}; statistics reduce each tensor over every "
-                           "token of an engine step (all requests scheduled in it) and of the whole trainer batch, "
-                           "so tokens cannot be told apart", rollout_dir, ALIGN_HINT))
+                                f"{', '.join(sorted(str(t) for t in tasks))}; statistics reduce each tensor over "
+                                "every token of an engine step (all requests scheduled in it) and of the whole "
+                                "trainer batch, so tokens cannot be told apart", rollout_dir, ALIGN_HINT))
         return mismatch
     if any(d.tokens is None for _, d in engine) or any(d.tokens is None for d in trainer):
         return mismatch  # compare-tokens says which
@@ -232,7 +231,7 @@ def _align(engine, trainer, rollout_dir: str, actor_dir: str, findings: list[Fin
     requests, problems = K.rollout_requests([(k, d.tokens) for k, d in engine])
     for p in problems:
         findings.append(finding("compare-tokens", Severity.WARNING, p, rollout_dir,
-                           "those tokens are not compared; collect the whole generation"))
+                                "those tokens are not compared; collect the whole generation"))
     sequences: list[K.Sequence] = []
     for i, d in enumerate(trainer):
         for seq in K.trainer_sequences(d.tokens.get("calls") or []):
@@ -241,13 +240,13 @@ def _align(engine, trainer, rollout_dir: str, actor_dir: str, findings: list[Fin
     al = K.align(requests, sequences)
     for r in al.rollout_only:
         findings.append(finding("compare-rollout-request", Severity.WARNING, f"request {r.id} of the rollout ({len(r.tokens)} "
-                           "tokens) has no sequence in the actor's batch holding its tokens", rollout_dir,
-                           "the actor ran on other data (another step, a filtered batch), or the rollout dump is "
-                           "missing an engine step"))
+                                "tokens) has no sequence in the actor's batch holding its tokens", rollout_dir,
+                                "the actor ran on other data (another step, a filtered batch), or the rollout dump is "
+                                "missing an engine step"))
     for s in al.trainer_only:
         findings.append(finding("compare-rollout-request", Severity.WARNING, f"an actor sequence of {len(s.tokens)} tokens "
-                           f"(starting {s.tokens[:6]}) is in no rollout request", actor_dir,
-                           "the rollout dump misses it: another rank, or an engine step not collected"))
+                                f"(starting {s.tokens[:6]}) is in no rollout request", actor_dir,
+                                "the rollout dump misses it: another rank, or an engine step not collected"))
     return requests, sequences, al
 
 
@@ -287,8 +286,8 @@ def _unpaired(modules: dict[str, str], results: list[TokenResult], where: str, f
            "lm_head in verl's actor)") if any(T.is_logits(c, table) for c in modules.values()) else ""
     said = "; its log-probs are compared from the token records" if compared and len(left) < len(modules) else ""
     findings.append(finding("compare-rollout-unpaired", Severity.WARNING if left else Severity.INFO,
-                       f"engine modules with no counterpart in the actor's dump: {', '.join(modules)}{why}{said}",
-                       where, "" if not left else "these modules are not compared"))
+                            f"engine modules with no counterpart in the actor's dump: {', '.join(modules)}{why}{said}",
+                            where, "" if not left else "these modules are not compared"))
     return left
 
 
@@ -301,10 +300,10 @@ def _dtypes(info: dict, trainer: list[D.Dump], judge: Walk, where: str) -> list[
         return []
     if judge.dtype_aware:
         return [finding("compare-dtype", Severity.INFO, f"the rollout runs {engine}, the actor {', '.join(sorted(floats))}: "
-                   "judged by growth, the lower precision's rounding is not a divergence", where)]
+                        "judged by growth, the lower precision's rounding is not a divergence", where)]
     return [finding("compare-dtype", Severity.WARNING, f"the rollout runs {engine}, the actor {', '.join(sorted(floats))}: "
-               "their rounding differs, and is judged as a divergence", where,
-               "add --dtype-aware where the two run in different precisions on purpose")]
+                    "their rounding differs, and is judged as a divergence", where,
+                    "add --dtype-aware where the two run in different precisions on purpose")]
 
 
 def _point(t: TokenResult) -> TokenPoint:
