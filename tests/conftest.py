@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("VERL_PDBG_CONF_CACHE", "off")
+# Ray nices its workers to 15, below the background jobs (10): the suite's own Ray tests waited on them.
+os.environ.setdefault("RAY_worker_niceness", "0")
 
 
 # ---------------------------------------------------------------- real verl trees from the registry

@@ -110,11 +110,11 @@ def venv(name: str, lock: Path, python: str | None = None, torch: bool = True, t
             try:
                 _run([python, "-m", "venv", str(target)], log, 300)
                 py = str(target / "bin" / "python")
-                _run([py, "-m", "pip", "install", "-q", "--no-compile", "-U", "pip"], log, timeout)
+                _run([py, "-m", "pip", "install", "-q", "-U", "pip"], log, timeout)
                 if shared:
                     _site_packages(target).joinpath("verl_pdbg_shared_torch.pth").write_text(f"{shared}\n")
-                _run([py, "-m", "pip", "install", "-q", "--no-compile", *(["--no-deps"] if without else []),
-                      "-r", str(lock)], log, timeout)
+                _run([py, "-m", "pip", "install", "-q", *(["--no-deps"] if without else []), "-r", str(lock)],
+                     log, timeout)
                 if not without:
                     _run([py, "-m", "pip", "check"], log, 300)
                 for alias in re.findall(r"^# dist alias: *(\S+)==(\S+)$", text, re.M):
@@ -147,8 +147,8 @@ def shared_torch(python: str, version: str, timeout: float = 3600) -> Path:
         log_path = target.parent / f"{target.name}.log"
         with open(log_path, "w") as log:
             try:
-                _run([python, "-m", "pip", "install", "-q", "--no-compile", "--no-deps", "--target", str(target),
-                      TORCH], log, timeout)
+                _run([python, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), TORCH], log,
+                     timeout)
             except (BuildError, subprocess.TimeoutExpired) as e:
                 log.close()
                 raise BuildError(f"installing {TORCH} for the venvs failed: {e}\n{log_path.read_text()[-4000:]}") from e
@@ -363,12 +363,10 @@ def _waited(label: str, future: Future):
 
 def run_niced(cmd: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
     """A background job's step: niced like the builds, so the suite's own tests go first. Killed with them.
-    One thread a process, not bound to a core: vLLM binds its OpenMP threads to a core of its choosing, the
-    same core for every engine, so the jobs' engines queued on one core (the rollout dumps: 72 s alone,
-    653 s beside the other jobs) while the suite's own processes, not niced, took it first."""
+    Ray's workers stay at the job's niceness (Ray adds 15 of its own: verl's trainer, niced 10, ran its
+    workers at 19, behind every other job)."""
     env = dict(kwargs.pop("env", None) or os.environ)
-    env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
-    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("RAY_worker_niceness", "0")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             preexec_fn=lambda: os.nice(10), env=env, **kwargs)
     _RUNNING.add(proc)
