@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("VERL_PDBG_CONF_CACHE", "off")
-# Ray nices its workers 15 above what starts them: the suite's own Ray tests ran behind the background jobs
-# (niced 10), and verl's trainer in its job ran its workers at 19. Set here, the jobs inherit it too.
+# Ray nices its workers 15 above what starts them: the suite's own Ray tests ran behind the venv builds
+# (niced 10), and verl's trainer in its job ran its workers at 15. Set here, the jobs inherit it too.
 os.environ.setdefault("RAY_worker_niceness", "0")
 
 

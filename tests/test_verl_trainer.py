@@ -30,8 +30,8 @@ CI_RUN = ["--group", "precision_debugger_rollout", "--steps", "2", "--profile-st
 
 
 def trainer_run(out: Path, args: list[str]) -> dict | Exception:
-    """bench/verl_trainer_run.py's JSON line, niced like the suite's other background jobs."""
-    proc = release_venvs.run_niced([sys.executable, str(BENCH), "--out", str(out), *args], 2400)
+    """bench/verl_trainer_run.py's JSON line (a background job's step: killed if the session ends first)."""
+    proc = release_venvs.run_step([sys.executable, str(BENCH), "--out", str(out), *args], 2400)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if not lines:
         return RuntimeError(f"verl_trainer_run.py printed no result (exit {proc.returncode}):\n{proc.stdout[-4000:]}")

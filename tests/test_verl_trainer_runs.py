@@ -56,7 +56,7 @@ def runs(tmp_path_factory):
 
     def get(name: str) -> str:
         if name not in made:
-            proc = release_venvs.run_niced([sys.executable, str(BENCH), "--out", str(root / name), *RUNS[name]], 2400)
+            proc = release_venvs.run_step([sys.executable, str(BENCH), "--out", str(root / name), *RUNS[name]], 2400)
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
             if not lines:
                 pytest.fail(f"verl_trainer_run.py printed no result (exit {proc.returncode}):\n{proc.stdout[-4000:]}")
