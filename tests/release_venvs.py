@@ -325,8 +325,8 @@ _TEMP: list[str] = []
 def start_job(name: str, venv_name: str, make) -> None:
     """Run make(venv_dir, work_dir) in a daemon thread once venv `venv_name` is built and the jobs before it
     are done: data a test module needs (real dumps made in that venv), made while the rest of the suite runs.
-    One at a time, not niced: side by side, or behind the suite, their wall time grew five to fifteen times
-    and their CPU with it (their engines' polling), twice what they take alone. `job` waits."""
+    One at a time, in the order the tests that wait for them run, not niced: side by side, niced, each took
+    five to fifteen times its time alone and the last ended late. `job` waits."""
     with _QUEUE_LOCK:
         if name in _JOBS:
             return
