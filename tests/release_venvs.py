@@ -32,6 +32,12 @@ REQUIREMENTS = ROOT / "requirements"
 # CPU index given in PIP_*), and the lock's torch pin is already satisfied, so no CUDA build is ever pulled in.
 TORCH = "torch==2.13.0"
 _DONE = ".complete"
+# Part of a venv's key: a change to how a venv is made builds it again.
+_RECIPE = "pip --no-compile; bytecode written at first import (verl_pdbg_bytecode.pth)"
+# Run by site at every start of the venv's python: where PYTHONDONTWRITEBYTECODE is set (or -B, as
+# multiprocessing's spawned children run), a venv built without bytecode would compile every module it
+# imports in every process again (vLLM's import: 24 core-s, 10 with its bytecode).
+_BYTECODE_PTH = "import sys; sys.dont_write_bytecode = False\n"
 
 
 def cache_root() -> Path:
@@ -94,7 +100,7 @@ def venv(name: str, lock: Path, python: str | None = None, torch: bool = True, t
     # it is complete otherwise, so it is installed as is, and pip check would name the missing ones.
     without = re.search(r"^# without: *(.+)$", text, re.M)
     shared = shared_torch(python, version) if torch else None
-    key = hashlib.sha256("\n".join([version, str(shared or ""), *pins]).encode()).hexdigest()[:12]
+    key = hashlib.sha256("\n".join([_RECIPE, version, str(shared or ""), *pins]).encode()).hexdigest()[:12]
     target = cache_root() / f"{name}-py{version}-{key}"
 
     def steps(log) -> str:
@@ -102,8 +108,9 @@ def venv(name: str, lock: Path, python: str | None = None, torch: bool = True, t
         _run([python, "-m", "venv", str(target)], log, 300)
         py = str(target / "bin" / "python")
         # No byte-compiling at install: it was three quarters of a build's CPU (msprobe 26.1's lock: 87 core-s
-        # compiled, 23 not), and a venv's processes import a part of it, compiled once at first import (the
-        # jobs run one at a time, so no two compile the same module at once).
+        # compiled, 23 not), and a venv's processes import a part of it, compiled once at first import and
+        # kept (_BYTECODE_PTH; the jobs run one at a time, so no two compile the same module at once).
+        _site_packages(target).joinpath("verl_pdbg_bytecode.pth").write_text(_BYTECODE_PTH)
         _run([py, "-m", "pip", "install", "-q", "--no-compile", "-U", "pip"], log, timeout)
         if shared:
             _site_packages(target).joinpath("verl_pdbg_shared_torch.pth").write_text(f"{shared}\n")
