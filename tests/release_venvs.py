@@ -70,22 +70,29 @@ def stop_builds() -> None:
         proc.kill()
 
 
-def _run(cmd: list[str], log, timeout: float) -> None:
-    log.write(f"$ {' '.join(cmd)}\n")
-    log.flush()
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                            env=dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1"),
-                            preexec_fn=lambda: os.nice(10))  # builds overlap the suite's own tests
+def _tracked(cmd: list[str], timeout: float, **popen) -> tuple[int, str | None]:
+    """cmd's exit code and captured output (None unless stdout=PIPE); killed on timeout, or by stop_builds
+    when the session ends first."""
+    proc = subprocess.Popen(cmd, **popen)
     _RUNNING.add(proc)
     try:
-        proc.wait(timeout)
+        out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         raise
     finally:
         _RUNNING.discard(proc)
-    if proc.returncode != 0:
-        raise BuildError(f"{' '.join(cmd)} exited {proc.returncode}")
+    return proc.returncode, out
+
+
+def _run(cmd: list[str], log, timeout: float) -> None:
+    log.write(f"$ {' '.join(cmd)}\n")
+    log.flush()
+    code, _ = _tracked(cmd, timeout, stdout=log, stderr=subprocess.STDOUT,
+                       env=dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1"),
+                       preexec_fn=lambda: os.nice(10))  # builds overlap the suite's own tests
+    if code != 0:
+        raise BuildError(f"{' '.join(cmd)} exited {code}")
 
 
 def venv(name: str, lock: Path, python: str | None = None, torch: bool = True, timeout: float = 3600) -> Path:
@@ -375,17 +382,9 @@ def _waited(label: str, future: Future):
 
 
 def run_step(cmd: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
-    """A background job's step. Killed with the builds when the session ends first."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
-    _RUNNING.add(proc)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise
-    finally:
-        _RUNNING.discard(proc)
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, "")
+    """A background job's step, its output captured. Killed with the builds when the session ends first."""
+    code, out = _tracked(cmd, timeout, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
+    return subprocess.CompletedProcess(cmd, code, out, "")
 
 
 def run_scripts(venv: Path, root: Path, scripts: list[list[str]], env: dict) -> Path | Exception:
