@@ -1,11 +1,13 @@
 """Routing replay (verl's R3) on real dumps: the trainer's log-prob forward of a make_rollout_dumps.py MoE run made
 again with its routers replaying the experts the engine chose.
 
-    python make_replay_dumps.py ROOT RUN OUT [--shift 1]
+    python make_replay_dumps.py ROOT OUT NAME=RUN[:SHIFT] [NAME=RUN[:SHIFT] ...]
 
 ROOT is a `make_rollout_dumps.py --arch qwen3_moe` output (checkpoint, config.json, manifest.json), RUN one of its
-runs. OUT gets a copy of RUN's rollout_generate dumps and a new actor_compute_log_prob (transformers, fp32, through
-this package's runtime, as make_rollout_dumps.actor runs it), and OUT/routed_experts.pt, the replay record.
+runs. OUT/NAME gets a copy of RUN's rollout_generate dumps and a new actor_compute_log_prob (transformers, fp32,
+through this package's runtime, as make_rollout_dumps.actor runs it), and OUT/NAME/routed_experts.pt, the replay
+record. The replays run one after another in one process (each a model and a profiler of its own): one import of
+torch and transformers for all.
 
 The record is what vLLM's routed-experts capture returns and verl puts in the batch (`routed_experts`,
 [batch, seq, layers, topk] over prompt + response as the actor's rows lay them out, trainer/ppo/metric_utils.py):
@@ -15,7 +17,7 @@ computed (padding, the last sampled token) stay zero.
 
 The replay is verl's (utils/veomni/router_replay.py): the slot-th router to fire takes slot `slot` of the record as
 its experts, weighted by its own probabilities (renormalised as the model does); a row whose record repeats an
-expert (an all-zero row: nothing recorded) routes on its own logits. `--shift 1` attaches the record one layer off
+expert (an all-zero row: nothing recorded) routes on its own logits. SHIFT 1 attaches the record one layer off
 (the router at layer k gets slot k-1, so layer 0 gets the last layer's by Python's index): the bug class of
 replay data attached to routers by list position (miles#2570)."""
 
@@ -91,32 +93,42 @@ def arm(model, routed, shift: int = 0) -> None:
         router.forward = types.MethodType(forward, router)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("root")
-    ap.add_argument("run")
-    ap.add_argument("out")
-    ap.add_argument("--shift", type=int, default=0)
-    args = ap.parse_args(argv)
+def replay(root: str, run: str, out: str, shift: int) -> None:
     import torch
 
-    root, out = os.path.abspath(args.root), os.path.abspath(args.out)
     with open(os.path.join(root, "manifest.json")) as fh:
-        samples = json.load(fh)[args.run]["samples"]
+        samples = json.load(fh)[run]["samples"]
     with open(os.path.join(root, "checkpoint", "config.json")) as fh:
         cfg = json.load(fh)
-    routed = engine_routes(os.path.join(root, args.run), samples, cfg["num_experts_per_tok"],
-                           cfg["num_hidden_layers"])
+    routed = engine_routes(os.path.join(root, run), samples, cfg["num_experts_per_tok"], cfg["num_hidden_layers"])
     os.makedirs(os.path.join(out, "step_1"), exist_ok=True)
-    shutil.copytree(os.path.join(root, args.run, "step_1", "rollout_generate"),
+    shutil.copytree(os.path.join(root, run, "step_1", "rollout_generate"),
                     os.path.join(out, "step_1", "rollout_generate"), dirs_exist_ok=True)
     torch.save(routed, os.path.join(out, "routed_experts.pt"))
     lps = M.actor(os.path.dirname(out), os.path.basename(out), {}, os.path.join(root, "checkpoint"),
-                  os.path.join(root, "config.json"), samples, prepare=lambda model: arm(model, routed, args.shift))
+                  os.path.join(root, "config.json"), samples, prepare=lambda model: arm(model, routed, shift))
     gap = max(abs(a - b) for s, lp in zip(samples, lps) for a, b in zip(s["logprobs"], lp))
     with open(os.path.join(out, "replay.json"), "w") as fh:
-        json.dump({"run": args.run, "shift": args.shift, "max_logprob_gap": gap}, fh)
-    print(f"{args.run} replayed (shift {args.shift}): max |log-prob gap| {gap:.3g}", flush=True)
+        json.dump({"run": run, "shift": shift, "max_logprob_gap": gap}, fh)
+    print(f"{run} replayed (shift {shift}): max |log-prob gap| {gap:.3g}", flush=True)
+
+
+def _spec(text: str) -> tuple[str, str, int]:
+    m = re.fullmatch(r"([\w.-]+)=([\w.-]+)(?::(\d+))?", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=RUN[:SHIFT]")
+    return m.group(1), m.group(2), int(m.group(3) or 0)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("root")
+    ap.add_argument("out")
+    ap.add_argument("replays", nargs="+", type=_spec, metavar="NAME=RUN[:SHIFT]")
+    args = ap.parse_args(argv)
+    root, out = os.path.abspath(args.root), os.path.abspath(args.out)
+    for name, run, shift in args.replays:
+        replay(root, run, os.path.join(out, name), shift)
     return 0
 
 

@@ -3,7 +3,7 @@ into one module of 3-D weights (`mlp.experts`, an expert is an index) and calls 
 routed row; 4.57 builds one module per expert (`mlp.experts.J.gate_proj/up_proj/down_proj/act_fn`, a
 ModuleList never called itself) and calls each on its own tokens. Both run make_wrapper_dumps.py (plain, a
 one-rank gloo group, this package's runtime, msprobe 26.2): 5.x in the dev venv, 4.57 in its own
-(requirements/venvs/transformers4.lock).
+(requirements/venvs/transformers4.lock), in the background while the suite runs.
 
 The compare pairs them by its module trees (pipeline/trees.py, indexed families): the per-expert act_fns' rows
 put together against the fused act_fn, everything else of the experts compared at their block's boundary.
@@ -17,6 +17,8 @@ first call taking the expert's index: each expert's calls pair with 4.57's modul
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 import compare_cli
@@ -28,20 +30,29 @@ LAYER = 1
 STAGE = "step_1/actor_compute_log_prob"
 
 
-@pytest.fixture(scope="module")
-def dumps(tmp_path_factory):
-    old = str(release_venvs.get("transformers4") / "bin" / "python")
-    root = tmp_path_factory.mktemp("moe-releases")
+def make_dumps(venv, root):
+    """The 5.x runs in the dev venv, then the 4.57 runs in `venv`: made in the background (conftest.py)."""
     ckpt = str(root / "checkpoint")
     common = ["--arch", "qwen3_moe", "--layer", str(LAYER), "--checkpoint", ckpt]
-    make_wrapper_dumps.make_all(root, {"v5-mix": [*common, "--level", "mix", "--runs", "plain",
-                                                  "--save-checkpoint", ckpt]})
-    make_wrapper_dumps.make_all(root, {"v5-L0": [*common, "--level", "L0", "--runs", "plain"],
-                                       "v5loop-mix": [*common, "--level", "mix", "--runs", "plain,plain-weight",
-                                                      "--experts-loop"]})
-    make_wrapper_dumps.make_all(root, {f"v4-{level}": [*common, "--level", level, "--runs", "plain,plain-weight"]
-                                       for level in ("mix", "L0")}, python=old)
+    try:
+        make_wrapper_dumps.make_all(root, {"v5-mix": [*common, "--level", "mix", "--runs", "plain",
+                                                      "--save-checkpoint", ckpt]})
+        make_wrapper_dumps.make_all(root, {"v5-L0": [*common, "--level", "L0", "--runs", "plain"],
+                                           "v5loop-mix": [*common, "--level", "mix", "--runs", "plain,plain-weight",
+                                                          "--experts-loop"]})
+        make_wrapper_dumps.make_all(root, {f"v4-{level}": [*common, "--level", level, "--runs", "plain,plain-weight"]
+                                           for level in ("mix", "L0")}, python=str(venv / "bin" / "python"))
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:  # the waiting test reports it (job_root)
+        return e
     return root
+
+
+BACKGROUND_JOBS = {"moe-releases": ("transformers4", make_dumps)}
+
+
+@pytest.fixture(scope="module")
+def dumps():
+    return release_venvs.job_root("moe-releases", "transformers4", make_dumps)
 
 
 def _family_said(pair) -> bool:

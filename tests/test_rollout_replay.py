@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 
 import pytest
 
@@ -20,22 +19,35 @@ from test_compare_rollout import make_moe_dumps, rollout, rules
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 pytestmark = [pytest.mark.slow, pytest.mark.venvs("vllm")]
-BACKGROUND_JOBS = {"rollout-moe-dumps": ("vllm", make_moe_dumps)}
 REPLAYS = {"router-replay": ("router", 0), "same-replay": ("same", 0), "router-shifted": ("router", 1),
            "same-shifted": ("same", 1)}
 
 
+def make_replays(venv, root):
+    """REPLAYS of the Qwen3-MoE rollouts (make_replay_dumps.py, one process), once rollout-moe-dumps, queued
+    before it, is done: in the background (conftest.py). (the rollouts' root, the replays' root)"""
+    moe = release_venvs.job("rollout-moe-dumps", "vllm", make_moe_dumps)
+    if isinstance(moe, Exception):
+        return moe
+    specs = [f"{name}={run_name}:{shift}" for name, (run_name, shift) in REPLAYS.items()]
+    done = release_venvs.run_step([str(venv / "bin" / "python"), os.path.join(HERE, "make_replay_dumps.py"),
+                                   str(moe / "qwen3_moe"), str(root), *specs], 900,
+                                  env=dict(os.environ, PYTHONPATH=os.path.dirname(HERE)))
+    if done.returncode != 0:
+        return RuntimeError(f"make_replay_dumps.py failed:\n{done.stdout[-4000:]}")
+    return moe / "qwen3_moe", root
+
+
+# the rollouts first: the replays' job waits for them, and a job runs only after those queued before it
+BACKGROUND_JOBS = {"rollout-moe-dumps": ("vllm", make_moe_dumps), "rollout-replay": ("vllm", make_replays)}
+
+
 @pytest.fixture(scope="module")
-def replays(tmp_path_factory):
-    root = release_venvs.job_root("rollout-moe-dumps", "vllm", make_moe_dumps) / "qwen3_moe"
-    python = str(release_venvs.get("vllm") / "bin" / "python")
-    out = tmp_path_factory.mktemp("replay")
-    for name, (run_name, shift) in REPLAYS.items():
-        done = subprocess.run([python, os.path.join(HERE, "make_replay_dumps.py"), str(root), run_name,
-                               str(out / name), "--shift", str(shift)], capture_output=True, text=True,
-                              env=dict(os.environ, PYTHONPATH=os.path.dirname(HERE)), timeout=900)
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return root, out
+def replays():
+    got = release_venvs.job("rollout-replay", "vllm", make_replays)
+    if isinstance(got, Exception):
+        pytest.fail(str(got))
+    return got
 
 
 def test_replay_routes_every_token_as_the_engine(replays):

@@ -31,35 +31,61 @@ ACTOR_STAGE = os.path.join("step_1", "actor_compute_log_prob", "step0", "rank0")
 EXPECT = {"same": None, "weight": "model.layers.1.mlp.down_proj", "eps": "model.layers.0.input_layernorm"}
 
 
-# the jobs test_compare_rollout.py waits for: made once
-BACKGROUND_JOBS = {"rollout-dumps": ("vllm", make_dumps), "rollout-moe-dumps": ("vllm", make_moe_dumps)}
-
-
-@pytest.fixture(scope="module")
-def made():
-    root = release_venvs.job_root("rollout-dumps", "vllm", make_dumps)
-    with open(root / "runs" / "manifest.json") as fh:
-        return root / "runs", json.load(fh)
-
-
-def _actor(made, module_tmp, run, name=""):
-    """verl's actor on the checkpoint and `run`'s samples, one step, compute_log_prob only."""
-    runs, manifest = made
-    samples = os.path.join(module_tmp, f"samples-{name}{run}.json")
+def _actor(runs, manifest, tmp, run, name=""):
+    """verl's actor on the checkpoint and `run`'s samples, one step, compute_log_prob only: (its save_path,
+    the bench's summary)."""
+    samples = os.path.join(tmp, f"samples-{name}{run}.json")
     with open(samples, "w") as fh:
         json.dump(manifest[run]["samples"], fh)
-    out = os.path.join(module_tmp, f"actor-{name}{run}")
-    proc = start_bench(module_tmp, out, "--checkpoint", str(runs / "checkpoint"), "--sequences", samples,
+    out = os.path.join(tmp, f"actor-{name}{run}")
+    proc = start_bench(tmp, out, "--checkpoint", str(runs / "checkpoint"), "--sequences", samples,
                        "--stages", "actor_compute_log_prob", "--msprobe-config", TENSOR_ROLLOUT, "--level", "L0",
                        "--dtype", "fp32", "--runtime", "pdbg")
-    result = bench_summary("actor", proc, timeout=900)
-    print(f"verl actor: {result['seconds']} s ({result['child_seconds']})")
-    return out, result
+    return out, bench_summary(f"actor {name}{run}", proc, timeout=900)
+
+
+def _rollouts(job: str, make, sub: str):
+    root = release_venvs.job(job, "vllm", make)
+    if isinstance(root, Exception):
+        raise root
+    with open(root / sub / "manifest.json") as fh:
+        return root / sub, json.load(fh)
+
+
+# (rollouts' job, its make, its directory, the run the actor takes its samples from, the actor's name prefix)
+ACTORS = {"same": ("rollout-dumps", make_dumps, "runs", "same", ""),
+          "temp": ("rollout-dumps", make_dumps, "runs", "temp", ""),
+          "moe-same": ("rollout-moe-dumps", make_moe_dumps, "qwen3_moe", "same", "moe-")}
+
+
+def make_actors(_venv, root):
+    """verl's actor on each of ACTORS' rollouts, once their jobs, queued before this one, are done: in the
+    background (conftest.py). name -> (rollouts' directory, manifest, actor's save_path, bench summary)."""
+    made = {}
+    for name, (job, make, sub, run, prefix) in ACTORS.items():
+        runs, manifest = _rollouts(job, make, sub)
+        made[name] = (runs, manifest, *_actor(runs, manifest, str(root), run, prefix))
+    return made
+
+
+# the rollouts first (test_compare_rollout.py's jobs, made once): the actors' job waits for them
+BACKGROUND_JOBS = {"rollout-dumps": ("vllm", make_dumps), "rollout-moe-dumps": ("vllm", make_moe_dumps),
+                   "verl-actors": ("vllm", make_actors)}
 
 
 @pytest.fixture(scope="module")
-def actor(made, module_tmp):
-    return _actor(made, module_tmp, "same")
+def actors():
+    return release_venvs.job("verl-actors", "vllm", make_actors)
+
+
+@pytest.fixture(scope="module")
+def made(actors):
+    return actors["same"][:2]
+
+
+@pytest.fixture(scope="module")
+def actor(actors):
+    return actors["same"][2:]
 
 
 def test_verl_actor_ran_on_the_rollouts_tokens(made, actor):
@@ -113,11 +139,10 @@ def test_verl_actor_against_rollout(made, actor, run):
         assert [t["module"] for t in pair["top"]] == [fd["module"]], pair["top"]
 
 
-def test_verl_actor_against_rollout_after_temperature(made, module_tmp):
+def test_verl_actor_against_rollout_after_temperature(actors):
     """The rollout's log-probs taken after temperature: the logits agree (from the token records: verl's dump
     has no lm_head), the engine's returned log-probs do not: named `sampler`."""
-    runs, _ = made
-    out, result = _actor(made, module_tmp, "temp")
+    runs, _, out, result = actors["temp"]
     assert result["errors"] == [], result
     code, doc = run_json("--rollout", out, str(runs / "temp"))
     (pair,) = doc["pairs"]
@@ -132,13 +157,9 @@ MOE_EXPECT = {"same": (None, None), "expert": ("model.layers.1.mlp.experts", 5),
 
 
 @pytest.fixture(scope="module")
-def moe_actor(module_tmp):
+def moe_actor(actors):
     """verl's actor (FSDP2) on the Qwen3-MoE checkpoint vLLM loaded and its `same` run's samples."""
-    root = release_venvs.job_root("rollout-moe-dumps", "vllm", make_moe_dumps) / "qwen3_moe"
-    with open(root / "manifest.json") as fh:
-        manifest = json.load(fh)
-    out, result = _actor((root, manifest), module_tmp, "same", name="moe-")
-    return root, manifest, out, result
+    return actors["moe-same"]
 
 
 @pytest.mark.parametrize("run", sorted(MOE_EXPECT))
