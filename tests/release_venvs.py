@@ -362,8 +362,12 @@ def start_job(name: str, venv_name: str, make) -> None:
 
 
 def job(name: str, venv_name: str, make):
-    """What make returned (see start_job), started now if it was not yet."""
+    """What make returned (see start_job), started now if it was not yet. A job may read another's, queued
+    before it (then done: one runs at a time); one queued after it would wait for this one's turn forever."""
     start_job(name, venv_name, make)
+    me = threading.current_thread().name
+    if me.startswith("job-") and not _JOBS[name].done():
+        raise RuntimeError(f"{me[4:]} reads job {name}, queued after it: start {name} first (BACKGROUND_JOBS' order)")
     return _waited(f"job {name}", _JOBS[name])
 
 

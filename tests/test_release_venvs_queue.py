@@ -4,9 +4,11 @@ session's real builds use the module's."""
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 
+import release_venvs
 from release_venvs import Turns
 
 
@@ -79,3 +81,35 @@ def test_a_turn_that_raises_hands_on_to_the_next():
     for t in threads:
         t.join(10)
     assert order == ["a", "b"] and turns.queue == []
+
+
+def test_a_job_reading_one_queued_after_it_fails_instead_of_waiting_forever(monkeypatch, tmp_path):
+    """Jobs run one at a time: a job reads those queued before it (done by then); one queued after it would
+    wait for its own turn to end. The session's queue is left alone: this one is the test's."""
+    for attr, fresh in (("_JOBS", {}), ("_JOB_TURNS", Turns()), ("_TEMP", []), ("PHASES", {}), ("WAITS", {})):
+        monkeypatch.setattr(release_venvs, attr, fresh)
+    monkeypatch.setattr(release_venvs, "get", lambda name, version=None: tmp_path)  # no venv built
+
+    def first(venv, root):
+        return "first"
+
+    def later(venv, root):
+        return "later"
+
+    def reads_first(venv, root):
+        return release_venvs.job("first", "venv", first)
+
+    def reads_later(venv, root):
+        return release_venvs.job("later", "venv", later)
+
+    try:
+        for name, make in (("first", first), ("reads-first", reads_first), ("reads-later", reads_later)):
+            release_venvs.start_job(name, "venv", make)
+        assert release_venvs.job("reads-first", "venv", reads_first) == "first"
+        err = release_venvs._JOBS["reads-later"].exception(timeout=30)  # a wait forever fails here
+        assert isinstance(err, RuntimeError) and "reads-later reads job later, queued after it" in str(err), err
+        assert release_venvs._JOBS["later"].result(timeout=30) == "later"  # the queue went on
+        assert release_venvs._JOB_TURNS.queue == []
+    finally:
+        for d in release_venvs._TEMP:
+            shutil.rmtree(d, ignore_errors=True)
