@@ -79,7 +79,8 @@ def pytest_collection_modifyitems(session, config, items):
 
 def pytest_collection_finish(session):
     """Start building, in the background, every venv the selected tests ask for, and then the data their
-    modules make in it (a module's BACKGROUND_JOBS: name -> (venv, make), see release_venvs.start_job)."""
+    modules make in it (a module's BACKGROUND_JOBS: name -> (venv, make), venv "name" or (name, python
+    version); see release_venvs.start_job), in the order the tests run."""
     if session.config.option.collectonly:
         return
     jobs, venvs = {}, {}
@@ -87,10 +88,12 @@ def pytest_collection_finish(session):
         mark = item.get_closest_marker("venvs")
         if mark is not None and mark.args:
             venvs.setdefault(tuple(mark.args), None)
-            jobs.update(getattr(item.module, "BACKGROUND_JOBS", {}))
+            for name, (venv, make) in getattr(item.module, "BACKGROUND_JOBS", {}).items():
+                if release_venvs.venv_spec(venv) == tuple(mark.args):  # a job in a venv a selected test asks for
+                    jobs.setdefault(name, (venv, make))
     # The venvs the jobs run in first: a job's minutes start only once its venv is built.
-    for venv_name in dict.fromkeys(venv_name for venv_name, _ in jobs.values()):
-        release_venvs.prebuild(venv_name)
+    for venv in dict.fromkeys(release_venvs.venv_spec(venv) for venv, _ in jobs.values()):
+        release_venvs.prebuild(*venv)
     for args in venvs:
         release_venvs.prebuild(*args)
     for name, (venv_name, make) in jobs.items():

@@ -336,7 +336,12 @@ _JOBS: dict[str, Future] = {}
 _TEMP: list[str] = []
 
 
-def start_job(name: str, venv_name: str, make) -> None:
+def venv_spec(venv: str | tuple[str, str]) -> tuple:
+    """A job's venv, "name" or (name, python_version), as get's arguments."""
+    return venv if isinstance(venv, tuple) else (venv,)
+
+
+def start_job(name: str, venv_name: str | tuple[str, str], make) -> None:
     """Run make(venv_dir, work_dir) in a daemon thread once venv `venv_name` is built and the jobs before it
     are done: data a test module needs (real dumps made in that venv), made while the rest of the suite runs.
     One at a time, in the order the tests that wait for them run, not niced: side by side, niced, each took
@@ -353,7 +358,7 @@ def start_job(name: str, venv_name: str, make) -> None:
     def work():
         try:
             with _JOB_TURNS.turn(name):  # left on any failure: the jobs behind it go on
-                built = get(venv_name)
+                built = get(*venv_spec(venv_name))
                 future.set_result(_timed(f"job {name}", lambda: make(built, Path(work_dir))))
         except BaseException as e:  # handed to the test that waits for it
             future.set_exception(e)
@@ -361,7 +366,7 @@ def start_job(name: str, venv_name: str, make) -> None:
     threading.Thread(target=work, name=f"job-{name}", daemon=True).start()
 
 
-def job(name: str, venv_name: str, make):
+def job(name: str, venv_name: str | tuple[str, str], make):
     """What make returned (see start_job), started now if it was not yet. A job may read another's, queued
     before it (then done: one runs at a time); one queued after it would wait for this one's turn forever."""
     start_job(name, venv_name, make)

@@ -4,7 +4,8 @@ Each interpreter gets a venv holding the validator's dependencies and the test t
 (requirements/venvs/validator.lock: no torch, verl or msprobe), built on first use and kept
 between runs (tests/release_venvs.py); VALIDATOR_TESTS run there in a pytest subprocess. An
 interpreter is looked for as `pythonX.Y` on PATH, then among pyenv's installed versions
-(release_venvs.find_python); where there is none the test is skipped, naming what is missing."""
+(release_venvs.find_python); where there is none the test is skipped, naming what is missing. Each
+interpreter's run is a background job of the suite (conftest.py), made while the tests before it run."""
 
 from __future__ import annotations
 
@@ -31,59 +32,44 @@ VALIDATOR_TESTS = (
 )
 
 
-def _start(version, tmp_path_factory):
-    """The probe, then the validator's tests started in the background: both interpreters' runs go
-    at once, one per core (each is one single-threaded pytest), instead of one after the other."""
-    try:
-        env_dir = release_venvs.get("validator", version)
-    except release_venvs.NoInterpreter as e:
-        return "skip", str(e)
-    except release_venvs.BuildError as e:
-        return "fail", str(e)
-    py = str(env_dir / "bin" / "python")
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    # the interpreter is the one asked for, and the validator imports nothing heavy there
-    probe = subprocess.run([py, "-c", "import sys, verl_pdbg_conf.validate, verl_pdbg_conf.cli; "
-                                      "print('%d.%d' % sys.version_info[:2], "
-                                      "sorted(m for m in ('torch', 'msprobe', 'verl') if m in sys.modules))"],
-                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    if probe.returncode != 0 or probe.stdout.split() != [version, "[]"]:
-        return "fail", f"probe: {probe.stdout} {probe.stderr[-3000:]}"
-    out = tmp_path_factory.mktemp(f"py{version}")
-    with open(out / "stdout", "w") as so, open(out / "stderr", "w") as se:
-        run = subprocess.Popen([py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow",
-                                f"--basetemp={out / 'basetemp'}", *VALIDATOR_TESTS],
-                               cwd=ROOT, env=env, stdout=so, stderr=se)
-    return "run", (run, out)
+def make_run(version):
+    """The job of one interpreter: the probe, then the validator's tests, in `venv`; (exit code, output)."""
+
+    def make(venv, root):
+        py = str(venv / "bin" / "python")
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        # the interpreter is the one asked for, and the validator imports nothing heavy there
+        probe = release_venvs.run_step([py, "-c", "import sys, verl_pdbg_conf.validate, verl_pdbg_conf.cli; "
+                                                  "print('%d.%d' % sys.version_info[:2], sorted(m for m in "
+                                                  "('torch', 'msprobe', 'verl') if m in sys.modules))"],
+                                       300, cwd=ROOT, env=env)
+        if probe.returncode != 0 or probe.stdout.split() != [version, "[]"]:
+            return probe.returncode or 1, f"probe: {probe.stdout[-3000:]}"
+        run = release_venvs.run_step([py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow",
+                                      f"--basetemp={root / 'basetemp'}", *VALIDATOR_TESTS], 1800, cwd=ROOT, env=env)
+        return run.returncode, run.stdout
+
+    return make
 
 
-@pytest.fixture(scope="module")
-def runs(request, tmp_path_factory):
-    """version -> ("skip" | "fail", why) or ("run", (Popen, its output directory)), for every
-    interpreter this session selected."""
-    wanted = [v for v in PYTHONS if any(f"[{v}]" in item.nodeid for item in request.session.items)]
-    started = {v: _start(v, tmp_path_factory) for v in wanted}
-    yield started
-    for state, what in started.values():
-        if state == "run" and what[0].poll() is None:
-            what[0].kill()
+# Each interpreter's run in the background once its venv is built, among the suite's other jobs
+# (release_venvs.start_job): it overlaps the tests before it instead of holding the suite's last minutes.
+BACKGROUND_JOBS = {f"validator-{v}": (("validator", v), make_run(v)) for v in PYTHONS}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("version", [pytest.param(v, marks=pytest.mark.venvs("validator", v)) for v in PYTHONS])
-def test_validator_tests_pass_on(version, runs):
-    state, what = runs[version]
-    if state == "skip":
-        pytest.skip(what)
-    if state == "fail":
-        pytest.fail(what)
-    run, out = what
-    rc = run.wait(timeout=1800)
-    stdout, stderr = (out / "stdout").read_text(), (out / "stderr").read_text()
-    tail = stdout[-5000:] + stderr[-2000:]
-    assert rc == 0, tail
-    summary = stdout.strip().splitlines()[-1]
-    assert re.search(r"\b\d{3,} passed\b", summary) and "failed" not in summary and "error" not in summary, tail
+def test_validator_tests_pass_on(version):
+    try:
+        rc, out = release_venvs.job(f"validator-{version}", ("validator", version), make_run(version))
+    except release_venvs.NoInterpreter as e:
+        pytest.skip(str(e))
+    except release_venvs.BuildError as e:
+        pytest.fail(str(e))
+    assert rc == 0, out[-7000:]
+    summary = next((ln for ln in reversed(out.splitlines()) if " passed" in ln), "")
+    assert re.search(r"\b\d{3,} passed\b", summary) and "failed" not in summary and "error" not in summary, \
+        out[-7000:]
 
 
 @pytest.mark.slow
