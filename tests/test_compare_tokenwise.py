@@ -113,6 +113,20 @@ def test_the_run_compare_says_how_much_it_compared(dumps, tmp_path):
     assert first.owner.startswith("Functional.linear.") and first.layer == 1 and first.kind == "output"
 
 
+def test_the_token_compare_takes_the_pipelines_gap_rule(dumps, monkeypatch):
+    """The packed run's gaps (its packing ops, between compared records) are compared at the record after them
+    by the pipeline's rule (analysis.gap_compared): with its limit at 0 token records, none is."""
+    from verl_pdbg_conf.compare.pipeline import analysis
+
+    def not_compared(stage):
+        cmp = compare_runs(str(dumps / "packed"), str(dumps / "one"), CompareOptions(jobs=1))
+        return {p.stage: p for p in cmp.pairs}[stage].analysis.coverage["counts"]["target"]["not_compared"]
+
+    assert not_compared("actor_compute_log_prob") == 0
+    monkeypatch.setattr(analysis, "GAP_COMPARED", 0)
+    assert not_compared("actor_compute_log_prob") > 0
+
+
 def test_a_side_without_token_record_is_not_compared_token_by_token(dumps, tmp_path):
     import shutil
 

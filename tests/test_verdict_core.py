@@ -506,6 +506,34 @@ def test_layer_of_path():
     assert R.layer_of_path("layers.7") == 7 and R.layer_of_path("1.layers.2") == 2
 
 
+def test_a_gap_is_compared_at_the_pair_after_it_up_to_the_limit(tmp_path):
+    """Records of one side with no counterpart, between two pairs, are judged at the pair after them up to
+    GAP_COMPARED of them; one more and none of them was compared; a gap with no pair after it never was."""
+    from verl_pdbg_conf.compare.engine import PairJob, compare_pair
+    from verl_pdbg_conf.compare.pipeline.analysis import GAP_COMPARED
+
+    def linear(i, v=1.0):
+        return f"Functional.linear.{i}.forward", {"input_args": [tensor(v)], "output": [tensor(2 * v)]}
+
+    def tanh(k):
+        return f"Torch.tanh.{k}.forward", {"input_args": [tensor(1.0)], "output": [tensor(0.5)]}
+
+    def target_counts(name, before, after=0):
+        recs = [linear(0), *map(tanh, range(before)), linear(1, 3.0), *map(tanh, range(before, before + after))]
+        t = write_dump(tmp_path / name / "t", dict(recs), level="L1")
+        g = write_dump(tmp_path / name / "g", dict([linear(0), linear(1, 3.0)]), level="L1")
+        cov = compare_pair(PairJob(t, g)).analysis.coverage
+        return cov["full"], cov["counts"]["target"]
+
+    full, counts = target_counts("at", GAP_COMPARED)
+    assert full and counts == {"unit": "records", "total": GAP_COMPARED + 2, "compared": GAP_COMPARED + 2,
+                               "not_compared": 0, "unreadable": 0}
+    full, counts = target_counts("past", GAP_COMPARED + 1)
+    assert not full and counts["compared"] == 2 and counts["not_compared"] == GAP_COMPARED + 1
+    full, counts = target_counts("end", 0, after=1)
+    assert not full and counts["compared"] == 2 and counts["not_compared"] == 1
+
+
 def test_reader_counts_minibatches_passes_and_names(tmp_path):
     """A mini-batch starts where the opening op runs forward again after a backward; the optimizer step stays
     with the mini-batch whose gradients it applies; backward call numbers are renumbered per op."""

@@ -32,6 +32,13 @@ WARNING = Severity.WARNING
 GAP_COMPARED = 64  # records of one side with no counterpart between two pairs, taken as compared at them
 
 
+def gap_compared(length: int, bracketed: bool = True) -> bool:
+    """A gap of `length` records with no counterpart is compared at the pair after it: when one comes after it
+    (`bracketed`) and the gap is short (a packing op, a mask built another way, a LoRA branch). The rule of
+    the record compare and of the token compare (rollout/trainers.py) alike."""
+    return bracketed and length <= GAP_COMPARED
+
+
 def _calls(n: int, batch: int) -> str:
     return f"{n} call{'s' * (n != 1)} of batch {batch}"
 
@@ -191,7 +198,7 @@ class _Pair:
         # a fused op against its decomposition, or a few ops of one side's own between two pairs (a mask built
         # another way, a LoRA branch): judged at the pairs around them; a long run of records, or one at the
         # end with no pair after it, was not compared at all
-        if gap.equivalent() or (bracketed and max(len(gap.target), len(gap.golden)) <= GAP_COMPARED):
+        if gap.equivalent() or gap_compared(max(len(gap.target), len(gap.golden)), bracketed):
             self.coverage.boundary(gap)
         for ends in gap.index_ends(closing):  # one expert's calls, ended otherwise: compared where they end
             self._probe(*ends)

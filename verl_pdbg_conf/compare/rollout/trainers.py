@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from verl_pdbg_conf.compare import judge as J
 from verl_pdbg_conf.compare.dumpread import DumpError, read_tokens
-from verl_pdbg_conf.compare.pipeline.analysis import GAP_COMPARED  # the pipeline's gap rule, the same here
+from verl_pdbg_conf.compare.pipeline.analysis import gap_compared
 from verl_pdbg_conf.compare.pipeline.coverage import MAX_REGIONS, Counts, counts_of
 from verl_pdbg_conf.compare.records import Reader, Record
 from verl_pdbg_conf.compare.rollout.dumps import TOKENS
@@ -288,9 +288,9 @@ def _unreadable(rec: Record, io: str, i: int) -> bool:
 
 def _coverage(side: Side, hit: set, unread_at: set) -> dict:
     """A side's token records (those holding a per-token row of one of its rank's calls) as coverage.py's data:
-    compared (a per-token row compared), or lying in a gap of one rank of up to GAP_COMPARED token records
-    before a compared record (compared at it: a packing op, attention's scores over the call's columns); the
-    rest counted by op. Records holding no token's row (weights, the optimizer's, counts, one token's alone)
+    compared (a per-token row compared), or lying in a gap of one rank before a compared record, compared at
+    it by the pipeline's gap rule (gap_compared; its length in token records: a packing op, attention's
+    scores over the call's columns); the rest counted by op. Records holding no token's row (weights, the optimizer's, counts, one token's alone)
     are outside a token compare: counted apart."""
     compared, records, outside, unread, loose = 0, 0, 0, 0, {}
     for path, calls in zip(side.paths, side.calls):
@@ -306,7 +306,7 @@ def _coverage(side: Side, hit: set, unread_at: set) -> dict:
         at = [-1] + [i for i, m in enumerate(marks) if m]
         inside = set()
         for a, b in zip(at, at[1:]):
-            if sum(token[a + 1:b]) <= GAP_COMPARED:
+            if gap_compared(sum(token[a + 1:b])):  # bracketed: b is a compared record
                 inside.update(range(a + 1, b))
         for i, r in enumerate(by):
             if not token[i]:
