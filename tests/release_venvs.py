@@ -70,25 +70,25 @@ def stop_builds() -> None:
         proc.kill()
 
 
-def _tracked(cmd: list[str], timeout: float, **popen) -> tuple[int, str | None]:
-    """cmd's exit code and captured output (None unless stdout=PIPE); killed on timeout, or by stop_builds
-    when the session ends first."""
+def _tracked(cmd: list[str], timeout: float, **popen) -> tuple[int, str | None, str | None]:
+    """cmd's exit code and captured output and error (None where not piped); killed on timeout, or by
+    stop_builds when the session ends first."""
     proc = subprocess.Popen(cmd, **popen)
     _RUNNING.add(proc)
     try:
-        out, _ = proc.communicate(timeout=timeout)
+        out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         raise
     finally:
         _RUNNING.discard(proc)
-    return proc.returncode, out
+    return proc.returncode, out, err
 
 
 def _run(cmd: list[str], log, timeout: float) -> None:
     log.write(f"$ {' '.join(cmd)}\n")
     log.flush()
-    code, _ = _tracked(cmd, timeout, stdout=log, stderr=subprocess.STDOUT,
+    code, _, _ = _tracked(cmd, timeout, stdout=log, stderr=subprocess.STDOUT,
                        env=dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1"),
                        preexec_fn=lambda: os.nice(10))  # builds overlap the suite's own tests
     if code != 0:
@@ -390,10 +390,11 @@ def _waited(label: str, future: Future):
             WAITS.setdefault(label, [start, 0.0])[1] += took
 
 
-def run_step(cmd: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
-    """A background job's step, its output captured. Killed with the builds when the session ends first."""
-    code, out = _tracked(cmd, timeout, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
-    return subprocess.CompletedProcess(cmd, code, out, "")
+def run_step(cmd: list[str], timeout: float, stderr=subprocess.STDOUT, **kwargs) -> subprocess.CompletedProcess:
+    """A background job's step, its output captured (its errors with it, unless `stderr` is PIPE: then
+    apart). Killed with the builds when the session ends first."""
+    code, out, err = _tracked(cmd, timeout, stdout=subprocess.PIPE, stderr=stderr, text=True, **kwargs)
+    return subprocess.CompletedProcess(cmd, code, out, err or "")
 
 
 def run_scripts(venv: Path, root: Path, scripts: list[list[str]], env: dict) -> Path | Exception:
@@ -407,8 +408,8 @@ def run_scripts(venv: Path, root: Path, scripts: list[list[str]], env: dict) -> 
     return root
 
 
-def job_root(name: str, venv_name: str, make) -> Path:
-    """The directory job `name` made, waited for; its failure fails the test."""
+def job_root(name: str, venv_name: str | tuple[str, str], make):
+    """What job `name` made (its directory, mostly), waited for; a failure it returned fails the test."""
     import pytest
 
     root = job(name, venv_name, make)

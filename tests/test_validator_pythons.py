@@ -33,7 +33,8 @@ VALIDATOR_TESTS = (
 
 
 def make_run(version):
-    """The job of one interpreter: the probe, then the validator's tests, in `venv`; (exit code, output)."""
+    """The job of one interpreter: the probe, then the validator's tests, in `venv`; (exit code, stdout,
+    stderr)."""
 
     def make(venv, root):
         py = str(venv / "bin" / "python")
@@ -42,12 +43,13 @@ def make_run(version):
         probe = release_venvs.run_step([py, "-c", "import sys, verl_pdbg_conf.validate, verl_pdbg_conf.cli; "
                                                   "print('%d.%d' % sys.version_info[:2], sorted(m for m in "
                                                   "('torch', 'msprobe', 'verl') if m in sys.modules))"],
-                                       300, cwd=ROOT, env=env)
+                                       300, stderr=subprocess.PIPE, cwd=ROOT, env=env)
         if probe.returncode != 0 or probe.stdout.split() != [version, "[]"]:
-            return probe.returncode or 1, f"probe: {probe.stdout[-3000:]}"
+            return probe.returncode or 1, f"probe: {probe.stdout}", probe.stderr[-3000:]
         run = release_venvs.run_step([py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow",
-                                      f"--basetemp={root / 'basetemp'}", *VALIDATOR_TESTS], 1800, cwd=ROOT, env=env)
-        return run.returncode, run.stdout
+                                      f"--basetemp={root / 'basetemp'}", *VALIDATOR_TESTS], 1800,
+                                     stderr=subprocess.PIPE, cwd=ROOT, env=env)
+        return run.returncode, run.stdout, run.stderr
 
     return make
 
@@ -61,15 +63,15 @@ BACKGROUND_JOBS = {f"validator-{v}": (("validator", v), make_run(v)) for v in PY
 @pytest.mark.parametrize("version", [pytest.param(v, marks=pytest.mark.venvs("validator", v)) for v in PYTHONS])
 def test_validator_tests_pass_on(version):
     try:
-        rc, out = release_venvs.job(f"validator-{version}", ("validator", version), make_run(version))
+        rc, stdout, stderr = release_venvs.job(f"validator-{version}", ("validator", version), make_run(version))
     except release_venvs.NoInterpreter as e:
         pytest.skip(str(e))
     except release_venvs.BuildError as e:
         pytest.fail(str(e))
-    assert rc == 0, out[-7000:]
-    summary = next((ln for ln in reversed(out.splitlines()) if " passed" in ln), "")
-    assert re.search(r"\b\d{3,} passed\b", summary) and "failed" not in summary and "error" not in summary, \
-        out[-7000:]
+    tail = stdout[-5000:] + stderr[-2000:]
+    assert rc == 0, tail
+    summary = stdout.strip().splitlines()[-1]
+    assert re.search(r"\b\d{3,} passed\b", summary) and "failed" not in summary and "error" not in summary, tail
 
 
 @pytest.mark.slow

@@ -45,9 +45,10 @@ def _actor(runs, manifest, tmp, run, name=""):
 
 
 def _rollouts(job: str, make, sub: str):
+    """(the runs' directory, their manifest) of a rollouts' job, or the failure it returned."""
     root = release_venvs.job(job, "vllm", make)
     if isinstance(root, Exception):
-        raise root
+        return root
     with open(root / sub / "manifest.json") as fh:
         return root / sub, json.load(fh)
 
@@ -60,11 +61,14 @@ ACTORS = {"same": ("rollout-dumps", make_dumps, "runs", "same", ""),
 
 def make_actors(_venv, root):
     """verl's actor on each of ACTORS' rollouts, once their jobs, queued before this one, are done: in the
-    background (conftest.py). name -> (rollouts' directory, manifest, actor's save_path, bench summary)."""
+    background (conftest.py). name -> (rollouts' directory, manifest, actor's save_path, bench summary), or a
+    rollouts' job's failure."""
     made = {}
     for name, (job, make, sub, run, prefix) in ACTORS.items():
-        runs, manifest = _rollouts(job, make, sub)
-        made[name] = (runs, manifest, *_actor(runs, manifest, str(root), run, prefix))
+        rollouts = _rollouts(job, make, sub)
+        if isinstance(rollouts, Exception):
+            return rollouts
+        made[name] = (*rollouts, *_actor(*rollouts, str(root), run, prefix))
     return made
 
 
@@ -75,7 +79,7 @@ BACKGROUND_JOBS = {"rollout-dumps": ("vllm", make_dumps), "rollout-moe-dumps": (
 
 @pytest.fixture(scope="module")
 def actors():
-    return release_venvs.job("verl-actors", "vllm", make_actors)
+    return release_venvs.job_root("verl-actors", "vllm", make_actors)
 
 
 @pytest.fixture(scope="module")

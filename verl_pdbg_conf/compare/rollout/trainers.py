@@ -290,8 +290,8 @@ def _coverage(side: Side, hit: set, unread_at: set) -> dict:
     """A side's token records (those holding a per-token row of one of its rank's calls) as coverage.py's data:
     compared (a per-token row compared), or lying in a gap of one rank before a compared record, compared at
     it by the pipeline's gap rule (gap_compared; its length in token records: a packing op, attention's
-    scores over the call's columns); the rest counted by op. Records holding no token's row (weights, the optimizer's, counts, one token's alone)
-    are outside a token compare: counted apart."""
+    scores over the call's columns); the rest counted by op. Records holding no token's row (weights, the
+    optimizer's, counts, one token's alone) are outside a token compare: counted apart."""
     compared, records, outside, unread, loose = 0, 0, 0, 0, {}
     for path, calls in zip(side.paths, side.calls):
         tdir = os.path.join(os.path.dirname(path), "dump_tensor_data")
